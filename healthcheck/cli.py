@@ -1,0 +1,147 @@
+"""Command line: `gpu-healthcheck --node | --prolog | --epilog | --version` (CONTRACTS §1).
+
+    main(["--node", "--json"]) -> exit code
+
+Exit codes: --node 0 healthy, 1 warning, 2 failure, 3 unknown (could not check);
+--prolog non-zero exactly when the job must not start here; --epilog non-zero exactly when it
+drained the node.  A bug in gpu-healthcheck itself never drains and never fails a job: its
+traceback is logged loudly and prolog/epilog exit 0 (--node exits 3).
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import sys
+import traceback
+from typing import List, Optional, Sequence
+
+from . import __version__
+
+EPILOG_TEXT = """\
+exit status:
+  --node    0 healthy, 1 warning, 2 failure (the node must not run jobs), 3 unknown
+  --prolog  non-zero exactly when the job must not start on this node
+  --epilog  non-zero exactly when it drained the node
+
+configuration: /etc/gpu-healthcheck/config.toml, or $GPU_HEALTHCHECK_CONFIG, or --config.
+Slurm: Prolog=/usr/libexec/gpu-healthcheck/gpu-healthcheck-prolog (see deploy/slurm/).
+"""
+
+
+class Terminated(BaseException):
+    """SIGTERM (slurmd's PrologEpilogTimeout): unwinds so that probe children get killed."""
+
+
+def _on_sigterm(signum: int, frame: object) -> None:
+    raise Terminated()
+
+
+def build_parser() -> "argparse.ArgumentParser":  # noqa: F821
+    import argparse
+
+    parser = argparse.ArgumentParser(
+        prog="gpu-healthcheck", epilog=EPILOG_TEXT,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+        description="GPU node health checks for Slurm: NVML state, a real CUDA allocation "
+                    "probe and kernel Xid events; drains a bad node with a reason naming the GPU.")
+    what = parser.add_mutually_exclusive_group(required=True)
+    what.add_argument("--node", action="store_true", help="check this node (by hand, or as "
+                      "HealthCheckProgram with --act)")
+    what.add_argument("--prolog", action="store_true", help="Slurm Prolog: check the job's GPUs "
+                      "before it starts; drain and requeue on a fault")
+    what.add_argument("--epilog", action="store_true", help="Slurm Epilog: judge what changed "
+                      "during the job; drain on uncorrectable errors")
+    what.add_argument("--version", action="store_true", help="print the version and exit")
+    parser.add_argument("--json", action="store_true", help="print one JSON document")
+    parser.add_argument("--act", action="store_true", help="with --node: drain on failure, "
+                        "resume our own drain once the node is healthy")
+    parser.add_argument("--config", metavar="FILE", help="configuration file (TOML)")
+    parser.add_argument("--gpus", metavar="LIST", help="with --node: only these NVML indices, "
+                        "e.g. 0,3")
+    parser.add_argument("--level", choices=("quick", "full"), default="quick",
+                        help="CUDA probe size: quick (256 MiB) or full (a share of free memory)")
+    return parser
+
+
+def _parse_gpus(text: str) -> tuple:
+    from .slurmenv import GpuListError, parse_gpu_list
+
+    try:
+        ids = parse_gpu_list(text)
+    except GpuListError as exc:
+        raise SystemExit(f"gpu-healthcheck: --gpus: {exc}") from None
+    if not all(i.isdigit() for i in ids):
+        raise SystemExit("gpu-healthcheck: --gpus takes NVML indices, e.g. 0,3")
+    return tuple(int(i) for i in ids)
+
+
+def main(argv: Optional[Sequence[str]] = None) -> int:
+    args_list: List[str] = list(sys.argv[1:] if argv is None else argv)
+    args = build_parser().parse_args(args_list)
+    if args.version:
+        print(f"gpu-healthcheck {__version__}")
+        return 0
+    from .model import Mode
+
+    mode = Mode.NODE if args.node else Mode.PROLOG if args.prolog else Mode.EPILOG
+    if args.act and mode is not Mode.NODE:
+        print("gpu-healthcheck: --act goes with --node (prolog and epilog always act)",
+              file=sys.stderr)
+        return 2
+    gpus = _parse_gpus(args.gpus) if args.gpus else None
+    previous = signal.signal(signal.SIGTERM, _on_sigterm)
+    try:
+        return _run(mode, args, gpus)
+    except Terminated:
+        print(f"gpu-healthcheck: {mode.value}: terminated by SIGTERM (PrologEpilogTimeout?); "
+              f"probe children were killed", file=sys.stderr)
+        return 128 + signal.SIGTERM
+    except Exception:  # noqa: BLE001 - the one place our own bugs are caught
+        print(f"gpu-healthcheck: INTERNAL ERROR in {mode.value} (a bug in gpu-healthcheck, not a "
+              f"node fault; no action taken):\n{traceback.format_exc()}", file=sys.stderr)
+        _log_internal_error(mode.value)
+        return 3 if mode is Mode.NODE else 0
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+
+
+def _run(mode: "Mode", args: "argparse.Namespace", gpus: Optional[tuple]) -> int:  # noqa: F821
+    from .config import Config, ConfigError, load_config
+    from .model import Mode
+    from .runner import RunRequest, run
+    from .sinks import emit
+
+    try:
+        config = load_config(args.config, os.environ)
+    except ConfigError as exc:
+        if mode is Mode.NODE:
+            print(f"gpu-healthcheck: config error: {exc}", file=sys.stderr)
+            return 3
+        # a broken config must not stop the checks that protect the next job
+        config = Config(warnings=(f"config error: {exc}; running with built-in defaults",))
+    request = RunRequest(mode=mode, environ=os.environ, level=args.level, act=args.act, gpus=gpus)
+    outcome = run(request, config)
+    if args.json:
+        from .report import write_json
+
+        write_json(outcome.report, sys.stdout)
+    elif mode is Mode.NODE:
+        from .report import write_table
+
+        write_table(outcome.report, sys.stdout, colour=sys.stdout.isatty())
+    emit(outcome, config, mode)
+    return outcome.exit_code
+
+
+def _log_internal_error(mode: str) -> None:
+    try:
+        from .sinks import emit_internal_error
+
+        emit_internal_error(mode, traceback.format_exc())
+    except Exception:  # noqa: BLE001 - logging the bug must not become a second bug
+        pass
+
+
+if __name__ == "__main__":  # pragma: no cover
+    sys.exit(main())

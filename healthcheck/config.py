@@ -1,0 +1,262 @@
+"""Configuration: one TOML file, validated at load time against a schema.
+
+    # /etc/gpu-healthcheck/config.toml
+    state_dir = "/var/lib/gpu-healthcheck"
+    kernel_log = "/dev/kmsg"
+    expected_gpus = 8
+    [drain]
+    max_fraction = 0.1
+    [probe]
+    quick_mib = 256
+    [checks]
+    disabled = ["pcie.width_degraded"]
+    [thresholds]
+    ecc_volatile_corrected = 1000
+
+A missing key takes its default; an unknown key, a wrong type or an unreadable file raises
+ConfigError naming the file and the key.  The config names checks and thresholds, never code.
+"""
+
+from __future__ import annotations
+
+import os
+import stat
+from dataclasses import dataclass, field, fields, replace
+from typing import Any, Dict, List, Mapping, Optional, Tuple
+
+DEFAULT_CONFIG_PATH = "/etc/gpu-healthcheck/config.toml"
+CONFIG_ENV = "GPU_HEALTHCHECK_CONFIG"
+
+
+class ConfigError(Exception):
+    """A configuration file that cannot be used, with the file and key that are wrong."""
+
+    def __init__(self, path: str, key: Optional[str], problem: str) -> None:
+        self.path = path
+        self.key = key
+        self.problem = problem
+        where = f"{path}: {key}: " if key else f"{path}: "
+        super().__init__(where + problem)
+
+
+@dataclass(frozen=True)
+class DrainConfig:
+    # Share of the cluster's nodes this tool may hold drained at once.  At least one node may
+    # always be drained, so a small cluster is still protected from one bad GPU.
+    max_fraction: float = 0.1
+
+
+@dataclass(frozen=True)
+class ProbeConfig:
+    enabled: bool = True
+    quick_mib: int = 256  # MiB allocated, written and read back per GPU at --level quick
+    full_fraction: float = 0.9  # share of free memory tested at --level full
+    timeout_s: float = 30.0  # deadline for one GPU's probe child, from its start
+
+
+@dataclass(frozen=True)
+class ChecksConfig:
+    disabled: Tuple[str, ...] = ()
+
+
+@dataclass(frozen=True)
+class Thresholds:
+    # Volatile corrected (single-bit) ECC errors above which we warn.  Corrected errors are
+    # harmless one by one; a high count since the driver loaded predicts row remaps / retirement.
+    ecc_volatile_corrected: int = 1000
+    # NVIDIA's RMA criterion for page retirement (pre-Ampere): 60 retired pages in total.
+    retired_pages: int = 60
+    # Memory in use with no process on the GPU (MiB) that we call leaked.  Real idle boards show
+    # a few MiB, desktop boards with a display several hundred; a leaked context shows GiBs.
+    memory_leaked_mib: int = 2048
+    # PCIe link width below which we warn (0: off; narrower than the GPU's max is then info).
+    # Set 16 on a fleet of SXM or x16-slot boards.
+    pcie_width_min: int = 0
+    # Degrees below the slowdown threshold at which we warn that the GPU is about to throttle.
+    thermal_margin_c: int = 0
+
+
+@dataclass(frozen=True)
+class Config:
+    state_dir: str = "/var/lib/gpu-healthcheck"
+    kernel_log: str = "/dev/kmsg"
+    scontrol: Optional[str] = None  # None: found on PATH, else /usr/bin/scontrol
+    scontrol_timeout_s: float = 10.0
+    sysfs_root: str = "/sys"
+    expected_gpus: Optional[int] = None
+    nvml_timeout_s: float = 10.0  # deadline for the whole NVML read
+    # --node: Xids of the last this many seconds count; 0 = since boot.  Prolog and epilog
+    # always use the job's window.
+    xid_window_s: float = 0.0
+    history_file: Optional[str] = None  # None: <state_dir>/history.jsonl
+    history_max_bytes: int = 1 << 20
+    metrics_file: Optional[str] = None
+    drain: DrainConfig = field(default_factory=DrainConfig)
+    probe: ProbeConfig = field(default_factory=ProbeConfig)
+    checks: ChecksConfig = field(default_factory=ChecksConfig)
+    thresholds: Thresholds = field(default_factory=Thresholds)
+    source: Optional[str] = None  # the file this came from, for messages
+    warnings: Tuple[str, ...] = ()  # problems found while loading that did not stop us
+
+    def history_path(self) -> str:
+        return self.history_file or os.path.join(self.state_dir, "history.jsonl")
+
+    def enabled(self, check_id: str) -> bool:
+        return check_id not in self.checks.disabled
+
+
+_SECTIONS = {"drain": DrainConfig, "probe": ProbeConfig, "checks": ChecksConfig,
+             "thresholds": Thresholds}
+_NON_NEGATIVE = {"scontrol_timeout_s", "nvml_timeout_s", "xid_window_s", "history_max_bytes", "expected_gpus",
+                 "quick_mib", "timeout_s", "ecc_volatile_corrected", "retired_pages",
+                 "memory_leaked_mib", "thermal_margin_c", "pcie_width_min"}
+_FRACTIONS = {"max_fraction", "full_fraction"}
+
+
+def _type_name(annotation: str) -> str:
+    return (annotation.replace("Optional[", "").replace("]", "")
+            .replace("Tuple[str, ...", "list of strings"))
+
+
+def _coerce(path: str, key: str, annotation: str, value: Any) -> Any:
+    """Check one value against its dataclass annotation; ints are accepted for floats."""
+    base = annotation.replace("Optional[", "").rstrip("]") if annotation.startswith(
+        "Optional[") else annotation
+    ok: bool
+    if base == "bool":
+        ok = isinstance(value, bool)
+    elif base == "int":
+        ok = isinstance(value, int) and not isinstance(value, bool)
+    elif base == "float":
+        ok = isinstance(value, (int, float)) and not isinstance(value, bool)
+        if ok:
+            value = float(value)
+    elif base == "str":
+        ok = isinstance(value, str) and value != "" and "\0" not in value
+    elif base.startswith("Tuple[str"):
+        ok = isinstance(value, list) and all(isinstance(v, str) for v in value)
+        if ok:
+            value = tuple(value)
+    else:  # pragma: no cover - a schema bug, not a user error
+        raise AssertionError(f"unhandled annotation {annotation}")
+    if not ok:
+        raise ConfigError(path, key, f"expected {_type_name(annotation)}, got {value!r}")
+    leaf = key.rsplit(".", 1)[-1]
+    if leaf in _NON_NEGATIVE and value < 0:
+        raise ConfigError(path, key, f"must be >= 0, got {value!r}")
+    if leaf in _FRACTIONS and not 0.0 <= value <= 1.0:
+        raise ConfigError(path, key, f"must be between 0 and 1, got {value!r}")
+    return value
+
+
+def _build(path: str, cls: Any, table: Mapping[str, Any], prefix: str) -> Any:
+    known = {f.name: f for f in fields(cls) if f.name not in ("source", "warnings")}
+    values: Dict[str, Any] = {}
+    for key, value in table.items():
+        dotted = prefix + key
+        if key not in known:
+            choices = ", ".join(sorted(k for k in known if k not in _SECTIONS or not prefix))
+            raise ConfigError(path, dotted, f"unknown key (known: {choices})")
+        if key in _SECTIONS and not prefix:
+            if not isinstance(value, dict):
+                raise ConfigError(path, dotted, f"expected a [{key}] table, got {value!r}")
+            values[key] = _build(path, _SECTIONS[key], value, dotted + ".")
+        else:
+            values[key] = _coerce(path, dotted, str(known[key].type), value)
+    return cls(**values)
+
+
+def parse_config(text: str, path: str = "<config>") -> Config:
+    """Parse TOML text into a Config (pure: no file access)."""
+    try:
+        import tomllib  # type: ignore[import-not-found]
+    except ModuleNotFoundError:  # Python < 3.11
+        import tomli as tomllib  # type: ignore[no-redef]
+    try:
+        table = tomllib.loads(text)
+    except tomllib.TOMLDecodeError as exc:
+        raise ConfigError(path, None, f"not valid TOML: {exc}") from None
+    config: Config = _build(path, Config, table, "")
+    unknown_checks = [c for c in config.checks.disabled if not _known_check(c)]
+    if unknown_checks:
+        raise ConfigError(path, "checks.disabled", f"unknown check id(s): {', '.join(unknown_checks)}")
+    return replace(config, source=path)
+
+
+def _known_check(check_id: str) -> bool:
+    from .checks import CATALOGUE  # late: checks imports config for thresholds
+
+    return check_id in CATALOGUE
+
+
+def unsafe_ownership(st: os.stat_result, running_as_root: bool) -> Optional[str]:
+    """Why a config file must not be trusted by a root process, or None.
+
+    A root tool that drains nodes must not take orders from a file another user can change.
+    """
+    if not running_as_root:
+        return None
+    if st.st_uid != 0:
+        return f"owned by uid {st.st_uid}, not root"
+    if st.st_mode & stat.S_IWOTH:
+        return "world-writable"
+    if st.st_mode & stat.S_IWGRP and st.st_gid != 0:
+        return f"writable by group {st.st_gid}"
+    return None
+
+
+def config_path(cli_path: Optional[str], environ: Mapping[str, str]) -> Tuple[str, bool]:
+    """The config file to read and whether the user named it explicitly."""
+    if cli_path:
+        return cli_path, True
+    env_path = environ.get(CONFIG_ENV)
+    if env_path:
+        return env_path, True
+    return DEFAULT_CONFIG_PATH, False
+
+
+def load_config(cli_path: Optional[str], environ: Mapping[str, str]) -> Config:
+    """Read and validate the config file.
+
+    The default path may be absent (defaults apply); a file the user named must exist.
+    A file an unprivileged user could have written is refused when we run as root: the checks
+    then run with defaults and the refusal is carried in Config.warnings for a critical log.
+
+    Raises:
+        ConfigError: unreadable, invalid TOML, unknown key, wrong type.
+    """
+    path, explicit = config_path(cli_path, environ)
+    try:
+        with open(path, "rb") as handle:
+            st = os.fstat(handle.fileno())
+            problem = unsafe_ownership(st, os.geteuid() == 0)
+            if problem:
+                return Config(source=path, warnings=(
+                    f"{path}: refused: {problem}; running with built-in defaults",))
+            raw = handle.read()
+    except FileNotFoundError:
+        if explicit:
+            raise ConfigError(path, None, "no such file") from None
+        return Config()
+    except OSError as exc:
+        raise ConfigError(path, None, f"cannot read: {exc.strerror or exc}") from None
+    try:
+        text = raw.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise ConfigError(path, None, f"not UTF-8: {exc}") from None
+    return parse_config(text, path)
+
+
+def describe_schema() -> List[Tuple[str, str, str]]:
+    """(key, type, default) for every key, for docs and --help."""
+    rows: List[Tuple[str, str, str]] = []
+    for f in fields(Config):
+        if f.name in ("source", "warnings"):
+            continue
+        if f.name in _SECTIONS:
+            for sub in fields(_SECTIONS[f.name]):
+                default = sub.default
+                rows.append((f"{f.name}.{sub.name}", _type_name(str(sub.type)), repr(default)))
+        else:
+            rows.append((f.name, _type_name(str(f.type)), repr(f.default)))
+    return rows

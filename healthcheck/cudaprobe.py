@@ -1,0 +1,274 @@
+"""The one door to CUDA: allocation probes in killable child processes with deadlines.
+
+    results = run_probes([ProbeTarget(index=0, uuid="GPU-..."), ...], ProbeSize(quick_mib=256),
+                         timeout_s=30.0)
+
+For each GPU the parent forks one child, in its own session, that sets
+CUDA_VISIBLE_DEVICES=GPU-<uuid>, loads libcuda.so.1 through ctypes (never a framework),
+creates the primary context, allocates, writes a pattern with cuMemsetD32, copies a block
+host-to-device, reads both back and compares.  The parent never calls CUDA itself, so forking
+it is safe and cheap.  A child past the deadline has its whole process group killed: a hung GPU
+costs that GPU its verdict, not the run.
+
+At --level quick the memset pattern is read back at evenly spread samples (4 MiB in all); at
+--level full every byte is read back in 64 MiB chunks.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import json
+import os
+import select
+import signal
+import time
+from dataclasses import dataclass
+from typing import Dict, List, Optional, Sequence, Tuple
+
+from .model import ProbeResult, ProbeStatus
+
+MIB = 1 << 20
+CHUNK = 64 * MIB  # host buffer for full read-back
+SAMPLES = 16  # read-back samples at --level quick
+SAMPLE_BYTES = 256 * 1024
+HTOD_BYTES = 1 * MIB
+PATTERN = 0x5AA5C33C  # alternating bits in every byte lane
+
+CU_RESULT_NAMES = {
+    0: "CUDA_SUCCESS", 1: "CUDA_ERROR_INVALID_VALUE", 2: "CUDA_ERROR_OUT_OF_MEMORY",
+    3: "CUDA_ERROR_NOT_INITIALIZED", 100: "CUDA_ERROR_NO_DEVICE", 101: "CUDA_ERROR_INVALID_DEVICE",
+    214: "CUDA_ERROR_ECC_UNCORRECTABLE", 220: "CUDA_ERROR_NVLINK_UNCORRECTABLE",
+    226: "CUDA_ERROR_CONTAINED", 700: "CUDA_ERROR_ILLEGAL_ADDRESS",
+    802: "CUDA_ERROR_SYSTEM_NOT_READY", 999: "CUDA_ERROR_UNKNOWN",
+}
+
+
+@dataclass(frozen=True)
+class ProbeTarget:
+    index: int  # NVML index, for the result
+    uuid: str  # GPU-<uuid>: how the child selects its device
+
+
+@dataclass(frozen=True)
+class ProbeSize:
+    quick_mib: int = 256
+    full_fraction: Optional[float] = None  # set at --level full: share of free memory
+
+
+class _CudaError(Exception):
+    def __init__(self, status: ProbeStatus, call: str, code: int, name: str) -> None:
+        super().__init__(f"{call} returned {name} ({code})")
+        self.status, self.call, self.code, self.name = status, call, code, name
+
+
+class _Cuda:
+    """Just enough of the CUDA driver API, through ctypes."""
+
+    def __init__(self) -> None:
+        self.lib = ctypes.CDLL("libcuda.so.1")
+
+    def name(self, code: int) -> str:
+        text = ctypes.c_char_p()
+        fn = getattr(self.lib, "cuGetErrorName", None)
+        if fn is not None and fn(code, ctypes.byref(text)) == 0 and text.value:
+            return text.value.decode("ascii", "replace")
+        return CU_RESULT_NAMES.get(code, f"CUresult {code}")
+
+    def call(self, status: ProbeStatus, fn: str, *args: object) -> None:
+        code = getattr(self.lib, fn)(*args)
+        if code != 0:
+            raise _CudaError(status, fn, code, self.name(code))
+
+
+def _probe_in_child(size: ProbeSize) -> Dict[str, object]:
+    """Runs in the child, with CUDA_VISIBLE_DEVICES already naming exactly one GPU."""
+    try:
+        cuda = _Cuda()
+    except OSError as exc:
+        return {"status": ProbeStatus.INIT_ERROR.value, "detail": f"cannot load libcuda.so.1: {exc}"}
+    c = ctypes
+    dev, ctx, count = c.c_int(), c.c_void_p(), c.c_int()
+    ptr = c.c_uint64()
+    tested = 0
+    try:
+        init = ProbeStatus.INIT_ERROR
+        cuda.call(init, "cuInit", c.c_uint(0))
+        cuda.call(init, "cuDeviceGetCount", c.byref(count))
+        if count.value != 1:
+            return {"status": init.value, "detail": f"CUDA sees {count.value} devices, expected 1"}
+        cuda.call(init, "cuDeviceGet", c.byref(dev), c.c_int(0))
+        cuda.call(init, "cuDevicePrimaryCtxRetain", c.byref(ctx), dev)
+        cuda.call(init, "cuCtxSetCurrent", ctx)
+        free, total = c.c_size_t(), c.c_size_t()
+        cuda.call(ProbeStatus.ALLOC_ERROR, "cuMemGetInfo_v2", c.byref(free), c.byref(total))
+        if size.full_fraction is not None:
+            nbytes = int(free.value * size.full_fraction)
+        else:
+            nbytes = size.quick_mib * MIB
+        nbytes = max(HTOD_BYTES, nbytes - nbytes % MIB)
+        cuda.call(ProbeStatus.ALLOC_ERROR, "cuMemAlloc_v2", c.byref(ptr), c.c_size_t(nbytes))
+        copy = ProbeStatus.COPY_ERROR
+        cuda.call(copy, "cuMemsetD32_v2", c.c_uint64(ptr.value), c.c_uint(PATTERN), c.c_size_t(nbytes // 4))
+        cuda.call(copy, "cuCtxSynchronize")
+        expected_word = PATTERN.to_bytes(4, "little")
+        if size.full_fraction is not None:
+            spans = [(off, min(CHUNK, nbytes - off)) for off in range(0, nbytes, CHUNK)]
+        else:
+            step = max(SAMPLE_BYTES, (nbytes - SAMPLE_BYTES) // (SAMPLES - 1))
+            spans = [(min(i * step, nbytes - SAMPLE_BYTES), SAMPLE_BYTES) for i in range(SAMPLES)]
+        host = c.create_string_buffer(max(length for _, length in spans))
+        for offset, length in spans:
+            cuda.call(copy, "cuMemcpyDtoH_v2", host, c.c_uint64(ptr.value + offset), c.c_size_t(length))
+            if host.raw[:length] != expected_word * (length // 4):
+                bad = _first_difference(host.raw[:length], expected_word * (length // 4))
+                return {"status": ProbeStatus.MISMATCH.value, "bytes": tested + bad,
+                        "detail": f"read back differs from the pattern written at byte "
+                                  f"{offset + bad} of {nbytes}"}
+            tested += length
+        # a block that is not a constant: catches a copy path that returns stale or fixed data
+        block = bytes((i * 7 + 13) & 0xFF for i in range(256)) * (HTOD_BYTES // 256)
+        cuda.call(copy, "cuMemcpyHtoD_v2", c.c_uint64(ptr.value), block, c.c_size_t(HTOD_BYTES))
+        back = c.create_string_buffer(HTOD_BYTES)
+        cuda.call(copy, "cuMemcpyDtoH_v2", back, c.c_uint64(ptr.value), c.c_size_t(HTOD_BYTES))
+        if back.raw != block:
+            bad = _first_difference(back.raw, block)
+            return {"status": ProbeStatus.MISMATCH.value, "bytes": tested,
+                    "detail": f"host-to-device block read back differs at byte {bad}"}
+        tested += HTOD_BYTES
+        return {"status": ProbeStatus.OK.value, "bytes": tested,
+                "detail": f"{nbytes // MIB} MiB allocated, {tested // MIB} MiB verified"}
+    except _CudaError as err:
+        return {"status": err.status.value, "cu_result": err.code, "cu_name": err.name,
+                "bytes": tested, "detail": str(err)}
+    finally:
+        if ptr.value:
+            cuda.lib.cuMemFree_v2(c.c_uint64(ptr.value))
+        if ctx.value:
+            release = getattr(cuda.lib, "cuDevicePrimaryCtxRelease_v2", None) or getattr(
+                cuda.lib, "cuDevicePrimaryCtxRelease")
+            release(dev)
+
+
+def _first_difference(a: bytes, b: bytes) -> int:
+    for i, (x, y) in enumerate(zip(a, b)):
+        if x != y:
+            return i
+    return min(len(a), len(b))
+
+
+def _child_main(target: ProbeTarget, size: ProbeSize, write_fd: int) -> None:
+    """Never returns: the child must not run the parent's cleanup or atexit handlers."""
+    code = 0
+    try:
+        os.setsid()
+        os.environ["CUDA_VISIBLE_DEVICES"] = target.uuid
+        os.environ.pop("CUDA_DEVICE_ORDER", None)
+        result = _probe_in_child(size)
+        os.write(write_fd, json.dumps(result).encode())
+    except BaseException as exc:  # noqa: BLE001 - report anything, then leave without cleanup
+        try:
+            os.write(write_fd, json.dumps({"status": ProbeStatus.CRASHED.value,
+                                           "detail": f"probe raised {type(exc).__name__}: {exc}"}).encode())
+        except OSError:
+            code = 1
+    finally:
+        os._exit(code)
+
+
+@dataclass
+class _Child:
+    target: ProbeTarget
+    pid: int
+    fd: int
+    started: float
+    data: bytes = b""
+    eof: bool = False
+
+
+def run_probes(targets: Sequence[ProbeTarget], size: ProbeSize, timeout_s: float) -> Tuple[ProbeResult, ...]:
+    """Probe every target in parallel; return one result per target, within timeout_s."""
+    children: List[_Child] = []
+    try:
+        for target in targets:
+            read_fd, write_fd = os.pipe()
+            pid = os.fork()
+            if pid == 0:  # pragma: no cover - runs in the child, reported through the pipe
+                os.close(read_fd)
+                _child_main(target, size, write_fd)
+            os.close(write_fd)
+            children.append(_Child(target, pid, read_fd, time.monotonic()))
+        deadline = time.monotonic() + timeout_s
+        _collect(children, deadline)
+    finally:
+        # On a deadline, an exception or SIGTERM from slurmd: no child outlives us.
+        for child in children:
+            if not child.eof:
+                _kill_group(child.pid)
+        statuses = {child.pid: _reap(child.pid) for child in children}
+        for child in children:
+            os.close(child.fd)
+    return tuple(_result(child, statuses[child.pid], timeout_s) for child in children)
+
+
+def _collect(children: List[_Child], deadline: float) -> None:
+    open_fds = {child.fd: child for child in children}
+    while open_fds:
+        remaining = deadline - time.monotonic()
+        if remaining <= 0:
+            return
+        ready, _, _ = select.select(list(open_fds), [], [], remaining)
+        for fd in ready:
+            chunk = os.read(fd, 65536)
+            child = open_fds[fd]
+            if chunk:
+                child.data += chunk
+            else:
+                child.eof = True
+                del open_fds[fd]
+
+
+def _kill_group(pid: int) -> None:
+    for kill in (lambda: os.killpg(pid, signal.SIGKILL), lambda: os.kill(pid, signal.SIGKILL)):
+        try:
+            kill()
+            return
+        except ProcessLookupError:
+            return
+        except PermissionError:
+            continue
+
+
+def _reap(pid: int) -> int:
+    while True:
+        try:
+            return os.waitpid(pid, 0)[1]
+        except ChildProcessError:
+            return 0
+        except InterruptedError:
+            continue
+
+
+def _result(child: _Child, wait_status: int, timeout_s: float) -> ProbeResult:
+    index = child.target.index
+    elapsed = time.monotonic() - child.started
+    if not child.eof:
+        return ProbeResult(index, ProbeStatus.TIMEOUT, duration_s=elapsed,
+                           detail=f"CUDA probe did not finish within {timeout_s:g} s; killed")
+    try:
+        data = json.loads(child.data.decode()) if child.data else None
+    except ValueError:
+        data = None
+    if not isinstance(data, dict):
+        how = (f"killed by signal {os.WTERMSIG(wait_status)}" if os.WIFSIGNALED(wait_status)
+               else f"exited with status {os.waitstatus_to_exitcode(wait_status)}")
+        return ProbeResult(index, ProbeStatus.CRASHED, duration_s=elapsed,
+                           detail=f"CUDA probe child {how} without a result")
+    try:
+        status = ProbeStatus(data.get("status"))
+    except ValueError:
+        status = ProbeStatus.CRASHED
+    code = data.get("cu_result")
+    return ProbeResult(index, status, cu_result=code if isinstance(code, int) else None,
+                       cu_name=str(data["cu_name"]) if data.get("cu_name") else None,
+                       bytes_tested=int(data.get("bytes") or 0), duration_s=elapsed,
+                       detail=str(data.get("detail", "")))

@@ -1,0 +1,213 @@
+"""Kernel-log reader: NVRM Xid events and "fallen off the bus" messages, with their times.
+
+Sources, all given by the `kernel_log` config key:
+- /dev/kmsg (default): records `PRI,SEQ,USEC,FLAGS;MESSAGE`, read non-blocking, USEC = time
+  since boot;
+- a regular file holding such records, or lines as `dmesg` ("[ 1843.308145] ..."),
+  `dmesg -T` ("[Wed Jul 31 23:14:18 2024] ..."), `journalctl -k` ("Oct 06 17:59:27 host
+  kernel: ...", or ISO 8601 with -o short-iso) print them, or bare "NVRM: ..." lines.
+
+    parse_lines(["[ 12.5] NVRM: Xid (PCI:0000:3b:00): 48, pid=1, DBE"])
+    # -> [XidEvent(pci="0000:3b:00", xid=48, monotonic_s=12.5, ...)]
+
+Records are windowed: by position (the kmsg time or file offset the prolog recorded), else by
+time.  Scoping Xids to a window matters: a check that greps the whole log keeps a node drained
+until the log rotates (Azure/azurehpc#648).
+"""
+
+from __future__ import annotations
+
+import datetime
+import errno
+import os
+import re
+import stat
+import time
+from typing import Iterable, Iterator, List, Optional, Tuple
+
+from .model import KernelLogPosition, KernelLogRead, KernelLogWindow, XidEvent
+
+XID_RE = re.compile(
+    r"NVRM: Xid \(PCI:(?P<pci>[0-9a-fA-F]{1,8}:[0-9a-fA-F]{1,2}:[0-9a-fA-F]{1,2})(?:\.[0-7])?\):\s*(?P<xid>\d{1,5})\b")
+GPU_AT_RE = re.compile(r"NVRM: (?:The NVIDIA )?GPU (?:at )?(?:PCI:)?(?P<pci>[0-9a-fA-F]{4,8}:[0-9a-fA-F]{2}:[0-9a-fA-F]{2})")
+OFF_BUS = "fallen off the bus"
+KMSG_RE = re.compile(r"^(?P<pri>\d+),(?P<seq>\d+),(?P<usec>\d+),[^;]*;(?P<msg>.*)$")
+DMESG_RE = re.compile(r"^\s*\[\s*(?P<sec>\d+\.\d+)\]\s?(?P<msg>.*)$")
+DMESG_T_RE = re.compile(r"^\s*\[(?P<date>[A-Z][a-z]{2} [A-Z][a-z]{2} [ \d]\d \d\d:\d\d:\d\d \d{4})\]\s?(?P<msg>.*)$")
+ISO_RE = re.compile(r"^(?P<date>\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d(?:\.\d+)?(?:[+-]\d\d:?\d\d|Z)?)\s+(?P<msg>.*)$")
+SYSLOG_RE = re.compile(r"^(?P<mon>[A-Za-z]{3,4})\.? +(?P<day>\d{1,2}) (?P<hms>\d\d:\d\d:\d\d)\s+(?P<msg>.*)$")
+MONTHS = {m: i for i, m in enumerate(
+    ["jan", "feb", "mar", "apr", "may", "jun", "jul", "aug", "sep", "oct", "nov", "dec"], 1)}
+# journalctl prints month names in the locale; German and French abbreviations seen in the wild
+MONTHS.update({"mär": 3, "mai": 5, "okt": 10, "dez": 12, "janv": 1, "févr": 2, "mars": 3,
+               "avr": 4, "juin": 6, "juil": 7, "août": 8, "sept": 9, "déc": 12})
+MAX_LINE = 8192  # longer lines are cut: an NVRM line is a few hundred bytes
+FALLEN_LOOKBACK = 4  # lines between "The NVIDIA GPU X" and "fallen off the bus"
+
+
+def _pci(text: str) -> str:
+    """Kernel form dddd:bb:dd, lower-case, zero-padded."""
+    domain, bus, device = text.lower().split(":")[:3]
+    return f"{int(domain, 16):04x}:{int(bus, 16):02x}:{int(device.split('.')[0], 16):02x}"
+
+
+def _stamp(line: str, year: int) -> Tuple[str, Optional[float], Optional[float], Optional[int]]:
+    """Split a line into (message, seconds since boot, epoch seconds, kmsg seq)."""
+    m = KMSG_RE.match(line)
+    if m:
+        return m["msg"], int(m["usec"]) / 1e6, None, int(m["seq"])
+    m = DMESG_RE.match(line)
+    if m:
+        return m["msg"], float(m["sec"]), None, None
+    m = DMESG_T_RE.match(line)
+    if m:
+        try:
+            parsed = time.strptime(m["date"], "%a %b %d %H:%M:%S %Y")
+            return m["msg"], None, time.mktime(parsed), None
+        except (ValueError, OverflowError):
+            return m["msg"], None, None, None
+    m = ISO_RE.match(line)
+    if m:
+        try:
+            stamp = datetime.datetime.fromisoformat(m["date"].replace("Z", "+00:00"))
+            if stamp.tzinfo is None:
+                return m["msg"], None, time.mktime(stamp.timetuple()), None
+            return m["msg"], None, stamp.timestamp(), None
+        except (ValueError, OverflowError):
+            return m["msg"], None, None, None
+    m = SYSLOG_RE.match(line)
+    if m:
+        month = MONTHS.get(m["mon"].lower())
+        if month is None:
+            return m["msg"], None, None, None
+        try:
+            parsed = time.strptime(f"{year} {month} {m['day']} {m['hms']}", "%Y %m %d %H:%M:%S")
+            stamp = time.mktime(parsed)
+            if stamp > time.time() + 86400:  # syslog dates carry no year: December's lines in January
+                parsed = time.strptime(f"{year - 1} {month} {m['day']} {m['hms']}", "%Y %m %d %H:%M:%S")
+                stamp = time.mktime(parsed)
+            return m["msg"], None, stamp, None
+        except (ValueError, OverflowError):
+            return m["msg"], None, None, None
+    return line, None, None, None
+
+
+def parse_lines(lines: Iterable[str], year: Optional[int] = None) -> List[XidEvent]:
+    """Every Xid and fallen-off-the-bus event in these lines (pure; never raises on input)."""
+    year = year or time.localtime().tm_year
+    events: List[XidEvent] = []
+    # (pci, line number, times) of the last "The NVIDIA GPU X" line: newer drivers print the
+    # fallen-off-the-bus message over three lines and only the first carries the time
+    recent_gpu: Optional[Tuple[str, int, Optional[float], Optional[float], Optional[int]]] = None
+    for number, raw in enumerate(lines):
+        if "NVRM" not in raw:
+            continue
+        line = raw[:MAX_LINE].rstrip("\r\n")
+        msg, mono, wall, seq = _stamp(line, year)
+        m = XID_RE.search(msg)
+        if m:
+            events.append(XidEvent(pci=_pci(m["pci"]), xid=int(m["xid"]), message=_clean(msg),
+                                   monotonic_s=mono, wallclock=wall, seq=seq))
+            continue
+        gpu = GPU_AT_RE.search(msg)
+        if gpu:
+            recent_gpu = (_pci(gpu["pci"]), number, mono, wall, seq)
+        if OFF_BUS in msg and recent_gpu and number - recent_gpu[1] <= FALLEN_LOOKBACK:
+            _, _, g_mono, g_wall, g_seq = recent_gpu
+            events.append(XidEvent(pci=recent_gpu[0], xid=None,
+                                   message="GPU has fallen off the bus and is not responding",
+                                   monotonic_s=mono if mono is not None else g_mono,
+                                   wallclock=wall if wall is not None else g_wall,
+                                   seq=seq if seq is not None else g_seq))
+            recent_gpu = None
+    return events
+
+
+def _clean(msg: str) -> str:
+    start = msg.find("NVRM:")
+    return "".join(ch if ch.isprintable() else "?" for ch in msg[start if start >= 0 else 0:])[:512]
+
+
+def in_window(event: XidEvent, window: KernelLogWindow) -> bool:
+    if window.since_monotonic_s is not None and event.monotonic_s is not None:
+        return event.monotonic_s >= window.since_monotonic_s
+    if window.since_wallclock is not None and event.wallclock is not None:
+        return event.wallclock >= window.since_wallclock
+    return True
+
+
+def position_now(path: str) -> KernelLogPosition:
+    """Where the log ends now, without reading it (cheap: what the prolog records)."""
+    mono, wall = time.monotonic(), time.time()
+    try:
+        st = os.stat(path)
+    except OSError:
+        return KernelLogPosition(source=path, monotonic_s=mono, wallclock=wall)
+    if stat.S_ISREG(st.st_mode):
+        return KernelLogPosition(source=path, offset=st.st_size, inode=st.st_ino,
+                                 monotonic_s=mono, wallclock=wall)
+    return KernelLogPosition(source=path, monotonic_s=mono, wallclock=wall)
+
+
+def read_kernel_log(path: str, window: KernelLogWindow) -> KernelLogRead:
+    """Xid events in the window.  An unreadable log is an error for the Xid check alone."""
+    try:
+        st = os.stat(path)
+        if stat.S_ISCHR(st.st_mode):
+            lines: Iterable[str] = list(_read_kmsg(path))
+            end = position_now(path)
+        else:
+            offset = 0
+            pos = window.position
+            if pos and pos.offset is not None and pos.inode == st.st_ino and pos.offset <= st.st_size:
+                offset = pos.offset
+            lines = list(_read_file(path, offset))
+            end = KernelLogPosition(source=path, offset=st.st_size, inode=st.st_ino,
+                                    monotonic_s=time.monotonic(), wallclock=time.time())
+    except OSError as exc:
+        return KernelLogRead(error=f"cannot read {path}: {exc.strerror or exc}")
+    events = tuple(e for e in parse_lines(lines) if in_window(e, window))
+    return KernelLogRead(events=events, end=end)
+
+
+def _read_file(path: str, offset: int) -> Iterator[str]:
+    with open(path, "rb") as handle:
+        handle.seek(offset)
+        for raw in handle:
+            if b"NVRM" in raw:
+                yield raw[:MAX_LINE].decode("utf-8", "replace")
+
+
+def _read_kmsg(path: str) -> Iterator[str]:
+    """Each read() of /dev/kmsg returns one record; EAGAIN means we reached the end."""
+    fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK)
+    try:
+        while True:
+            try:
+                record = os.read(fd, MAX_LINE)
+            except BlockingIOError:
+                return
+            except OSError as exc:
+                if exc.errno == errno.EPIPE:  # record overwritten while we read: skip it
+                    continue
+                raise
+            if not record:
+                return
+            if b"NVRM" in record:
+                # continuation lines (" SUBSYSTEM=...") follow the first line
+                yield record.split(b"\n", 1)[0].decode("utf-8", "replace")
+    finally:
+        os.close(fd)
+
+
+def boot_wallclock(proc_root: str = "/proc") -> Optional[float]:
+    """Boot time in epoch seconds (`btime` in /proc/stat), for "since boot" on dated lines."""
+    try:
+        with open(os.path.join(proc_root, "stat"), "rb") as handle:
+            for line in handle:
+                if line.startswith(b"btime "):
+                    return float(line.split()[1])
+    except (OSError, ValueError, IndexError):
+        return None
+    return None
+

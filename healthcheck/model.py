@@ -1,0 +1,258 @@
+"""Plain data that flows through gpu-healthcheck, one way.
+
+Readers (nvml, cudaprobe, kernlog, sysfs, slurmenv, state) fill these frozen dataclasses;
+pure functions (checks, verdict) turn them into findings, a verdict and an action; effectors
+(scontrol, journal, report) carry the action out.  Nothing here does I/O.
+
+    snapshot = NodeSnapshot(host="node01", gpus=(GpuSnapshot(index=0, ...),), ...)
+    findings = run_checks(snapshot, config, context)      # healthcheck.checks
+    verdict = decide(findings)                            # healthcheck.verdict
+"""
+
+from __future__ import annotations
+
+import enum
+from dataclasses import dataclass, field
+from typing import Dict, Optional, Tuple, Union
+
+Value = Union[int, float, str, bool, None]
+
+
+class Severity(str, enum.Enum):
+    """How bad one finding is.  `unknown` means "could not check", never "bad"."""
+
+    INFO = "info"
+    WARN = "warn"
+    FAIL = "fail"
+    UNKNOWN = "unknown"
+
+
+class Verdict(str, enum.Enum):
+    PASS = "pass"
+    WARN = "warn"
+    FAIL = "fail"
+    UNKNOWN = "unknown"
+
+
+class Action(str, enum.Enum):
+    """What a finding calls for.  Anything but NONE on a FAIL finding drains the node."""
+
+    NONE = "none"
+    DRAIN = "drain"
+    RESET = "reset"
+    REBOOT = "reboot"
+    RMA = "rma"
+
+
+class Mode(str, enum.Enum):
+    NODE = "node"
+    PROLOG = "prolog"
+    EPILOG = "epilog"
+
+
+@dataclass(frozen=True)
+class GpuProcess:
+    pid: int
+    used_mib: Optional[int]
+    user: Optional[str] = None  # filled by psutil where the process is visible
+    command: Optional[str] = None
+
+
+@dataclass(frozen=True)
+class GpuSnapshot:
+    """Everything NVML told us about one GPU.  None means "not available" (NOT_SUPPORTED)."""
+
+    index: int
+    uuid: Optional[str] = None
+    serial: Optional[str] = None
+    pci_bus_id: Optional[str] = None  # NVML form: 00000000:41:00.0
+    name: Optional[str] = None
+    minor_number: Optional[int] = None
+    # Set when the GPU answered GPU_IS_LOST / RESET_REQUIRED / UNKNOWN to a call that matters,
+    # or when NVML calls on it did not return before the deadline ("TIMEOUT").
+    lost: Optional[str] = None
+    ecc_mode_current: Optional[bool] = None
+    ecc_mode_pending: Optional[bool] = None
+    ecc_volatile_corrected: Optional[int] = None
+    ecc_volatile_uncorrected: Optional[int] = None
+    ecc_aggregate_corrected: Optional[int] = None
+    ecc_aggregate_uncorrected: Optional[int] = None
+    retired_sbe: Optional[int] = None  # pages
+    retired_dbe: Optional[int] = None  # pages
+    retired_pending: Optional[bool] = None
+    remap_correctable: Optional[int] = None  # rows
+    remap_uncorrectable: Optional[int] = None  # rows
+    remap_pending: Optional[bool] = None
+    remap_failure: Optional[bool] = None
+    recovery_action: Optional[int] = None  # NVML_FI_DEV_GET_GPU_RECOVERY_ACTION
+    memory_total_mib: Optional[int] = None
+    memory_used_mib: Optional[int] = None
+    processes: Optional[Tuple[GpuProcess, ...]] = None
+    temperature_c: Optional[int] = None
+    temperature_slowdown_c: Optional[int] = None
+    clocks_event_reasons: Optional[int] = None  # bitmask, nvmlClocksEventReason*
+    pcie_gen_current: Optional[int] = None
+    pcie_gen_max: Optional[int] = None
+    pcie_width_current: Optional[int] = None
+    pcie_width_max: Optional[int] = None
+    persistence_mode: Optional[bool] = None
+    mig_mode: Optional[bool] = None
+    power_mw: Optional[int] = None
+    # query name -> NVML error name, for errors that are neither NOT_SUPPORTED nor fatal
+    query_errors: Tuple[Tuple[str, str], ...] = ()
+
+
+@dataclass(frozen=True)
+class XidEvent:
+    """One NVRM kernel-log event naming a GPU by PCI address."""
+
+    pci: str  # normalised "dddd:bb:dd" as the driver prints it, lower-case
+    xid: Optional[int]  # None for "fallen off the bus" messages that carry no Xid
+    message: str
+    monotonic_s: Optional[float] = None  # seconds since boot, where the line carries it
+    wallclock: Optional[float] = None  # epoch seconds, where the line carries a date
+    seq: Optional[int] = None  # /dev/kmsg sequence number
+
+
+@dataclass(frozen=True)
+class KernelLogPosition:
+    """Where a kernel-log read ended, so the epilog can read only what the job added."""
+
+    source: str
+    seq: Optional[int] = None  # /dev/kmsg: next sequence number
+    offset: Optional[int] = None  # regular file: byte offset
+    inode: Optional[int] = None
+    monotonic_s: Optional[float] = None
+    wallclock: Optional[float] = None
+
+
+@dataclass(frozen=True)
+class KernelLogWindow:
+    """Which kernel-log records count.  Empty window = since boot."""
+
+    position: Optional[KernelLogPosition] = None
+    since_monotonic_s: Optional[float] = None
+    since_wallclock: Optional[float] = None
+
+
+@dataclass(frozen=True)
+class KernelLogRead:
+    events: Tuple[XidEvent, ...] = ()
+    error: Optional[str] = None  # could not read: the Xid check reports unknown
+    end: Optional[KernelLogPosition] = None
+
+
+class ProbeStatus(str, enum.Enum):
+    OK = "ok"
+    INIT_ERROR = "init_error"  # cuInit / context creation failed
+    ALLOC_ERROR = "alloc_error"
+    COPY_ERROR = "copy_error"
+    MISMATCH = "mismatch"
+    TIMEOUT = "timeout"
+    CRASHED = "crashed"  # the child died of a signal or exited without a result
+    NOT_RUN = "not_run"
+
+
+@dataclass(frozen=True)
+class ProbeResult:
+    index: int
+    status: ProbeStatus
+    cu_result: Optional[int] = None
+    cu_name: Optional[str] = None
+    bytes_tested: int = 0
+    duration_s: float = 0.0
+    detail: str = ""
+
+
+@dataclass(frozen=True)
+class JobContext:
+    """The Slurm job a prolog/epilog runs for."""
+
+    job_id: Optional[str] = None
+    node_name: Optional[str] = None
+    user: Optional[str] = None
+    # Slurm gres indices (= /dev/nvidiaN minor numbers) or GPU-<uuid> strings; None = no GPUs
+    gpu_ids: Optional[Tuple[str, ...]] = None
+    gpu_ids_error: Optional[str] = None  # SLURM_JOB_GPUS could not be parsed
+    gpu_ids_source: Optional[str] = None
+
+
+@dataclass(frozen=True)
+class GpuBaseline:
+    uuid: str
+    ecc_volatile_uncorrected: Optional[int] = None
+    ecc_volatile_corrected: Optional[int] = None
+    ecc_aggregate_uncorrected: Optional[int] = None
+    ecc_aggregate_corrected: Optional[int] = None
+    retired_dbe: Optional[int] = None
+    retired_sbe: Optional[int] = None
+    remap_uncorrectable: Optional[int] = None
+    remap_correctable: Optional[int] = None
+    remap_pending: Optional[bool] = None
+
+
+@dataclass(frozen=True)
+class Baseline:
+    """What the prolog recorded for the epilog to diff against."""
+
+    job_id: str
+    taken_at: float  # epoch seconds
+    gpus: Tuple[GpuBaseline, ...] = ()
+    kernel_log: Optional[KernelLogPosition] = None
+
+    def for_uuid(self, uuid: Optional[str]) -> Optional[GpuBaseline]:
+        for gpu in self.gpus:
+            if gpu.uuid == uuid:
+                return gpu
+        return None
+
+
+@dataclass(frozen=True)
+class NodeSnapshot:
+    """One read of the node, from every reader."""
+
+    host: str
+    nvml_error: Optional[str] = None  # NVML could not initialise: error name
+    driver_version: Optional[str] = None
+    gpus: Tuple[GpuSnapshot, ...] = ()
+    sysfs_gpus: Optional[Tuple[str, ...]] = None  # PCI addresses; None = could not read
+    sysfs_error: Optional[str] = None
+    kernel_log: KernelLogRead = field(default_factory=KernelLogRead)
+    probes: Tuple[ProbeResult, ...] = ()
+    # GPUs (NVML indices) that get the full checks; the rest get the cheap ones only
+    selected: Tuple[int, ...] = ()
+    baseline: Optional[Baseline] = None
+    baseline_error: Optional[str] = None
+    job: Optional[JobContext] = None
+
+    def gpu(self, index: int) -> Optional[GpuSnapshot]:
+        for g in self.gpus:
+            if g.index == index:
+                return g
+        return None
+
+
+@dataclass(frozen=True)
+class Finding:
+    check: str
+    severity: Severity
+    message: str
+    gpu: Optional[int] = None
+    value: Value = None
+    threshold: Value = None
+    action: Action = Action.NONE
+
+    @property
+    def drains(self) -> bool:
+        return self.severity is Severity.FAIL and self.action is not Action.NONE
+
+
+@dataclass(frozen=True)
+class NodeAction:
+    """What the effectors must do about this node."""
+
+    taken: str  # drain | resume | none
+    reason: Optional[str] = None
+    dry_run: bool = False
+    detail: str = ""  # why (refused by budget, admin's reason kept, pending, ...)
+    extra: Dict[str, Value] = field(default_factory=dict)

@@ -1,0 +1,256 @@
+"""The one door to NVML: one pass over every GPU, into GpuSnapshot records.
+
+    read = read_nvml(timeout_s=10.0)
+    read.error            # None, or "DRIVER_NOT_LOADED", "LIBRARY_NOT_FOUND", ...
+    read.gpus[3].ecc_volatile_uncorrected
+
+Errors are kept apart, never swallowed as "N/A" (a health checker that turns a lost GPU into
+"healthy" is worse than none):
+- NOT_SUPPORTED / FUNCTION_NOT_FOUND: the field is None ("not available");
+- GPU_IS_LOST / RESET_REQUIRED / UNKNOWN: GpuSnapshot.lost names the error, the record is kept;
+- any other error on one query: GpuSnapshot.query_errors;
+- NVML that cannot initialise: NvmlRead.error (a node fault).
+
+Each GPU is read in its own thread so that one GPU whose driver calls hang costs that GPU
+(lost="TIMEOUT") and not the run: a blocked C call cannot be interrupted, only abandoned.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from dataclasses import dataclass, replace
+from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
+
+from .model import GpuProcess, GpuSnapshot
+
+ERROR_NAMES = {
+    1: "UNINITIALIZED", 2: "INVALID_ARGUMENT", 3: "NOT_SUPPORTED", 4: "NO_PERMISSION",
+    5: "ALREADY_INITIALIZED", 6: "NOT_FOUND", 7: "INSUFFICIENT_SIZE", 8: "INSUFFICIENT_POWER",
+    9: "DRIVER_NOT_LOADED", 10: "TIMEOUT", 11: "IRQ_ISSUE", 12: "LIBRARY_NOT_FOUND",
+    13: "FUNCTION_NOT_FOUND", 14: "CORRUPTED_INFOROM", 15: "GPU_IS_LOST", 16: "RESET_REQUIRED",
+    17: "OPERATING_SYSTEM", 18: "LIB_RM_VERSION_MISMATCH", 19: "IN_USE", 20: "MEMORY",
+    21: "NO_DATA", 25: "ARGUMENT_VERSION_MISMATCH", 27: "NOT_READY", 28: "GPU_NOT_FOUND",
+    999: "UNKNOWN",
+}
+NOT_AVAILABLE = {3, 13}  # NOT_SUPPORTED, FUNCTION_NOT_FOUND
+GPU_FATAL = {15, 16, 999}  # GPU_IS_LOST, RESET_REQUIRED, UNKNOWN
+
+# nvml.h constants, spelled here so that this module's callers need not import pynvml
+_UNCORRECTED, _CORRECTED = 1, 0  # nvmlMemoryErrorType_t
+_VOLATILE, _AGGREGATE = 0, 1  # nvmlEccCounterType_t
+_RETIRE_SBE, _RETIRE_DBE = 0, 1  # nvmlPageRetirementCause_t
+_TEMP_GPU = 0  # NVML_TEMPERATURE_GPU
+_TEMP_SLOWDOWN = 1  # NVML_TEMPERATURE_THRESHOLD_SLOWDOWN
+_FI_RECOVERY_ACTION = 230  # NVML_FI_DEV_GET_GPU_RECOVERY_ACTION
+_MEMORY_V2 = 0x02000028  # nvmlMemory_v2
+
+
+def error_name(exc: BaseException) -> str:
+    code = getattr(exc, "value", None)
+    if isinstance(code, int):
+        return ERROR_NAMES.get(code, f"NVML_ERROR_{code}")
+    return type(exc).__name__
+
+
+@dataclass(frozen=True)
+class NvmlRead:
+    error: Optional[str] = None  # NVML could not initialise
+    error_detail: str = ""
+    driver_version: Optional[str] = None
+    gpus: Tuple[GpuSnapshot, ...] = ()
+    calls: Tuple[Tuple[str, str], ...] = ()  # (call, outcome) when traced, for tests/gpu
+
+
+class _GpuLost(Exception):
+    def __init__(self, name: str) -> None:
+        super().__init__(name)
+        self.name = name
+
+
+class _GpuReader:
+    """Reads one GPU.  Runs in its own thread; only touches its own fields."""
+
+    def __init__(self, nvml: Any, index: int, trace: Optional[List[Tuple[str, str]]]) -> None:
+        self.nvml = nvml
+        self.index = index
+        self.fields: Dict[str, Any] = {"index": index}
+        self.errors: List[Tuple[str, str]] = []
+        self.trace = trace
+        self.done = threading.Event()
+
+    def query(self, name: str, fn: Callable[..., Any], *args: Any) -> Any:
+        """Call one NVML function; None when the GPU cannot answer it."""
+        try:
+            value = fn(*args)
+        except self.nvml.NVMLError as exc:
+            code = getattr(exc, "value", None)
+            outcome = error_name(exc)
+            if self.trace is not None:
+                self.trace.append((f"gpu{self.index} {name}", outcome))
+            if code in GPU_FATAL:
+                raise _GpuLost(outcome) from None
+            if code not in NOT_AVAILABLE:
+                self.errors.append((name, outcome))
+            return None
+        if self.trace is not None:
+            self.trace.append((f"gpu{self.index} {name}", repr(value)[:120]))
+        return value
+
+    def run(self) -> None:
+        try:
+            self._read()
+        except _GpuLost as lost:
+            self.fields["lost"] = lost.name
+        except Exception as exc:  # noqa: BLE001 - one GPU's reader bug must not lose the run
+            self.errors.append(("reader", f"{type(exc).__name__}: {exc}"))
+        finally:
+            self.done.set()
+
+    def _read(self) -> None:
+        n, f, q = self.nvml, self.fields, self.query
+        handle = q("HandleByIndex", n.nvmlDeviceGetHandleByIndex, self.index)
+        if handle is None:
+            raise _GpuLost("NOT_FOUND")
+        f["uuid"] = _text(q("UUID", n.nvmlDeviceGetUUID, handle))
+        f["serial"] = _text(q("Serial", n.nvmlDeviceGetSerial, handle))
+        f["name"] = _text(q("Name", n.nvmlDeviceGetName, handle))
+        pci = q("PciInfo", n.nvmlDeviceGetPciInfo, handle)
+        if pci is not None:
+            f["pci_bus_id"] = _text(pci.busId)
+        f["minor_number"] = q("MinorNumber", n.nvmlDeviceGetMinorNumber, handle)
+
+        mode = q("EccMode", n.nvmlDeviceGetEccMode, handle)
+        if mode is not None:
+            f["ecc_mode_current"], f["ecc_mode_pending"] = bool(mode[0]), bool(mode[1])
+            if mode[0]:
+                total = n.nvmlDeviceGetTotalEccErrors
+                f["ecc_volatile_uncorrected"] = q("TotalEccErrors", total, handle, _UNCORRECTED, _VOLATILE)
+                f["ecc_volatile_corrected"] = q("TotalEccErrors", total, handle, _CORRECTED, _VOLATILE)
+                f["ecc_aggregate_uncorrected"] = q("TotalEccErrors", total, handle, _UNCORRECTED, _AGGREGATE)
+                f["ecc_aggregate_corrected"] = q("TotalEccErrors", total, handle, _CORRECTED, _AGGREGATE)
+
+        remap = q("RemappedRows", n.nvmlDeviceGetRemappedRows, handle)
+        if remap is not None:
+            f["remap_correctable"], f["remap_uncorrectable"] = int(remap[0]), int(remap[1])
+            f["remap_pending"], f["remap_failure"] = bool(remap[2]), bool(remap[3])
+        else:
+            # Page retirement is the pre-Ampere mechanism; Ampere and later remap rows instead.
+            sbe = q("RetiredPages", n.nvmlDeviceGetRetiredPages, handle, _RETIRE_SBE)
+            dbe = q("RetiredPages", n.nvmlDeviceGetRetiredPages, handle, _RETIRE_DBE)
+            f["retired_sbe"] = None if sbe is None else len(sbe)
+            f["retired_dbe"] = None if dbe is None else len(dbe)
+            pending = q("RetiredPagesPendingStatus", n.nvmlDeviceGetRetiredPagesPendingStatus, handle)
+            f["retired_pending"] = None if pending is None else bool(pending)
+
+        values = q("FieldValues", n.nvmlDeviceGetFieldValues, handle, [_FI_RECOVERY_ACTION])
+        if values is not None and len(values) == 1 and values[0].nvmlReturn == 0:
+            f["recovery_action"] = int(values[0].value.uiVal)
+
+        memory = q("MemoryInfo", n.nvmlDeviceGetMemoryInfo, handle, _MEMORY_V2)
+        if memory is None:  # drivers before r510 have no _v2
+            memory = q("MemoryInfo", n.nvmlDeviceGetMemoryInfo, handle)
+        if memory is not None:
+            f["memory_total_mib"] = int(memory.total) >> 20
+            f["memory_used_mib"] = int(memory.used) >> 20
+        procs = q("ComputeRunningProcesses", n.nvmlDeviceGetComputeRunningProcesses, handle)
+        if procs is not None:
+            f["processes"] = tuple(
+                GpuProcess(pid=int(p.pid), used_mib=_mib(p.usedGpuMemory)) for p in procs)
+
+        f["temperature_c"] = q("Temperature", n.nvmlDeviceGetTemperature, handle, _TEMP_GPU)
+        f["temperature_slowdown_c"] = q(
+            "TemperatureThreshold", n.nvmlDeviceGetTemperatureThreshold, handle, _TEMP_SLOWDOWN)
+        reasons_fn = getattr(n, "nvmlDeviceGetCurrentClocksEventReasons", None) or getattr(
+            n, "nvmlDeviceGetCurrentClocksThrottleReasons")
+        f["clocks_event_reasons"] = q("CurrentClocksEventReasons", reasons_fn, handle)
+        f["pcie_gen_current"] = q("CurrPcieLinkGeneration", n.nvmlDeviceGetCurrPcieLinkGeneration, handle)
+        f["pcie_gen_max"] = q("MaxPcieLinkGeneration", n.nvmlDeviceGetMaxPcieLinkGeneration, handle)
+        f["pcie_width_current"] = q("CurrPcieLinkWidth", n.nvmlDeviceGetCurrPcieLinkWidth, handle)
+        f["pcie_width_max"] = q("MaxPcieLinkWidth", n.nvmlDeviceGetMaxPcieLinkWidth, handle)
+        persistence = q("PersistenceMode", n.nvmlDeviceGetPersistenceMode, handle)
+        f["persistence_mode"] = None if persistence is None else bool(persistence)
+        mig = q("MigMode", n.nvmlDeviceGetMigMode, handle)
+        f["mig_mode"] = None if mig is None else bool(mig[0])
+        f["power_mw"] = q("PowerUsage", n.nvmlDeviceGetPowerUsage, handle)
+
+    def snapshot(self) -> GpuSnapshot:
+        return GpuSnapshot(**self.fields, query_errors=tuple(self.errors))
+
+
+def _text(value: Any) -> Optional[str]:
+    if value is None:
+        return None
+    if isinstance(value, bytes):
+        value = value.decode("utf-8", "replace")
+    return str(value).strip() or None
+
+
+def _mib(value: Any) -> Optional[int]:
+    # pynvml reports None where the driver cannot attribute memory (NVML_VALUE_NOT_AVAILABLE)
+    return None if value is None else int(value) >> 20
+
+
+def read_nvml(timeout_s: float, trace: bool = False) -> NvmlRead:
+    """Initialise NVML and read every GPU, each in its own thread, within timeout_s."""
+    calls: List[Tuple[str, str]] = []
+    try:
+        import pynvml
+    except ImportError as exc:  # the package itself is missing: our install is broken
+        return NvmlRead(error="LIBRARY_NOT_FOUND", error_detail=f"cannot import pynvml: {exc}")
+    try:
+        pynvml.nvmlInit()
+    except pynvml.NVMLError as exc:
+        return NvmlRead(error=error_name(exc), error_detail=str(exc))
+    deadline = time.monotonic() + timeout_s
+    hung = False
+    try:
+        try:
+            driver = _text(pynvml.nvmlSystemGetDriverVersion())
+            count = pynvml.nvmlDeviceGetCount()
+        except pynvml.NVMLError as exc:
+            return NvmlRead(error=error_name(exc), error_detail=str(exc))
+        readers = [_GpuReader(pynvml, i, calls if trace else None) for i in range(count)]
+        threads = [threading.Thread(target=r.run, name=f"nvml-gpu{r.index}", daemon=True)
+                   for r in readers]
+        for t in threads:
+            t.start()
+        gpus = []
+        for reader in readers:
+            if reader.done.wait(max(0.0, deadline - time.monotonic())):
+                gpus.append(reader.snapshot())
+            else:
+                hung = True
+                gpus.append(replace(reader.snapshot(), lost="TIMEOUT"))
+        return NvmlRead(driver_version=driver, gpus=tuple(gpus), calls=tuple(calls))
+    finally:
+        # nvmlShutdown while a thread is still inside NVML could crash the process
+        if not hung:
+            try:
+                pynvml.nvmlShutdown()
+            except pynvml.NVMLError:
+                pass
+
+
+def gpu_by_pci(gpus: Sequence[GpuSnapshot], pci: str) -> Optional[GpuSnapshot]:
+    """The GPU at a PCI address given in any of NVML's, CUDA's, sysfs's or the kernel's forms."""
+    want = normalise_pci(pci)
+    for gpu in gpus:
+        if gpu.pci_bus_id and normalise_pci(gpu.pci_bus_id) == want:
+            return gpu
+    return None
+
+
+def normalise_pci(address: str) -> Tuple[int, int, int]:
+    """(domain, bus, device) of "00000000:41:00.0", "0000:41:00.0" or the kernel's "0000:41:00".
+
+    Raises:
+        ValueError: not a PCI address.
+    """
+    parts = address.strip().lower().split(":")
+    if len(parts) == 2:  # "41:00.0" without domain
+        parts = ["0"] + parts
+    if len(parts) != 3:
+        raise ValueError(f"not a PCI address: {address!r}")
+    device = parts[2].split(".", 1)[0]
+    return int(parts[0], 16), int(parts[1], 16), int(device, 16)

@@ -1,0 +1,411 @@
+"""One run of gpu-healthcheck: read the node, judge it, act on it, in that order.
+
+    outcome = run(RunRequest(mode=Mode.PROLOG, environ=os.environ), config)
+    outcome.exit_code, outcome.report, outcome.events
+
+read_node() calls the readers (NVML, sysfs, kernel log, CUDA probes, state files, the Slurm
+environment); judge() is pure; act() calls the effectors (scontrol, state files).  The caller
+(cli) writes the report and the log events.
+"""
+
+from __future__ import annotations
+
+import datetime
+import socket
+import time
+from dataclasses import dataclass, field, replace
+from typing import Any, Dict, List, Mapping, Optional, Tuple
+
+from . import __version__
+from .checks import CheckContext, CheckCrash, run_checks
+from .config import Config
+from .kernlog import boot_wallclock, position_now, read_kernel_log
+from .model import (Baseline, Finding, GpuBaseline, JobContext, KernelLogRead, KernelLogWindow,
+                    Mode, NodeAction, NodeSnapshot, ProbeResult, ProbeStatus, Severity, Verdict)
+from .nvml import read_nvml
+from .slurmenv import job_from_env, map_job_gpus
+from .state import PendingDrain, StateStore
+from .sysfs import read_sysfs_gpus
+from .verdict import (DrainDecision, decide_drain, drain_reason, epilog_exit, may_resume,
+                      node_exit, prolog_exit, verdict_of)
+
+# journald priorities (syslog levels)
+CRIT, ERR, WARNING, NOTICE, INFO = 2, 3, 4, 5, 6
+
+
+@dataclass(frozen=True)
+class LogEvent:
+    """One thing worth a journal entry; kind picks its MESSAGE_ID."""
+
+    kind: str  # summary | finding | drain | resume | refused | pending | error
+    priority: int
+    message: str
+    fields: Dict[str, str] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class RunRequest:
+    mode: Mode
+    environ: Mapping[str, str]
+    level: str = "quick"
+    act: bool = False  # --node --act; prolog and epilog always act
+    gpus: Optional[Tuple[int, ...]] = None  # --gpus
+
+
+@dataclass
+class RunOutcome:
+    exit_code: int
+    report: Dict[str, Any]
+    events: List[LogEvent]
+    snapshot: Optional[NodeSnapshot] = None
+    findings: List[Finding] = field(default_factory=list)
+    crashes: List[CheckCrash] = field(default_factory=list)
+
+
+def _iso(epoch: float) -> str:
+    return datetime.datetime.fromtimestamp(epoch, datetime.timezone.utc).isoformat(timespec="seconds")
+
+
+# --- reading -----------------------------------------------------------------------------
+
+def read_node(request: RunRequest, config: Config, host: str, store: StateStore,
+              events: List[LogEvent]) -> Tuple[NodeSnapshot, Optional[Tuple[int, ...]]]:
+    """Every reader, once.  Returns the snapshot and the GPUs under test (None = all)."""
+    mode = request.mode
+    job: Optional[JobContext] = job_from_env(request.environ) if mode is not Mode.NODE else None
+    nvml = read_nvml(config.nvml_timeout_s)
+    sysfs_gpus, sysfs_error = read_sysfs_gpus(config.sysfs_root)
+    from .procinfo import with_owners
+
+    gpus = with_owners(nvml.gpus)
+    selected: Optional[Tuple[int, ...]] = request.gpus
+    if job is not None:
+        if job.gpu_ids is not None:
+            selected, error = map_job_gpus(job.gpu_ids, gpus) if nvml.error is None else ((), None)
+            if error:
+                job = replace(job, gpu_ids_error=f"{job.gpu_ids_source}={','.join(job.gpu_ids)}: {error}")
+                selected = ()
+        else:
+            selected = ()  # malformed list: probe nothing, judge with NVML only
+    snapshot = NodeSnapshot(host=host, nvml_error=nvml.error, driver_version=nvml.driver_version,
+                            gpus=gpus, sysfs_gpus=sysfs_gpus, sysfs_error=sysfs_error, job=job,
+                            selected=tuple(selected) if selected is not None else tuple(g.index for g in gpus))
+
+    if mode is Mode.EPILOG and job is not None and job.job_id:
+        baseline, why = store.read_baseline(job.job_id)
+        snapshot = replace(snapshot, baseline=baseline, baseline_error=why)
+        if why:
+            events.append(LogEvent("error" if "corrupt" in why or "cannot" in why else "finding",
+                                   WARNING, why))
+    if mode is not Mode.PROLOG:
+        snapshot = replace(snapshot, kernel_log=read_kernel_log(
+            config.kernel_log, _xid_window(mode, snapshot, config.xid_window_s)))
+    if mode is not Mode.EPILOG and config.probe.enabled and config.enabled("cuda.probe"):
+        snapshot = replace(snapshot, probes=_probe(snapshot, config, request.level))
+    return snapshot, selected
+
+
+def _xid_window(mode: Mode, snapshot: NodeSnapshot, window_s: float) -> KernelLogWindow:
+    if mode is Mode.EPILOG and snapshot.baseline and snapshot.baseline.kernel_log:
+        pos = snapshot.baseline.kernel_log
+        return KernelLogWindow(position=pos, since_monotonic_s=pos.monotonic_s,
+                               since_wallclock=pos.wallclock)
+    if mode is Mode.NODE and window_s > 0:
+        return KernelLogWindow(since_monotonic_s=time.monotonic() - window_s,
+                               since_wallclock=time.time() - window_s)
+    return KernelLogWindow(since_wallclock=boot_wallclock())
+
+
+def _probe(snapshot: NodeSnapshot, config: Config, level: str) -> Tuple[ProbeResult, ...]:
+    from .cudaprobe import ProbeSize, ProbeTarget, run_probes
+
+    targets, skipped = [], []
+    for gpu in snapshot.gpus:
+        if gpu.index not in snapshot.selected or gpu.lost is not None:
+            continue  # never allocate on GPUs another job holds; a lost GPU already fails
+        if not gpu.uuid:
+            skipped.append(ProbeResult(gpu.index, ProbeStatus.NOT_RUN, detail="NVML gave no UUID"))
+            continue
+        targets.append(ProbeTarget(gpu.index, gpu.uuid))
+    if not targets:
+        return tuple(skipped)
+    size = ProbeSize(quick_mib=config.probe.quick_mib,
+                     full_fraction=config.probe.full_fraction if level == "full" else None)
+    return run_probes(targets, size, config.probe.timeout_s) + tuple(skipped)
+
+
+# --- judging (pure) ----------------------------------------------------------------------
+
+def judge(snapshot: NodeSnapshot, config: Config, request: RunRequest,
+          selected: Optional[Tuple[int, ...]]) -> Tuple[List[Finding], List[CheckCrash], Verdict]:
+    ctx = CheckContext(config=config, mode=request.mode, level=request.level,
+                       selected=selected)
+    if request.mode is Mode.NODE and request.gpus is not None:
+        snapshot = replace(snapshot, gpus=tuple(g for g in snapshot.gpus if g.index in request.gpus))
+    findings, crashes = run_checks(snapshot, ctx)
+    return findings, crashes, verdict_of(findings)
+
+
+# --- acting ------------------------------------------------------------------------------
+
+class _Effects:
+    """scontrol, created on first use so a healthy prolog never spawns a process."""
+
+    def __init__(self, config: Config, environ: Mapping[str, str]) -> None:
+        self.config = config
+        self.environ = environ
+        self._ctl: Any = None
+
+    @property
+    def ctl(self) -> Any:
+        if self._ctl is None:
+            from .scontrol import Scontrol, find_scontrol
+
+            self._ctl = Scontrol(find_scontrol(self.config.scontrol, self.environ),
+                                 self.config.scontrol_timeout_s)
+        return self._ctl
+
+
+def _drain(effects: _Effects, store: StateStore, node: str, reason: str, mode: Mode,
+           job_id: Optional[str], events: List[LogEvent], fields: Dict[str, str]) -> NodeAction:
+    """Drain through scontrol, within the budget; on failure leave a pending drain."""
+    from .scontrol import ScontrolError
+
+    try:
+        nodes = effects.ctl.show_nodes()
+        this = next((n for n in nodes if n.name == node), None)
+        if this is None:
+            raise ScontrolError(["scontrol", "show", "nodes"], f"node {node} not in the output")
+        decision = decide_drain(this, nodes, effects.config.drain.max_fraction)
+        if decision is DrainDecision.REFUSED:
+            ours = sum(1 for n in nodes if n.drained and (n.reason or "").startswith("gpu-healthcheck:"))
+            message = (f"drain of {node} refused: {ours} of {len(nodes)} nodes already drained by "
+                       f"gpu-healthcheck, drain.max_fraction = {effects.config.drain.max_fraction}; "
+                       f"would have drained with: {reason}")
+            events.append(LogEvent("refused", CRIT, message, fields))
+            return NodeAction("none", reason, detail=message, extra={"refused": True})
+        if decision is DrainDecision.ADMIN_OWNED:
+            message = f"{node} is already drained by someone else ({this.reason}); their reason is kept"
+            events.append(LogEvent("drain", WARNING, message + f"; ours would be: {reason}", fields))
+            return NodeAction("none", reason, detail=message, extra={"admin_owned": True})
+        if decision is DrainDecision.ALREADY_OURS:
+            message = f"{node} is already drained by gpu-healthcheck ({this.reason})"
+            events.append(LogEvent("drain", NOTICE, message, fields))
+            return NodeAction("none", reason, detail=message, extra={"already_ours": True})
+        effects.ctl.drain(node, reason)
+    except ScontrolError as exc:
+        pending = PendingDrain(reason=reason, node=node, mode=mode.value, job_id=job_id,
+                               created_at=time.time())
+        try:
+            store.write_pending(pending)
+            kept = f"pending drain kept in {store.state_dir} for the next run"
+        except OSError as write_exc:
+            kept = f"and the pending drain could not be written either: {write_exc}"
+        message = f"cannot drain {node} now ({exc}); {kept}; reason: {reason}"
+        events.append(LogEvent("pending", CRIT, message, fields))
+        return NodeAction("drain", reason, detail=message, extra={"pending": True})
+    events.append(LogEvent("drain", CRIT, f"drained {node}: {reason}", fields))
+    if job_id:
+        _admin_comment(effects, job_id, reason, events)
+    return NodeAction("drain", reason)
+
+
+def _admin_comment(effects: _Effects, job_id: str, reason: str, events: List[LogEvent]) -> None:
+    """Tie the job's own record to the GPU at fault; best effort, bounded by the timeout."""
+    from .scontrol import ScontrolError
+
+    try:
+        effects.ctl.set_admin_comment(job_id, reason)
+    except ScontrolError as exc:
+        events.append(LogEvent("error", WARNING, f"cannot set AdminComment of job {job_id}: {exc}"))
+
+
+def apply_pending(effects: _Effects, store: StateStore, node: str, events: List[LogEvent]) -> Optional[str]:
+    """A drain an earlier run could not apply goes first.  Returns its reason if applied."""
+    pending, error = store.read_pending()
+    if error:
+        events.append(LogEvent("error", ERR, f"{error}; ignoring it"))
+        return None
+    if pending is None or pending.node != node:
+        return None
+    action = _drain(effects, store, node, pending.reason, Mode(pending.mode), None, events,
+                    {"SLURM_JOB_ID": pending.job_id or ""})
+    if action.extra.get("pending"):
+        return None
+    store.clear_pending(expected=pending)
+    if action.taken == "drain" and pending.job_id:
+        _admin_comment(effects, pending.job_id, pending.reason, events)
+    return pending.reason
+
+
+def run(request: RunRequest, config: Config, node_name: Optional[str] = None) -> RunOutcome:
+    started, t0 = time.time(), time.monotonic()
+    mode = request.mode
+    events: List[LogEvent] = [LogEvent("error", CRIT, w) for w in config.warnings]
+    environ = request.environ
+    host = socket.gethostname().split(".")[0]
+    node = node_name or environ.get("SLURMD_NODENAME") or host
+    store = StateStore(config.state_dir)
+    effects = _Effects(config, environ)
+    acting = mode is not Mode.NODE or request.act
+    if acting:
+        apply_pending(effects, store, node, events)
+
+    snapshot, selected = read_node(request, config, host, store, events)
+    findings, crashes, verdict = judge(snapshot, config, request, selected)
+    job_id = snapshot.job.job_id if snapshot.job else None
+    reason = drain_reason(findings, snapshot.gpus, mode, job_id)
+    base_fields = {"GPU_HEALTHCHECK_MODE": mode.value, "SLURMD_NODENAME": node}
+    if job_id:
+        base_fields["SLURM_JOB_ID"] = job_id
+
+    if mode is Mode.PROLOG and job_id:
+        _write_baseline(store, snapshot, job_id, config, events)
+
+    action = NodeAction("none", dry_run=not acting and reason is not None, reason=reason)
+    if acting and reason:
+        action = _drain(effects, store, node, reason, mode, job_id, events, base_fields)
+    elif mode is Mode.NODE and request.act and verdict is not Verdict.FAIL:
+        action = _maybe_resume(effects, node, findings, snapshot, events, base_fields)
+
+    if mode is Mode.EPILOG and job_id and snapshot.baseline is not None:
+        store.remove_baseline(job_id)
+
+    if mode is Mode.NODE:
+        exit_code = node_exit(verdict)
+    elif mode is Mode.PROLOG:
+        must_not_start = reason is not None and not action.extra.get("refused")
+        exit_code = prolog_exit(must_not_start)
+    else:
+        exit_code = epilog_exit(action.taken == "drain")
+
+    report = build_report(snapshot, findings, verdict, action, mode, job_id, node, started,
+                          time.monotonic() - t0, request)
+    for finding in findings:
+        if finding.severity is not Severity.INFO or mode is Mode.NODE:
+            events.append(LogEvent("finding", _priority(finding.severity), finding.message,
+                                   {**base_fields, **finding_fields(finding, snapshot)}))
+    for crash in crashes:
+        events.append(LogEvent("error", CRIT, f"check {crash.check} crashed:\n{crash.traceback}",
+                               base_fields))
+    events.append(LogEvent("summary", _summary_priority(verdict),
+                           f"{mode.value} on {node}: {verdict.value}, {len(findings)} finding(s)"
+                           + (f", action {action.taken}" if action.taken != "none" else "")
+                           + (f": {action.reason}" if action.taken != "none" else ""),
+                           {**base_fields, "GPU_HEALTHCHECK_VERDICT": verdict.value}))
+    return RunOutcome(exit_code, report, events, snapshot, findings, crashes)
+
+
+def _maybe_resume(effects: _Effects, node: str, findings: List[Finding], snapshot: NodeSnapshot,
+                  events: List[LogEvent], fields: Dict[str, str]) -> NodeAction:
+    from .scontrol import ScontrolError
+
+    try:
+        nodes = effects.ctl.show_nodes()
+        this = next((n for n in nodes if n.name == node), None)
+        if this is None or not this.drained:
+            return NodeAction("none")
+        why_not = may_resume(this, findings, snapshot.gpus)
+        if why_not:
+            events.append(LogEvent("resume", INFO, f"{node} stays drained: {why_not}", fields))
+            return NodeAction("none", this.reason, detail=why_not)
+        effects.ctl.resume(node)
+    except ScontrolError as exc:
+        events.append(LogEvent("error", ERR, f"cannot resume {node}: {exc}", fields))
+        return NodeAction("none", detail=str(exc))
+    events.append(LogEvent("resume", NOTICE, f"resumed {node}: checks pass (was: {this.reason})", fields))
+    return NodeAction("resume", this.reason)
+
+
+def _write_baseline(store: StateStore, snapshot: NodeSnapshot, job_id: str, config: Config,
+                    events: List[LogEvent]) -> None:
+    gpus = tuple(GpuBaseline(uuid=g.uuid, ecc_volatile_uncorrected=g.ecc_volatile_uncorrected,
+                             ecc_volatile_corrected=g.ecc_volatile_corrected,
+                             ecc_aggregate_uncorrected=g.ecc_aggregate_uncorrected,
+                             ecc_aggregate_corrected=g.ecc_aggregate_corrected,
+                             retired_dbe=g.retired_dbe, retired_sbe=g.retired_sbe,
+                             remap_uncorrectable=g.remap_uncorrectable,
+                             remap_correctable=g.remap_correctable, remap_pending=g.remap_pending)
+                 for g in snapshot.gpus if g.uuid and g.lost is None)
+    baseline = Baseline(job_id=job_id, taken_at=time.time(), gpus=gpus,
+                        kernel_log=position_now(config.kernel_log))
+    try:
+        store.write_baseline(baseline)
+    except OSError as exc:
+        events.append(LogEvent("error", ERR, f"cannot write the baseline for job {job_id} in "
+                                             f"{store.state_dir}: {exc}; the epilog will judge "
+                                             f"absolute counters"))
+
+
+def _priority(severity: Severity) -> int:
+    return {Severity.FAIL: ERR, Severity.UNKNOWN: WARNING, Severity.WARN: WARNING,
+            Severity.INFO: INFO}[severity]
+
+
+def _summary_priority(verdict: Verdict) -> int:
+    return {Verdict.FAIL: ERR, Verdict.UNKNOWN: WARNING, Verdict.WARN: WARNING,
+            Verdict.PASS: INFO}[verdict]
+
+
+def finding_fields(finding: Finding, snapshot: NodeSnapshot) -> Dict[str, str]:
+    fields = {"GPU_HEALTHCHECK_CHECK": finding.check,
+              "GPU_HEALTHCHECK_SEVERITY": finding.severity.value,
+              "GPU_HEALTHCHECK_ACTION": finding.action.value}
+    if finding.value is not None:
+        fields["GPU_HEALTHCHECK_VALUE"] = str(finding.value)
+    gpu = snapshot.gpu(finding.gpu) if finding.gpu is not None else None
+    if finding.gpu is not None:
+        fields["GPU_INDEX"] = str(finding.gpu)
+    if gpu is not None:
+        for key, value in (("GPU_UUID", gpu.uuid), ("GPU_SERIAL", gpu.serial),
+                           ("GPU_PCI_BUS_ID", gpu.pci_bus_id)):
+            if value:
+                fields[key] = value
+    return fields
+
+
+def build_report(snapshot: NodeSnapshot, findings: List[Finding], verdict: Verdict,
+                 action: NodeAction, mode: Mode, job_id: Optional[str], node: str,
+                 started: float, duration_s: float, request: RunRequest) -> Dict[str, Any]:
+    """The JSON document of CONTRACTS §3 (fields may be added, never renamed)."""
+    gpus = snapshot.gpus
+    if mode is Mode.NODE and request.gpus is not None:
+        gpus = tuple(g for g in gpus if g.index in request.gpus)
+    return {
+        "schema": 1,
+        "tool_version": __version__,
+        "host": snapshot.host,
+        "node": node,
+        "mode": mode.value,
+        "job_id": job_id,
+        "started_at": _iso(started),
+        "duration_s": round(duration_s, 3),
+        "verdict": verdict.value,
+        "level": request.level,
+        "driver_version": snapshot.driver_version,
+        "nvml_error": snapshot.nvml_error,
+        "gpus": [{"index": g.index, "uuid": g.uuid, "serial": g.serial,
+                  "pci_bus_id": g.pci_bus_id, "name": g.name, "minor_number": g.minor_number,
+                  "lost": g.lost, "under_test": g.index in snapshot.selected,
+                  "ecc_volatile_uncorrected": g.ecc_volatile_uncorrected,
+                  "ecc_volatile_corrected": g.ecc_volatile_corrected,
+                  "ecc_aggregate_uncorrected": g.ecc_aggregate_uncorrected,
+                  "ecc_aggregate_corrected": g.ecc_aggregate_corrected,
+                  "remap_correctable": g.remap_correctable,
+                  "remap_uncorrectable": g.remap_uncorrectable,
+                  "remap_pending": g.remap_pending, "remap_failure": g.remap_failure,
+                  "retired_sbe": g.retired_sbe, "retired_dbe": g.retired_dbe,
+                  "retired_pending": g.retired_pending,
+                  "memory_total_mib": g.memory_total_mib, "memory_used_mib": g.memory_used_mib,
+                  "temperature_c": g.temperature_c}
+                 for g in gpus],
+        "probes": [{"gpu": p.index, "status": p.status.value, "cu_result": p.cu_result,
+                    "cu_name": p.cu_name, "bytes_tested": p.bytes_tested,
+                    "duration_s": round(p.duration_s, 3), "detail": p.detail}
+                   for p in snapshot.probes],
+        "findings": [{"check": f.check, "severity": f.severity.value, "gpu": f.gpu,
+                      "value": f.value, "threshold": f.threshold, "message": f.message,
+                      "action": f.action.value} for f in findings],
+        "action": {"taken": action.taken, "reason": action.reason, "dry_run": action.dry_run,
+                   "detail": action.detail or None, **{k: v for k, v in action.extra.items()}},
+    }

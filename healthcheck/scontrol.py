@@ -1,0 +1,126 @@
+"""The one door to Slurm's controller: scontrol, by absolute path, with a timeout on every call.
+
+    ctl = Scontrol(find_scontrol(config.scontrol, os.environ), timeout_s=10)
+    nodes = ctl.show_nodes()                 # one `scontrol -o show nodes` call
+    ctl.drain("gpu-a", "gpu-healthcheck: gpu3 ... epilog job=1234")
+    ctl.resume("gpu-a")
+    ctl.set_admin_comment("1234", "gpu-healthcheck: ...")
+
+Arguments are a list (never a shell); reasons are built by verdict.drain_reason from our own
+findings and sanitised there.  Slurm's guide warns against Slurm commands in a prolog (load on
+the controller at every job start), so callers only come here when there is something to do.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import shutil
+from typing import List, Mapping, Optional, Sequence
+
+from .verdict import NodeState, sanitise
+
+DEFAULT_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
+
+
+class ScontrolError(Exception):
+    """scontrol could not do what we asked: missing, non-zero exit, or past its timeout."""
+
+    def __init__(self, argv: Sequence[str], problem: str) -> None:
+        super().__init__(f"{' '.join(argv[:4])}: {problem}")
+        self.argv = list(argv)
+        self.problem = problem
+
+
+def find_scontrol(configured: Optional[str], environ: Mapping[str, str]) -> str:
+    if configured:
+        return configured
+    found = shutil.which("scontrol", path=environ.get("PATH") or DEFAULT_PATH)
+    return found or "/usr/bin/scontrol"
+
+
+_NODE_NAME_RE = re.compile(r"(?:^|\s)NodeName=(\S+)")
+_STATE_RE = re.compile(r"\sState=(\S+)")
+# Reason=<text> [user@time] is printed last on the line; the text may hold spaces and '='
+_REASON_RE = re.compile(r"\sReason=(?P<text>.*?)(?:\s+\[(?P<who>[^\]@\s]+)@(?P<when>[^\]\s]+)\])?"
+                        r"(?=\s+(?:Comment|Extra|ExtSensors\w*|CurrentWatts|Partitions|"
+                        r"AllocTRES|CfgTRES)=|\s*$)")
+
+
+def parse_node_line(line: str) -> Optional[NodeState]:
+    """One line of `scontrol -o show nodes`; None when it names no node."""
+    name = _NODE_NAME_RE.search(line)
+    if not name:
+        return None
+    state = _STATE_RE.search(line)
+    reason_match = _REASON_RE.search(line)
+    reason = reason_match.group("text").strip() if reason_match else None
+    if reason in ("", "(null)", "none"):
+        reason = None
+    return NodeState(name=name.group(1), state=state.group(1) if state else "UNKNOWN",
+                     reason=reason)
+
+
+def reason_time(line: str) -> Optional[str]:
+    """The time stamp Slurm adds to a reason ("[root@2026-11-29T19:00:00]"), if any."""
+    m = _REASON_RE.search(line)
+    return m.group("when") if m and m.group("when") else None
+
+
+def parse_show_nodes(text: str) -> List[NodeState]:
+    nodes = []
+    for line in text.splitlines():
+        node = parse_node_line(line)
+        if node is not None:
+            nodes.append(node)
+    return nodes
+
+
+class Scontrol:
+    def __init__(self, path: str, timeout_s: float) -> None:
+        self.path = path
+        self.timeout_s = timeout_s
+
+    def _run(self, args: Sequence[str]) -> str:
+        import subprocess  # only when we act: keeps the healthy prolog free of the import
+
+        argv = [self.path, *args]
+        try:
+            done = subprocess.run(argv, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
+                                  stderr=subprocess.PIPE, timeout=self.timeout_s, check=False,
+                                  start_new_session=True)
+        except FileNotFoundError:
+            raise ScontrolError(argv, f"{self.path} not found") from None
+        except PermissionError:
+            raise ScontrolError(argv, f"{self.path} is not executable") from None
+        except subprocess.TimeoutExpired:
+            raise ScontrolError(argv, f"no answer within {self.timeout_s:g} s") from None
+        except OSError as exc:
+            raise ScontrolError(argv, str(exc)) from None
+        if done.returncode != 0:
+            err = done.stderr.decode("utf-8", "replace").strip().splitlines()
+            raise ScontrolError(argv, f"exit status {done.returncode}: {err[-1] if err else ''}")
+        return done.stdout.decode("utf-8", "replace")
+
+    def show_nodes_raw(self) -> str:
+        return self._run(["-o", "show", "nodes"])
+
+    def show_nodes(self) -> List[NodeState]:
+        return parse_show_nodes(self.show_nodes_raw())
+
+    def drain(self, node: str, reason: str) -> None:
+        self._run(["update", f"NodeName={node}", "State=DRAIN", f"Reason={sanitise(reason)}"])
+
+    def set_reason(self, node: str, reason: str) -> None:
+        self._run(["update", f"NodeName={node}", f"Reason={sanitise(reason)}"])
+
+    def resume(self, node: str) -> None:
+        self._run(["update", f"NodeName={node}", "State=RESUME"])
+
+    def set_admin_comment(self, job_id: str, text: str) -> None:
+        self._run(["update", f"JobId={job_id}", f"AdminComment={sanitise(text)}"])
+
+
+def local_node_name(environ: Mapping[str, str], configured: Optional[str] = None) -> str:
+    """The Slurm node name: SLURMD_NODENAME in prolog/epilog, else the short host name."""
+    return configured or environ.get("SLURMD_NODENAME") or os.uname().nodename.split(".")[0]

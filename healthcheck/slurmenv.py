@@ -1,0 +1,107 @@
+"""Reader of the Slurm job environment that slurmd gives a Prolog or Epilog.
+
+    job = job_from_env({"SLURM_JOB_ID": "1234", "SLURMD_NODENAME": "gpu-a",
+                        "SLURM_JOB_GPUS": "0,1"})
+    job.gpu_ids   # ("0", "1"): Slurm gres indices, in gres.conf File= order (= /dev/nvidiaN)
+
+The values come from the job's side of the system and are treated as untrusted text: they are
+parsed, bounded, and never passed to a shell.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Mapping, Optional, Sequence, Tuple
+
+from .model import GpuSnapshot, JobContext
+
+MAX_GPU_IDS = 1024
+_INDEX_RE = re.compile(r"^\d{1,4}$")
+_RANGE_RE = re.compile(r"^(\d{1,4})-(\d{1,4})$")
+_UUID_RE = re.compile(r"^(?:GPU|MIG)-[0-9A-Fa-f-]{4,64}$")
+_JOB_ID_RE = re.compile(r"^[0-9_+A-Za-z.-]{1,64}$")
+
+
+class GpuListError(ValueError):
+    """A GPU list we cannot read; keeps the offending part."""
+
+    def __init__(self, part: str, problem: str) -> None:
+        super().__init__(f"{problem}: {part[:40]!r}")
+        self.part = part
+
+
+def parse_gpu_list(text: str) -> Tuple[str, ...]:
+    """"0,1,3", "0-3" or "GPU-<uuid>,..." -> ids as strings; "" -> ().
+
+    Raises:
+        GpuListError: anything else.
+    """
+    text = text.strip()
+    if not text:
+        return ()
+    ids = []
+    for part in text.split(","):
+        part = part.strip()
+        m = _RANGE_RE.match(part)
+        if _INDEX_RE.match(part):
+            ids.append(str(int(part)))
+        elif m:
+            low, high = int(m.group(1)), int(m.group(2))
+            if high < low or high - low >= MAX_GPU_IDS:
+                raise GpuListError(part, "bad range")
+            ids.extend(str(i) for i in range(low, high + 1))
+        elif _UUID_RE.match(part):
+            ids.append(part)
+        else:
+            raise GpuListError(part, "not a GPU index, range or GPU-<uuid>")
+        if len(ids) > MAX_GPU_IDS:
+            raise GpuListError(text, "too many GPUs")
+    if len(set(ids)) != len(ids):
+        raise GpuListError(text, "GPU listed twice")
+    return tuple(ids)
+
+
+def job_from_env(environ: Mapping[str, str]) -> JobContext:
+    """The job context; GPU ids from SLURM_JOB_GPUS, else CUDA_VISIBLE_DEVICES, else none."""
+    job_id = environ.get("SLURM_JOB_ID") or environ.get("SLURM_JOBID")
+    if job_id is not None and not _JOB_ID_RE.match(job_id):
+        job_id = re.sub(r"[^0-9_+A-Za-z.-]", "_", job_id)[:64]
+    node = environ.get("SLURMD_NODENAME")
+    user = environ.get("SLURM_JOB_USER")
+    for source in ("SLURM_JOB_GPUS", "CUDA_VISIBLE_DEVICES"):
+        raw = environ.get(source)
+        if raw is None:
+            continue
+        if source == "CUDA_VISIBLE_DEVICES" and raw.strip() == "NoDevFiles":
+            return JobContext(job_id, node, user, gpu_ids=(), gpu_ids_source=source)
+        try:
+            return JobContext(job_id, node, user, gpu_ids=parse_gpu_list(raw), gpu_ids_source=source)
+        except GpuListError as exc:
+            return JobContext(job_id, node, user, gpu_ids_error=f"{source}: {exc}",
+                              gpu_ids_source=source)
+    return JobContext(job_id, node, user, gpu_ids=())
+
+
+def map_job_gpus(ids: Sequence[str], gpus: Sequence[GpuSnapshot]) -> Tuple[Tuple[int, ...], Optional[str]]:
+    """Slurm's ids -> NVML indices, through minor numbers (/dev/nvidiaN) or UUIDs.
+
+    Never by NVML order: NVML enumerates by PCI bus, Slurm by gres.conf File= order.  Returns
+    the indices and an error naming the ids that match no GPU.
+    """
+    by_minor = {g.minor_number: g.index for g in gpus if g.minor_number is not None}
+    by_uuid = {g.uuid.lower(): g.index for g in gpus if g.uuid}
+    found, missing = [], []
+    for ident in ids:
+        if ident.isdigit():
+            index = by_minor.get(int(ident))
+        else:
+            index = by_uuid.get(ident.lower())
+            if index is None:  # CUDA accepts unique uuid prefixes
+                hits = [i for u, i in by_uuid.items() if u.startswith(ident.lower())]
+                index = hits[0] if len(hits) == 1 else None
+        if index is None:
+            missing.append(ident)
+        else:
+            found.append(index)
+    error = f"no GPU with minor number or UUID {', '.join(missing)}" if missing else None
+    return tuple(found), error

@@ -1,0 +1,199 @@
+"""State files in `state_dir`: the prolog's per-job baseline and a not-yet-applied drain.
+
+    store = StateStore("/var/lib/gpu-healthcheck")
+    store.write_baseline(Baseline(job_id="1234", ...))      # jobs/1234.json, mode 0600
+    baseline, error = store.read_baseline("1234")
+    store.write_pending(PendingDrain(reason="gpu-healthcheck: ...", ...))
+
+We run as root in a directory a user might reach: every write goes to a new file created with
+O_EXCL|O_NOFOLLOW relative to a directory opened with O_NOFOLLOW, then renamed into place, so
+a planted symlink is never followed and a reader never sees half a file.  Directories are 0700.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import stat
+import time
+from dataclasses import asdict, dataclass, fields
+from typing import Any, Dict, Optional, Tuple
+
+from .model import Baseline, GpuBaseline, KernelLogPosition
+
+JOBS = "jobs"
+PENDING = "pending-drain.json"
+
+
+class StateError(OSError):
+    """state_dir cannot be used, with the path and what is wrong."""
+
+
+@dataclass(frozen=True)
+class PendingDrain:
+    reason: str
+    node: str
+    mode: str
+    job_id: Optional[str]
+    created_at: float
+    admin_comment_job: Optional[str] = None
+
+
+def _open_dir(path: str, create: bool) -> int:
+    if create:
+        try:
+            os.makedirs(path, mode=0o700, exist_ok=True)
+        except OSError as exc:
+            raise StateError(exc.errno, f"cannot create {path}: {exc.strerror}") from None
+    st = os.lstat(path)
+    if stat.S_ISLNK(st.st_mode) or not stat.S_ISDIR(st.st_mode):
+        raise StateError(0, f"{path} is not a directory (a symlink is refused)")
+    if st.st_uid != os.geteuid():
+        raise StateError(0, f"{path} is owned by uid {st.st_uid}, not by us (uid {os.geteuid()})")
+    fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW)
+    if stat.S_IMODE(st.st_mode) & 0o077:
+        os.fchmod(fd, 0o700)
+    return fd
+
+
+def atomic_write(directory: str, name: str, data: bytes, create_dir: bool = True) -> None:
+    """Write directory/name atomically, never following a symlink, mode 0600."""
+    dfd = _open_dir(directory, create_dir)
+    tmp = f".{name}.{os.getpid()}.{time.monotonic_ns()}.tmp"
+    try:
+        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o600, dir_fd=dfd)
+        try:
+            view = memoryview(data)
+            while view:
+                view = view[os.write(fd, view):]
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+        os.rename(tmp, name, src_dir_fd=dfd, dst_dir_fd=dfd)
+    except OSError:
+        try:
+            os.unlink(tmp, dir_fd=dfd)
+        except OSError:
+            pass
+        raise
+    finally:
+        os.close(dfd)
+
+
+def read_file(directory: str, name: str, limit: int = 1 << 20) -> Optional[bytes]:
+    """Contents of directory/name, not following symlinks; None when absent."""
+    try:
+        fd = os.open(os.path.join(directory, name), os.O_RDONLY | os.O_NOFOLLOW)
+    except FileNotFoundError:
+        return None
+    try:
+        return os.read(fd, limit)
+    finally:
+        os.close(fd)
+
+
+def _check_fields(cls: Any, data: Any) -> Dict[str, Any]:
+    if not isinstance(data, dict):
+        raise ValueError(f"expected an object for {cls.__name__}")
+    names = {f.name for f in fields(cls)}
+    unknown = set(data) - names
+    if unknown:
+        raise ValueError(f"unknown fields {sorted(unknown)} in {cls.__name__}")
+    return data
+
+
+def baseline_to_json(baseline: Baseline) -> bytes:
+    return json.dumps(asdict(baseline), sort_keys=True).encode()
+
+
+def baseline_from_json(raw: bytes) -> Baseline:
+    """Raises ValueError (or a subclass) on anything that is not a baseline we wrote."""
+    data = _check_fields(Baseline, json.loads(raw.decode("utf-8")))
+    gpus = tuple(GpuBaseline(**_check_fields(GpuBaseline, g)) for g in data.get("gpus") or ())
+    for gpu in gpus:
+        for f in fields(GpuBaseline):
+            value = getattr(gpu, f.name)
+            if f.name == "uuid":
+                if not isinstance(value, str):
+                    raise ValueError("uuid must be a string")
+            elif value is not None and not isinstance(value, (int, bool)):
+                raise ValueError(f"{f.name} must be a number")
+    log = data.get("kernel_log")
+    position = KernelLogPosition(**_check_fields(KernelLogPosition, log)) if log else None
+    if not isinstance(data.get("job_id"), str) or not isinstance(data.get("taken_at"), (int, float)):
+        raise ValueError("job_id and taken_at are required")
+    return Baseline(job_id=data["job_id"], taken_at=float(data["taken_at"]), gpus=gpus,
+                    kernel_log=position)
+
+
+def _job_file(job_id: str) -> str:
+    safe = "".join(ch if ch.isalnum() or ch in "._-+" else "_" for ch in job_id)[:64]
+    return f"{safe}.json"
+
+
+class StateStore:
+    def __init__(self, state_dir: str) -> None:
+        self.state_dir = state_dir
+        self.jobs_dir = os.path.join(state_dir, JOBS)
+
+    def write_baseline(self, baseline: Baseline) -> None:
+        _open_and_close(self.state_dir)
+        atomic_write(self.jobs_dir, _job_file(baseline.job_id), baseline_to_json(baseline))
+
+    def read_baseline(self, job_id: str) -> Tuple[Optional[Baseline], Optional[str]]:
+        """(baseline, None), or (None, why there is none) — never raises."""
+        path = os.path.join(self.jobs_dir, _job_file(job_id))
+        try:
+            raw = read_file(self.jobs_dir, _job_file(job_id))
+        except OSError as exc:
+            return None, f"cannot read baseline {path}: {exc.strerror or exc}"
+        if raw is None:
+            return None, f"no prolog baseline for job {job_id} ({path})"
+        try:
+            baseline = baseline_from_json(raw)
+        except (ValueError, TypeError) as exc:
+            return None, f"corrupt baseline {path}: {exc}"
+        if baseline.job_id != job_id:
+            return None, f"baseline {path} belongs to job {baseline.job_id}, not {job_id}"
+        return baseline, None
+
+    def remove_baseline(self, job_id: str) -> None:
+        try:
+            os.unlink(os.path.join(self.jobs_dir, _job_file(job_id)))
+        except FileNotFoundError:
+            pass
+
+    def write_pending(self, pending: PendingDrain) -> None:
+        atomic_write(self.state_dir, PENDING, json.dumps(asdict(pending), sort_keys=True).encode())
+
+    def read_pending(self) -> Tuple[Optional[PendingDrain], Optional[str]]:
+        path = os.path.join(self.state_dir, PENDING)
+        try:
+            raw = read_file(self.state_dir, PENDING)
+        except OSError as exc:
+            return None, f"cannot read pending drain {path}: {exc.strerror or exc}"
+        if raw is None:
+            return None, None
+        try:
+            data = _check_fields(PendingDrain, json.loads(raw.decode("utf-8")))
+            pending = PendingDrain(**data)
+            if not isinstance(pending.reason, str) or not isinstance(pending.node, str):
+                raise ValueError("reason and node must be strings")
+        except (ValueError, TypeError) as exc:
+            return None, f"corrupt pending drain {path}: {exc}"
+        return pending, None
+
+    def clear_pending(self, expected: Optional[PendingDrain] = None) -> None:
+        """Remove the pending drain; with `expected`, only if it is still that one."""
+        if expected is not None:
+            current, _ = self.read_pending()
+            if current is not None and current != expected:
+                return
+        try:
+            os.unlink(os.path.join(self.state_dir, PENDING))
+        except FileNotFoundError:
+            pass
+
+
+def _open_and_close(path: str) -> None:
+    os.close(_open_dir(path, True))

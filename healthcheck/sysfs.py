@@ -1,0 +1,38 @@
+"""Reader of the NVIDIA PCI functions that sysfs lists (vendor 0x10de, display or 3D class).
+
+A GPU that fell off the bus disappears from NVML but stays in sysfs until the node reboots;
+comparing the two counts catches it.
+
+    read_sysfs_gpus("/sys")   # (("0000:41:00.0", ...), None) or (None, "error text")
+"""
+
+from __future__ import annotations
+
+import os
+from typing import Optional, Tuple
+
+NVIDIA_VENDOR = "0x10de"
+# PCI class 0x0300 VGA-compatible controller, 0x0302 3D controller (data-centre GPUs).
+# NVSwitches (0x0680) and audio functions (0x0403) are not GPUs.
+GPU_CLASSES = ("0x0300", "0x0302")
+
+
+def read_sysfs_gpus(sysfs_root: str) -> Tuple[Optional[Tuple[str, ...]], Optional[str]]:
+    devices = os.path.join(sysfs_root, "bus", "pci", "devices")
+    try:
+        names = sorted(os.listdir(devices))
+    except OSError as exc:
+        return None, f"cannot list {devices}: {exc.strerror or exc}"
+    found = []
+    for name in names:
+        try:
+            with open(os.path.join(devices, name, "vendor")) as handle:
+                if handle.read().strip().lower() != NVIDIA_VENDOR:
+                    continue
+            with open(os.path.join(devices, name, "class")) as handle:
+                if handle.read().strip().lower()[:6] not in GPU_CLASSES:
+                    continue
+        except OSError:
+            continue  # a device removed while we list is not ours to judge
+        found.append(name)
+    return tuple(found), None

@@ -1,0 +1,206 @@
+"""Pure decisions: findings -> verdict -> what to do with the node -> exit code.
+
+    verdict = verdict_of(findings)                       # fail > unknown > warn > pass
+    reason = drain_reason(findings, gpus, Mode.EPILOG, "1234")
+    # "gpu-healthcheck: gpu3 pci=00000000:41:00.0 sn=1650522003820 ecc.volatile_uncorrected=2 epilog job=1234"
+    decision = decide_drain(reason, this_node, cluster_nodes, max_fraction=0.1)
+
+Exit codes are decided here and nowhere else, because slurmd acts on them: a non-zero prolog
+drains the node and requeues the job.
+"""
+
+from __future__ import annotations
+
+import enum
+import math
+import re
+from dataclasses import dataclass
+from typing import Dict, Iterable, List, Optional, Sequence
+
+from .model import Action, Finding, GpuSnapshot, Mode, Severity, Verdict
+
+PREFIX = "gpu-healthcheck:"
+MAX_REASON_BYTES = 255  # Slurm's accounting database stores reasons as 255-byte text
+RMA_TOKEN = "rma"
+
+_VERDICT_ORDER = [Verdict.FAIL, Verdict.UNKNOWN, Verdict.WARN]
+_ACTION_RANK = {Action.RMA: 4, Action.REBOOT: 3, Action.RESET: 2, Action.DRAIN: 1, Action.NONE: 0}
+
+
+def verdict_of(findings: Iterable[Finding]) -> Verdict:
+    """fail > unknown > warn > pass.  info findings leave the verdict at pass."""
+    seen = {f.severity for f in findings}
+    for verdict in _VERDICT_ORDER:
+        if Severity(verdict.value) in seen:
+            return verdict
+    return Verdict.PASS
+
+
+def draining(findings: Iterable[Finding]) -> List[Finding]:
+    """Findings that take the node out of service, worst first (RMA, reboot, reset, drain)."""
+    found = [f for f in findings if f.drains]
+    found.sort(key=lambda f: -_ACTION_RANK[f.action])
+    return found
+
+
+def sanitise(text: str, limit: int = MAX_REASON_BYTES) -> str:
+    """Printable ASCII without quotes, backslashes or newlines, at most `limit` bytes.
+
+    Reasons travel through scontrol's argument parser and into sinfo output and the accounting
+    database; nothing from outside may smuggle a quote or control character in.
+    """
+    cleaned = "".join(ch if " " <= ch <= "~" and ch not in "\"'`\\" else "_" for ch in text)
+    cleaned = re.sub(r"\s+", " ", cleaned).strip()
+    return cleaned[:limit]
+
+
+def _value_text(value: object) -> str:
+    if isinstance(value, bool):
+        return "1" if value else "0"
+    if value is None:
+        return ""
+    return re.sub(r"[\s=]+", "_", str(value))[:40]
+
+
+def drain_reason(findings: Sequence[Finding], gpus: Sequence[GpuSnapshot], mode: Mode,
+                 job_id: Optional[str]) -> Optional[str]:
+    """The reason naming the worst draining finding, or None when nothing drains."""
+    found = draining(findings)
+    if not found:
+        return None
+    worst = found[0]
+    parts = [PREFIX]
+    gpu = next((g for g in gpus if g.index == worst.gpu), None) if worst.gpu is not None else None
+    if worst.gpu is not None:
+        parts.append(f"gpu{worst.gpu}")
+        if gpu is not None and gpu.pci_bus_id:
+            parts.append(f"pci={gpu.pci_bus_id}")
+        if gpu is not None and gpu.serial:
+            parts.append(f"sn={gpu.serial}")
+        elif gpu is not None and gpu.uuid:
+            parts.append(f"uuid={gpu.uuid}")
+    value = _value_text(worst.value)
+    parts.append(f"{worst.check}={value}" if value else worst.check)
+    if worst.action is Action.RMA:
+        parts.append(RMA_TOKEN)
+    parts.append(mode.value)
+    if job_id:
+        parts.append(f"job={_value_text(job_id)}")
+    if len(found) > 1:
+        parts.append(f"(+{len(found) - 1} more)")
+    return sanitise(" ".join(parts))
+
+
+REASON_RE = re.compile(
+    r"^gpu-healthcheck:\s+(?:gpu(?P<gpu>\d+)\s+)?(?:pci=(?P<pci>\S+)\s+)?(?:sn=(?P<serial>\S+)\s+)?"
+    r"(?:uuid=(?P<uuid>\S+)\s+)?(?P<check>[a-z_.]+)(?:=(?P<value>\S*))?(?:\s+(?P<rma>rma))?"
+    r"(?:\s+(?P<context>node|prolog|epilog))?(?:\s+job=(?P<job>\S+))?(?:\s+\(\+(?P<more>\d+) more\))?")
+
+
+def parse_reason(reason: str) -> Optional[Dict[str, Optional[str]]]:
+    """Split one of our reasons into its columns; None when it is not ours."""
+    if not reason.startswith(PREFIX):
+        return None
+    m = REASON_RE.match(reason)
+    if not m:
+        return {"check": None, "raw": reason}
+    fields: Dict[str, Optional[str]] = dict(m.groupdict())
+    fields["raw"] = reason
+    return fields
+
+
+def is_ours(reason: Optional[str]) -> bool:
+    return bool(reason) and reason.startswith(PREFIX)  # type: ignore[union-attr]
+
+
+def is_rma(reason: Optional[str]) -> bool:
+    fields = parse_reason(reason or "")
+    return bool(fields and fields.get("rma"))
+
+
+@dataclass(frozen=True)
+class NodeState:
+    """What `scontrol show node` says of one node."""
+
+    name: str
+    state: str  # e.g. "IDLE+DRAIN", "MIXED", "DOWN+DRAIN"
+    reason: Optional[str] = None  # without the " [user@time]" suffix
+
+    @property
+    def drained(self) -> bool:
+        flags = set(self.state.upper().replace("*", "").split("+"))
+        return bool(flags & {"DRAIN", "DRAINED", "DRAINING", "DOWN", "FAIL", "FAILING"})
+
+
+class DrainDecision(str, enum.Enum):
+    APPLY = "apply"  # call scontrol update State=DRAIN
+    ALREADY_OURS = "already_ours"  # drained by us already: refresh the reason
+    ADMIN_OWNED = "admin_owned"  # drained by someone else: keep their reason
+    REFUSED = "refused"  # the drain budget is spent
+
+
+def drain_budget(total_nodes: int, max_fraction: float) -> int:
+    """How many nodes this tool may hold drained at once: at least one, so a small cluster is
+    still protected from one bad GPU; at most max_fraction of the cluster."""
+    return max(1, math.floor(total_nodes * max_fraction + 1e-9))
+
+
+def decide_drain(this: NodeState, cluster: Sequence[NodeState], max_fraction: float) -> DrainDecision:
+    """Whether to drain this node, given the cluster as scontrol shows it now."""
+    if this.drained and is_ours(this.reason):
+        return DrainDecision.ALREADY_OURS
+    if this.drained or (this.reason and not is_ours(this.reason)):
+        return DrainDecision.ADMIN_OWNED
+    ours = sum(1 for n in cluster if n.name != this.name and n.drained and is_ours(n.reason))
+    if ours + 1 > drain_budget(len(cluster), max_fraction):
+        return DrainDecision.REFUSED
+    return DrainDecision.APPLY
+
+
+def may_resume(this: NodeState, findings: Sequence[Finding], gpus: Sequence[GpuSnapshot]) -> Optional[str]:
+    """None when --node --act may resume this node, else why not.
+
+    Only our own drain, never one an admin must clear (rma), and only once a full check passes
+    with clean volatile counters (the GPU was reset) and no pending remap.
+    """
+    if not this.drained:
+        return "not drained"
+    if not is_ours(this.reason):
+        return "drained by someone else"
+    if is_rma(this.reason):
+        return "drained for RMA: only an admin may resume it"
+    fails = [f for f in findings if f.severity is Severity.FAIL]
+    if fails:
+        return f"still failing: {fails[0].check}"
+    unknown = [f for f in findings if f.severity is Severity.UNKNOWN]
+    if unknown:
+        return f"could not check everything: {unknown[0].check}"
+    for gpu in gpus:
+        if gpu.ecc_volatile_uncorrected:
+            return f"GPU {gpu.index} volatile uncorrected ECC count is not clean"
+        if gpu.remap_pending or gpu.retired_pending:
+            return f"GPU {gpu.index} has a pending remap or retirement"
+    return None
+
+
+class ExitCode(enum.IntEnum):
+    OK = 0
+    WARN = 1
+    FAIL = 2
+    UNKNOWN = 3
+
+
+def node_exit(verdict: Verdict) -> int:
+    """--node: the monitoring convention."""
+    return {Verdict.PASS: ExitCode.OK, Verdict.WARN: ExitCode.WARN, Verdict.FAIL: ExitCode.FAIL,
+            Verdict.UNKNOWN: ExitCode.UNKNOWN}[verdict]
+
+
+def prolog_exit(job_must_not_start: bool) -> int:
+    """--prolog: non-zero exactly when the job must not start here (slurmd then requeues it)."""
+    return 1 if job_must_not_start else 0
+
+
+def epilog_exit(drained: bool) -> int:
+    """--epilog: non-zero exactly when we drained (or left a pending drain for) the node."""
+    return 1 if drained else 0

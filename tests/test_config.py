@@ -1,0 +1,103 @@
+"""Config loading: defaults, every wrong key and type named, ownership refused for root, fuzz."""
+
+import os
+
+import pytest
+from hypothesis import given, settings, strategies as st
+
+from healthcheck.config import Config, ConfigError, load_config, parse_config, unsafe_ownership
+
+
+def test_missing_default_file_gives_defaults(tmp_path, monkeypatch):
+    config = load_config(None, {})
+    assert config.state_dir == "/var/lib/gpu-healthcheck" or os.path.exists("/etc/gpu-healthcheck/config.toml")
+
+
+def test_named_file_must_exist(tmp_path):
+    with pytest.raises(ConfigError) as err:
+        load_config(str(tmp_path / "nope.toml"), {})
+    assert "nope.toml" in str(err.value) and "no such file" in str(err.value)
+
+
+def test_env_names_the_file(tmp_path):
+    path = tmp_path / "c.toml"
+    path.write_text('state_dir = "/x"\n[drain]\nmax_fraction = 0.5\n')
+    os.chmod(path, 0o644)
+    config = load_config(None, {"GPU_HEALTHCHECK_CONFIG": str(path)})
+    assert config.state_dir == "/x" and config.drain.max_fraction == 0.5
+
+
+@pytest.mark.parametrize("text,key", [
+    ("stat_dir = '/x'", "stat_dir"),
+    ("[drain]\nmax_fraction = 'a lot'", "drain.max_fraction"),
+    ("[drain]\nmax_fraction = 1.5", "drain.max_fraction"),
+    ("expected_gpus = -1", "expected_gpus"),
+    ("expected_gpus = true", "expected_gpus"),
+    ("[probe]\nquick_mib = 1.5", "probe.quick_mib"),
+    ("[checks]\ndisabled = ['no.such.check']", "checks.disabled"),
+    ("[checks]\ndisabled = 'xid'", "checks.disabled"),
+    ("drain = 3", "drain"),
+    ("[thresholds]\nretired_page = 3", "thresholds.retired_page"),
+])
+def test_wrong_key_or_type_names_file_and_key(text, key):
+    with pytest.raises(ConfigError) as err:
+        parse_config(text, "/etc/gpu-healthcheck/config.toml")
+    assert err.value.key == key
+    assert str(err.value).startswith(f"/etc/gpu-healthcheck/config.toml: {key}: ")
+
+
+def test_invalid_toml_names_the_file():
+    with pytest.raises(ConfigError) as err:
+        parse_config("state_dir = ", "/etc/c.toml")
+    assert "/etc/c.toml" in str(err.value) and "TOML" in str(err.value)
+
+
+def test_ints_are_accepted_for_floats():
+    assert parse_config("[probe]\ntimeout_s = 5").probe.timeout_s == 5.0
+
+
+def test_ownership_rules_for_root():
+    class St:
+        st_uid, st_gid, st_mode = 0, 0, 0o100644
+    assert unsafe_ownership(St, True) is None
+    St.st_mode = 0o100666
+    assert unsafe_ownership(St, True) == "world-writable"
+    St.st_mode, St.st_uid = 0o100644, 1000
+    assert "owned by uid 1000" in unsafe_ownership(St, True)
+    assert unsafe_ownership(St, False) is None
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="ownership is enforced only for root")
+def test_world_writable_file_is_refused_and_defaults_apply(tmp_path):
+    path = tmp_path / "c.toml"
+    path.write_text('state_dir = "/evil"\n')
+    os.chmod(path, 0o666)
+    config = load_config(str(path), {})
+    assert config.state_dir == Config().state_dir
+    assert "world-writable" in config.warnings[0] and str(path) in config.warnings[0]
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.text(max_size=200))
+def test_any_text_parses_or_raises_config_error(text):
+    try:
+        parse_config(text, "f.toml")
+    except ConfigError as exc:
+        assert str(exc).startswith("f.toml: ")
+
+
+KEYS = st.sampled_from(["state_dir", "kernel_log", "expected_gpus", "nvml_timeout_s", "metrics_file",
+                        "bogus", "history_max_bytes"])
+VALUES = st.one_of(st.integers(-5, 10**6), st.floats(allow_nan=False), st.text(max_size=10),
+                   st.booleans(), st.lists(st.integers(), max_size=2))
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.dictionaries(KEYS, VALUES, max_size=4))
+def test_structured_fuzz_never_escapes_config_error(table):
+    import json
+    text = "\n".join(f"{k} = {json.dumps(v)}" for k, v in table.items())
+    try:
+        parse_config(text, "f.toml")
+    except ConfigError as exc:
+        assert exc.key is None or exc.key in table

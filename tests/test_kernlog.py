@@ -1,0 +1,118 @@
+"""Kernel-log parser and reader: real NVRM lines, every prefix style, windows, and fuzzing."""
+
+import os
+import time
+from pathlib import Path
+
+import pytest
+from hypothesis import given, settings, strategies as st
+
+from healthcheck.kernlog import in_window, parse_lines, position_now, read_kernel_log
+from healthcheck.model import KernelLogWindow
+
+FIXTURES = Path(__file__).parent / "fixtures" / "kernel-log"
+
+
+def real_xid_lines():
+    rows = []
+    for line in (FIXTURES / "nvrm-xid-lines.tsv").read_text().splitlines():
+        if line.startswith("#") or not line.strip():
+            continue
+        xid, pci, text = line.split("\t", 2)
+        rows.append((int(xid), pci, text))
+    return rows
+
+
+@pytest.mark.parametrize("xid,pci,text", real_xid_lines())
+def test_every_real_xid_line_parses_to_its_xid_and_pci(xid, pci, text):
+    events = parse_lines([text])
+    assert [(e.xid, e.pci) for e in events] == [(xid, pci)]
+    assert "NVRM: Xid" in events[0].message
+
+
+def test_real_lines_carry_their_time():
+    rows = {text: (xid, pci) for xid, pci, text in real_xid_lines()}
+    for text in rows:
+        event = parse_lines([text], year=2024)[0]
+        if text.startswith("[2"):
+            assert event.monotonic_s == pytest.approx(24128.834365) or event.monotonic_s == pytest.approx(24128.828315)
+        elif text.startswith("[") or text.startswith("Okt"):
+            assert event.wallclock is not None
+        else:
+            assert event.monotonic_s is None and event.wallclock is None
+
+
+def test_fallen_off_the_bus_over_three_lines_has_no_xid_and_keeps_the_first_lines_time():
+    lines = (FIXTURES / "nvrm-context-lines.txt").read_text().splitlines()
+    events = parse_lines(lines)
+    assert len(events) == 1
+    assert events[0].xid is None
+    assert events[0].pci == "0000:b3:00"
+    assert events[0].monotonic_s == pytest.approx(1843.308145)
+
+
+def test_identity_lines_are_not_events():
+    assert parse_lines(["[Wed Jul 31 23:14:18 2024] NVRM: GPU at PCI:0000:00:05: GPU-efbdfde9"]) == []
+
+
+def test_kmsg_records_give_seq_and_time():
+    events = parse_lines(["4,1234,5678901,-;NVRM: Xid (PCI:0000:3b:00): 48, pid=1, DBE"])
+    assert (events[0].xid, events[0].pci, events[0].seq) == (48, "0000:3b:00", 1234)
+    assert events[0].monotonic_s == pytest.approx(5.678901)
+
+
+def test_iso_and_dmesg_T_stamps():
+    iso = parse_lines(["2024-07-31T23:14:18+0000 host kernel: NVRM: Xid (PCI:0000:41:00): 79, GPU has fallen off the bus."])
+    assert iso[0].wallclock == pytest.approx(1722467658.0)
+    assert iso[0].xid == 79
+
+
+def test_window_by_time():
+    early, late = parse_lines(["[ 10.0] NVRM: Xid (PCI:0000:01:00): 48, a",
+                               "[ 20.0] NVRM: Xid (PCI:0000:01:00): 79, b"])
+    window = KernelLogWindow(since_monotonic_s=15.0)
+    assert not in_window(early, window) and in_window(late, window)
+
+
+def test_file_read_from_recorded_position(tmp_path):
+    log = tmp_path / "kern.log"
+    log.write_text("[ 1.0] NVRM: Xid (PCI:0000:01:00): 48, before the job\n")
+    start = position_now(str(log))
+    with log.open("a") as handle:
+        handle.write("[ 2.0] NVRM: Xid (PCI:0000:02:00): 79, during the job\n")
+    read = read_kernel_log(str(log), KernelLogWindow(position=start))
+    assert [e.pci for e in read.events] == ["0000:02:00"]
+    assert read.error is None
+
+
+def test_rotated_file_is_read_whole(tmp_path):
+    log = tmp_path / "kern.log"
+    log.write_text("x" * 1000 + "\n")
+    start = position_now(str(log))
+    log.unlink()
+    log.write_text("NVRM: Xid (PCI:0000:02:00): 48, after rotation\n")
+    read = read_kernel_log(str(log), KernelLogWindow(position=start))
+    assert [e.xid for e in read.events] == [48]
+
+
+def test_unreadable_log_is_an_error_not_an_exception(tmp_path):
+    read = read_kernel_log(str(tmp_path / "absent"), KernelLogWindow())
+    assert read.events == () and "cannot read" in read.error
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.lists(st.text(max_size=300), max_size=20))
+def test_parser_never_raises_on_any_text(lines):
+    for event in parse_lines(lines):
+        assert len(event.pci) == 10
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.integers(0, 0xFFFF), st.integers(0, 0xFF), st.integers(0, 0x1F), st.integers(0, 99999),
+       st.sampled_from(["", "[ 12.000001] ", "[Wed Jul 31 23:14:18 2024] ", "Oct 06 17:59:27 h kernel: ",
+                        "6,77,123456,-;"]),
+       st.text(max_size=80))
+def test_any_well_formed_xid_line_round_trips(domain, bus, dev, xid, prefix, tail):
+    pci = f"{domain:04x}:{bus:02x}:{dev:02x}"
+    events = parse_lines([f"{prefix}NVRM: Xid (PCI:{pci}): {xid}, {tail}"])
+    assert (events[0].pci, events[0].xid) == (pci, xid)

@@ -1,0 +1,46 @@
+"""The Slurm job environment: SLURM_JOB_GPUS, CUDA_VISIBLE_DEVICES and the minor-number map."""
+
+import pytest
+from hypothesis import given, settings, strategies as st
+
+from healthcheck.model import GpuSnapshot
+from healthcheck.slurmenv import GpuListError, job_from_env, map_job_gpus, parse_gpu_list
+
+
+@pytest.mark.parametrize("text,ids", [("", ()), ("0", ("0",)), ("0,1,3", ("0", "1", "3")),
+                                      ("0-3", ("0", "1", "2", "3")), (" 2 , 5", ("2", "5")),
+                                      ("GPU-513536b6-7d19-9063-b049-1e69664bb298",
+                                       ("GPU-513536b6-7d19-9063-b049-1e69664bb298",))])
+def test_gpu_lists(text, ids):
+    assert parse_gpu_list(text) == ids
+
+
+@pytest.mark.parametrize("text", ["a", "0,,1", "1,1", "3-1", "0;rm -rf /", "-1", "0-99999", "$(id)"])
+def test_malformed_gpu_lists(text):
+    with pytest.raises(GpuListError):
+        parse_gpu_list(text)
+
+
+def test_job_gpus_fall_back_to_cuda_visible_devices_and_errors_are_kept():
+    assert job_from_env({"SLURM_JOB_ID": "5", "CUDA_VISIBLE_DEVICES": "1,2"}).gpu_ids == ("1", "2")
+    job = job_from_env({"SLURM_JOB_ID": "5", "SLURM_JOB_GPUS": "x"})
+    assert job.gpu_ids is None and "SLURM_JOB_GPUS" in job.gpu_ids_error
+    assert job_from_env({"SLURM_JOB_ID": "5"}).gpu_ids == ()
+
+
+def test_map_through_minor_numbers_not_nvml_order():
+    gpus = [GpuSnapshot(index=0, minor_number=3, uuid="GPU-a"), GpuSnapshot(index=1, minor_number=0, uuid="GPU-b")]
+    assert map_job_gpus(["0"], gpus) == ((1,), None)
+    assert map_job_gpus(["GPU-a"], gpus) == ((0,), None)
+    found, error = map_job_gpus(["7"], gpus)
+    assert found == () and "7" in error
+
+
+@settings(max_examples=500)
+@given(st.text(max_size=60))
+def test_any_text_parses_or_raises_gpu_list_error(text):
+    try:
+        ids = parse_gpu_list(text)
+    except GpuListError:
+        return
+    assert len(ids) == len(set(ids)) <= 1024

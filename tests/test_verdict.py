@@ -1,0 +1,100 @@
+"""Pure decisions: verdict order, drain reasons, ownership, the drain budget, exit codes."""
+
+from hypothesis import given, settings, strategies as st
+
+from healthcheck.model import Action, Finding, GpuSnapshot, Mode, Severity, Verdict
+from healthcheck.verdict import (DrainDecision, NodeState, decide_drain, drain_budget,
+                                 drain_reason, may_resume, node_exit, parse_reason, sanitise,
+                                 verdict_of)
+
+GPU3 = GpuSnapshot(index=3, uuid="GPU-3", serial="1650522003820", pci_bus_id="00000000:41:00.0")
+
+
+def f(check, severity, gpu=None, value=None, action=Action.NONE):
+    return Finding(check=check, severity=severity, message="m", gpu=gpu, value=value, action=action)
+
+
+def test_verdict_order_fail_unknown_warn_pass():
+    assert verdict_of([]) is Verdict.PASS
+    assert verdict_of([f("a", Severity.INFO)]) is Verdict.PASS
+    assert verdict_of([f("a", Severity.WARN)]) is Verdict.WARN
+    assert verdict_of([f("a", Severity.WARN), f("b", Severity.UNKNOWN)]) is Verdict.UNKNOWN
+    assert verdict_of([f("a", Severity.UNKNOWN), f("b", Severity.FAIL, action=Action.RESET)]) is Verdict.FAIL
+
+
+def test_reason_names_gpu_pci_serial_check_value_context_job_and_more():
+    findings = [f("ecc.volatile_uncorrected", Severity.FAIL, 3, 2, Action.RESET),
+                f("thermal.slowdown", Severity.WARN, 3, 90),
+                f("remap.pending", Severity.FAIL, 3, True, Action.RESET)]
+    reason = drain_reason(findings, [GPU3], Mode.EPILOG, "1234")
+    assert reason == ("gpu-healthcheck: gpu3 pci=00000000:41:00.0 sn=1650522003820 "
+                      "ecc.volatile_uncorrected=2 epilog job=1234 (+1 more)")
+    assert parse_reason(reason)["gpu"] == "3"
+    assert parse_reason(reason)["job"] == "1234"
+    assert parse_reason(reason)["check"] == "ecc.volatile_uncorrected"
+
+
+def test_rma_outranks_reset_and_is_marked():
+    findings = [f("ecc.volatile_uncorrected", Severity.FAIL, 3, 2, Action.RESET),
+                f("remap.failure", Severity.FAIL, 3, True, Action.RMA)]
+    reason = drain_reason(findings, [GPU3], Mode.PROLOG, "7")
+    assert "remap.failure=1 rma prolog job=7" in reason
+    assert parse_reason(reason)["rma"] == "rma"
+
+
+def test_node_wide_reason_and_no_reason_without_draining_findings():
+    assert drain_reason([f("nvml.init", Severity.FAIL, None, "DRIVER_NOT_LOADED", Action.DRAIN)],
+                        [], Mode.NODE, None) == "gpu-healthcheck: nvml.init=DRIVER_NOT_LOADED node"
+    assert drain_reason([f("xid", Severity.WARN, 3, 94)], [GPU3], Mode.EPILOG, "1") is None
+    assert drain_reason([f("xid", Severity.UNKNOWN)], [], Mode.EPILOG, "1") is None
+
+
+@settings(max_examples=300)
+@given(st.text(max_size=600))
+def test_sanitised_text_is_printable_quote_free_and_bounded(text):
+    out = sanitise(text)
+    assert len(out.encode()) <= 255
+    assert all(" " <= c <= "~" for c in out)
+    assert not set("\"'`\\\n") & set(out)
+
+
+@settings(max_examples=200)
+@given(st.text(max_size=80), st.text(max_size=80))
+def test_reason_is_bounded_whatever_the_gpu_identity(serial, job):
+    gpu = GpuSnapshot(index=0, serial=serial, pci_bus_id="00000000:01:00.0")
+    reason = drain_reason([f("gpu.lost", Severity.FAIL, 0, "GPU_IS_LOST", Action.REBOOT)] * 3,
+                          [gpu], Mode.PROLOG, job)
+    assert reason.startswith("gpu-healthcheck:") and len(reason.encode()) <= 255
+
+
+def nodes(*states):
+    return [NodeState(f"n{i}", s, r) for i, (s, r) in enumerate(states)]
+
+
+def test_drain_budget_counts_only_our_drains_and_allows_at_least_one():
+    assert drain_budget(3, 0.1) == 1
+    assert drain_budget(100, 0.1) == 10
+    cluster = nodes(("IDLE+DRAIN", "gpu-healthcheck: gpu1 x"), ("IDLE", None),
+                    ("IDLE+DRAIN", "admin: bad fan"), ("MIXED", None))
+    assert decide_drain(cluster[1], cluster, 0.25) is DrainDecision.REFUSED
+    assert decide_drain(cluster[1], cluster, 0.5) is DrainDecision.APPLY
+
+
+def test_never_overwrite_an_admin_reason():
+    this = NodeState("n0", "IDLE+DRAIN", "admin: replacing PSU")
+    assert decide_drain(this, [this], 1.0) is DrainDecision.ADMIN_OWNED
+    assert may_resume(this, [], []) == "drained by someone else"
+
+
+def test_resume_only_our_clean_non_rma_drain():
+    ours = NodeState("n0", "IDLE+DRAIN", "gpu-healthcheck: gpu3 ecc.volatile_uncorrected=2 epilog job=1")
+    assert may_resume(ours, [], [GPU3]) is None
+    assert "still failing" in may_resume(ours, [f("gpu.lost", Severity.FAIL, action=Action.RESET)], [])
+    dirty = GpuSnapshot(index=3, ecc_volatile_uncorrected=1)
+    assert "not clean" in may_resume(ours, [], [dirty])
+    rma = NodeState("n0", "IDLE+DRAIN", "gpu-healthcheck: gpu3 remap.failure=1 rma epilog job=1")
+    assert "RMA" in may_resume(rma, [], [GPU3])
+
+
+def test_node_exit_codes():
+    assert [node_exit(v) for v in (Verdict.PASS, Verdict.WARN, Verdict.FAIL, Verdict.UNKNOWN)] == [0, 1, 2, 3]
