@@ -52,6 +52,10 @@ def build_parser() -> "argparse.ArgumentParser":  # noqa: F821
                       "before it starts; drain and requeue on a fault")
     what.add_argument("--epilog", action="store_true", help="Slurm Epilog: judge what changed "
                       "during the job; drain on uncorrectable errors")
+    what.add_argument("--history", nargs="?", type=int, const=20, metavar="N",
+                      help="print the last N verdicts of this node (default 20)")
+    what.add_argument("--cluster", action="store_true", help="list the nodes drained by "
+                      "gpu-healthcheck (one scontrol call), with their reasons in columns")
     what.add_argument("--version", action="store_true", help="print the version and exit")
     parser.add_argument("--json", action="store_true", help="print one JSON document")
     parser.add_argument("--act", action="store_true", help="with --node: drain on failure, "
@@ -82,6 +86,8 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     if args.version:
         print(f"gpu-healthcheck {__version__}")
         return 0
+    if args.history is not None or args.cluster:
+        return _admin_view(args)
     from .model import Mode
 
     mode = Mode.NODE if args.node else Mode.PROLOG if args.prolog else Mode.EPILOG
@@ -132,6 +138,24 @@ def _run(mode: "Mode", args: "argparse.Namespace", gpus: Optional[tuple]) -> int
         write_table(outcome.report, sys.stdout, colour=sys.stdout.isatty())
     emit(outcome, config, mode)
     return outcome.exit_code
+
+
+def _admin_view(args: "argparse.Namespace") -> int:  # noqa: F821
+    """--history and --cluster: read-only views for an admin."""
+    from .config import ConfigError, load_config
+
+    try:
+        config = load_config(args.config, os.environ)
+    except ConfigError as exc:
+        print(f"gpu-healthcheck: config error: {exc}", file=sys.stderr)
+        return 3
+    if args.history is not None:
+        from .history import show_history
+
+        return show_history(config, args.history, args.json, sys.stdout)
+    from .cluster import show_cluster
+
+    return show_cluster(config, os.environ, args.json, sys.stdout)
 
 
 def _log_internal_error(mode: str) -> None:

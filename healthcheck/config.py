@@ -90,7 +90,8 @@ class Config:
     xid_window_s: float = 0.0
     history_file: Optional[str] = None  # None: <state_dir>/history.jsonl
     history_max_bytes: int = 1 << 20
-    metrics_file: Optional[str] = None
+    metrics_file: Optional[str] = None  # node_exporter textfile, e.g. /var/lib/node_exporter/gpu_healthcheck.prom
+    journal: bool = True  # send entries to journald where its socket exists
     drain: DrainConfig = field(default_factory=DrainConfig)
     probe: ProbeConfig = field(default_factory=ProbeConfig)
     checks: ChecksConfig = field(default_factory=ChecksConfig)
