@@ -83,6 +83,7 @@ class Config:
     scontrol: Optional[str] = None  # None: found on PATH, else /usr/bin/scontrol
     scontrol_timeout_s: float = 10.0
     sysfs_root: str = "/sys"
+    node_name: Optional[str] = None  # Slurm NodeName: None = $SLURMD_NODENAME, else short hostname
     expected_gpus: Optional[int] = None
     nvml_timeout_s: float = 10.0  # deadline for the whole NVML read
     # --node: Xids of the last this many seconds count; 0 = since boot.  Prolog and epilog

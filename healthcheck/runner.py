@@ -166,8 +166,14 @@ class _Effects:
         return self._ctl
 
 
+# Reasons slurmctld writes itself when our prolog/epilog exits non-zero: a pending drain of ours
+# replaces them, since they stand for our own failed drain.
+SLURM_OWN_REASONS = ("Prolog error", "Epilog error")
+
+
 def _drain(effects: _Effects, store: StateStore, node: str, reason: str, mode: Mode,
-           job_id: Optional[str], events: List[LogEvent], fields: Dict[str, str]) -> NodeAction:
+           job_id: Optional[str], events: List[LogEvent], fields: Dict[str, str],
+           replace_slurm_reason: bool = False) -> NodeAction:
     """Drain through scontrol, within the budget; on failure leave a pending drain."""
     from .scontrol import ScontrolError
 
@@ -176,6 +182,11 @@ def _drain(effects: _Effects, store: StateStore, node: str, reason: str, mode: M
         this = next((n for n in nodes if n.name == node), None)
         if this is None:
             raise ScontrolError(["scontrol", "show", "nodes"], f"node {node} not in the output")
+        if replace_slurm_reason and this.drained and (this.reason or "").startswith(SLURM_OWN_REASONS):
+            effects.ctl.set_reason(node, reason)
+            events.append(LogEvent("drain", CRIT, f"drained {node}: {reason} (replacing Slurm's "
+                                                  f"{this.reason!r} left by our pending drain)", fields))
+            return NodeAction("drain", reason)
         decision = decide_drain(this, nodes, effects.config.drain.max_fraction)
         if decision is DrainDecision.REFUSED:
             ours = sum(1 for n in nodes if n.drained and (n.reason or "").startswith("gpu-healthcheck:"))
@@ -228,8 +239,11 @@ def apply_pending(effects: _Effects, store: StateStore, node: str, events: List[
         return None
     if pending is None or pending.node != node:
         return None
+    fields = {"GPU_HEALTHCHECK_MODE": pending.mode, "SLURMD_NODENAME": node}
+    if pending.job_id:
+        fields["SLURM_JOB_ID"] = pending.job_id
     action = _drain(effects, store, node, pending.reason, Mode(pending.mode), None, events,
-                    {"SLURM_JOB_ID": pending.job_id or ""})
+                    fields, replace_slurm_reason=True)
     if action.extra.get("pending"):
         return None
     store.clear_pending(expected=pending)
@@ -244,7 +258,7 @@ def run(request: RunRequest, config: Config, node_name: Optional[str] = None) ->
     events: List[LogEvent] = [LogEvent("error", CRIT, w) for w in config.warnings]
     environ = request.environ
     host = socket.gethostname().split(".")[0]
-    node = node_name or environ.get("SLURMD_NODENAME") or host
+    node = node_name or config.node_name or environ.get("SLURMD_NODENAME") or host
     store = StateStore(config.state_dir)
     effects = _Effects(config, environ)
     acting = mode is not Mode.NODE or request.act

@@ -1,0 +1,676 @@
+/*
+ * fakegpu scenario parser, shared by the fake NVML and the fake CUDA driver.
+ *
+ * Design rules (see README.md):
+ *   - one "key = value" per line, '#' starts a comment, blank lines are fine;
+ *   - lines are applied in file order, so a later line wins whether it is a
+ *     wildcard (gpu.*.KEY) or a specific GPU (gpu.N.KEY);
+ *   - anything malformed fails the whole load with one message naming the
+ *     file and line: a test must never run against a half-read scenario.
+ */
+#define _GNU_SOURCE
+#include "scenario.h"
+
+#include <ctype.h>
+#include <errno.h>
+#include <limits.h>
+#include <math.h>
+#include <stddef.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+static const char *const func_names[FG_F_COUNT] = {
+    [FG_F_Name] = "Name",
+    [FG_F_UUID] = "UUID",
+    [FG_F_Serial] = "Serial",
+    [FG_F_PciInfo] = "PciInfo",
+    [FG_F_Index] = "Index",
+    [FG_F_MinorNumber] = "MinorNumber",
+    [FG_F_EccMode] = "EccMode",
+    [FG_F_TotalEccErrors] = "TotalEccErrors",
+    [FG_F_MemoryErrorCounter] = "MemoryErrorCounter",
+    [FG_F_RetiredPages] = "RetiredPages",
+    [FG_F_RetiredPagesPendingStatus] = "RetiredPagesPendingStatus",
+    [FG_F_RemappedRows] = "RemappedRows",
+    [FG_F_MemoryInfo] = "MemoryInfo",
+    [FG_F_ComputeRunningProcesses] = "ComputeRunningProcesses",
+    [FG_F_GraphicsRunningProcesses] = "GraphicsRunningProcesses",
+    [FG_F_Temperature] = "Temperature",
+    [FG_F_TemperatureThreshold] = "TemperatureThreshold",
+    [FG_F_PowerUsage] = "PowerUsage",
+    [FG_F_CurrentClocksEventReasons] = "CurrentClocksEventReasons",
+    [FG_F_CurrPcieLinkGeneration] = "CurrPcieLinkGeneration",
+    [FG_F_CurrPcieLinkWidth] = "CurrPcieLinkWidth",
+    [FG_F_MaxPcieLinkGeneration] = "MaxPcieLinkGeneration",
+    [FG_F_MaxPcieLinkWidth] = "MaxPcieLinkWidth",
+    [FG_F_PersistenceMode] = "PersistenceMode",
+    [FG_F_MigMode] = "MigMode",
+    [FG_F_FieldValues] = "FieldValues",
+    [FG_F_Architecture] = "Architecture",
+    [FG_F_CudaComputeCapability] = "CudaComputeCapability",
+    [FG_F_Brand] = "Brand",
+    [FG_F_DisplayMode] = "DisplayMode",
+    [FG_F_DisplayActive] = "DisplayActive",
+};
+
+const char *fg_func_name(int f)
+{
+    return (f >= 0 && f < FG_F_COUNT) ? func_names[f] : "?";
+}
+
+/* Accepted aliases: names of functions that share a bit with another. */
+static int func_lookup(const char *name, size_t len)
+{
+    static const struct { const char *alias; int f; } aliases[] = {
+        {"CurrentClocksThrottleReasons", FG_F_CurrentClocksEventReasons},
+        {"TemperatureV", FG_F_Temperature},
+        {"Uuid", FG_F_UUID},
+    };
+    for (int f = 0; f < FG_F_COUNT; f++)
+        if (strlen(func_names[f]) == len && memcmp(func_names[f], name, len) == 0)
+            return f;
+    for (size_t i = 0; i < sizeof aliases / sizeof aliases[0]; i++)
+        if (strlen(aliases[i].alias) == len && memcmp(aliases[i].alias, name, len) == 0)
+            return aliases[i].f;
+    return -1;
+}
+
+void fg_sleep(double seconds)
+{
+    if (!(seconds > 0))
+        return;
+    struct timespec req;
+    req.tv_sec = (time_t)seconds;
+    req.tv_nsec = (long)((seconds - (double)req.tv_sec) * 1e9);
+    if (req.tv_nsec >= 1000000000L)
+        req.tv_nsec = 999999999L;
+    /* A signal interrupting nanosleep must not shorten the hang: resume with
+     * the remaining time until it has all passed. */
+    struct timespec rem;
+    while (nanosleep(&req, &rem) != 0 && errno == EINTR)
+        req = rem;
+}
+
+/* Deterministic defaults for GPU n: unique UUID, serial and PCI address. */
+static void gpu_defaults(fg_gpu *g, unsigned int n)
+{
+    memset(g, 0, sizeof *g);
+    snprintf(g->name, sizeof g->name, "NVIDIA H100 80GB HBM3");
+    snprintf(g->uuid, sizeof g->uuid, "GPU-fa4e0000-0000-4000-8000-%012x", n);
+    static const unsigned char base[16] = {0xfa, 0x4e, 0, 0, 0, 0, 0x40, 0, 0x80, 0};
+    memcpy(g->uuid_bytes, base, sizeof base);
+    g->uuid_bytes[14] = (unsigned char)(n >> 8);
+    g->uuid_bytes[15] = (unsigned char)(n & 0xff);
+    snprintf(g->serial, sizeof g->serial, "16505220038%02u", n);
+    /* Sixteen GPUs per PCI domain, buses 0x18, 0x28, ... 0xF8, 0x08: unique. */
+    g->pci_domain = n / 16;
+    g->pci_bus = (0x18 + (n % 16) * 0x10) & 0xff;
+    g->pci_device = 0;
+    g->pci_device_id = 0x233010de;     /* H100 SXM5 80GB */
+    g->pci_subsystem_id = 0x16c110de;
+    g->minor_number = n;
+    g->ecc_mode = FG_ECC_ENABLED;
+    g->ecc_pending = -1;
+    g->mem_total_mib = 81559;
+    g->mem_used_mib = 4;
+    g->mem_reserved_mib = 0;
+    g->temp_c = 34;
+    g->temp_slowdown_c = 87;
+    g->temp_shutdown_c = 92;
+    g->power_mw = 70000;
+    g->pcie_gen_cur = g->pcie_gen_max = 5;
+    g->pcie_width_cur = g->pcie_width_max = 16;
+    g->persistence_mode = 1;
+}
+
+void fg_scenario_defaults(fg_scenario *s)
+{
+    s->ngpus = 8;
+    snprintf(s->driver_version, sizeof s->driver_version, "550.54.15");
+    s->cuda_driver_version = 12040;
+    s->nvml_init_error = 0;
+    for (unsigned int n = 0; n < FG_MAX_GPUS; n++)
+        gpu_defaults(&s->gpu[n], n);
+}
+
+/* ---------------------------------------------------------------- values */
+
+/* Errors are reported through this buffer, then printed with file:line. */
+typedef struct {
+    char msg[256];
+} perr;
+
+static int fail(perr *e, const char *fmt, const char *arg)
+{
+    snprintf(e->msg, sizeof e->msg, fmt, arg);
+    return -1;
+}
+
+/* Integer in [lo, hi]: decimal, or hexadecimal with 0x.  No octal: "010"
+ * is ten, as a person writing a scenario means. */
+static int parse_ll(const char *v, long long lo, long long hi, long long *out, perr *e)
+{
+    const char *p = v;
+    int neg = 0;
+    if (*p == '-' || *p == '+') {
+        neg = (*p == '-');
+        p++;
+    }
+    int base = 10;
+    if (p[0] == '0' && (p[1] == 'x' || p[1] == 'X')) {
+        base = 16;
+        p += 2;
+    }
+    if (!isxdigit((unsigned char)*p) || (base == 10 && !isdigit((unsigned char)*p)))
+        return fail(e, "bad integer '%s'", v);
+    errno = 0;
+    char *end;
+    unsigned long long u = strtoull(p, &end, base);
+    if (*end != '\0' || errno == ERANGE)
+        return fail(e, "bad integer '%s'", v);
+    if (u > (unsigned long long)LLONG_MAX)
+        return fail(e, "integer out of range '%s'", v);
+    long long x = neg ? -(long long)u : (long long)u;
+    if (x < lo || x > hi)
+        return fail(e, "integer out of range '%s'", v);
+    *out = x;
+    return 0;
+}
+
+static int parse_bool(const char *v, int *out, perr *e)
+{
+    if (strcmp(v, "0") == 0) {
+        *out = 0;
+        return 0;
+    }
+    if (strcmp(v, "1") == 0) {
+        *out = 1;
+        return 0;
+    }
+    return fail(e, "bad boolean '%s' (expected 0 or 1)", v);
+}
+
+static int parse_seconds(const char *v, double *out, perr *e)
+{
+    if (*v == '\0')
+        return fail(e, "bad number '%s'", v);
+    errno = 0;
+    char *end;
+    double d = strtod(v, &end);
+    if (*end != '\0' || errno == ERANGE || !isfinite(d) || d < 0 || d > 86400.0)
+        return fail(e, "bad number of seconds '%s' (0..86400)", v);
+    *out = d;
+    return 0;
+}
+
+static int hexval(int c)
+{
+    if (c >= '0' && c <= '9')
+        return c - '0';
+    if (c >= 'a' && c <= 'f')
+        return c - 'a' + 10;
+    if (c >= 'A' && c <= 'F')
+        return c - 'A' + 10;
+    return -1;
+}
+
+/* "GPU-" then 8-4-4-4-12 hex digits: CUDA needs the 16 raw bytes. */
+static int parse_uuid(const char *v, fg_gpu *g, perr *e)
+{
+    static const int groups[5] = {8, 4, 4, 4, 12};
+    if (strncmp(v, "GPU-", 4) != 0)
+        return fail(e, "bad uuid '%s' (expected GPU-xxxxxxxx-xxxx-xxxx-xxxx-xxxxxxxxxxxx)", v);
+    const char *p = v + 4;
+    unsigned char b[16];
+    int nib = 0;
+    for (int gi = 0; gi < 5; gi++) {
+        for (int k = 0; k < groups[gi]; k++, p++, nib++) {
+            int h = hexval((unsigned char)*p);
+            if (h < 0)
+                return fail(e, "bad uuid '%s' (expected GPU-xxxxxxxx-xxxx-xxxx-xxxx-xxxxxxxxxxxx)", v);
+            if (nib % 2 == 0)
+                b[nib / 2] = (unsigned char)(h << 4);
+            else
+                b[nib / 2] = (unsigned char)(b[nib / 2] | h);
+        }
+        if (gi < 4 && *p++ != '-')
+            return fail(e, "bad uuid '%s' (expected GPU-xxxxxxxx-xxxx-xxxx-xxxx-xxxxxxxxxxxx)", v);
+    }
+    if (*p != '\0')
+        return fail(e, "bad uuid '%s' (expected GPU-xxxxxxxx-xxxx-xxxx-xxxx-xxxxxxxxxxxx)", v);
+    snprintf(g->uuid, sizeof g->uuid, "%s", v);
+    memcpy(g->uuid_bytes, b, sizeof b);
+    return 0;
+}
+
+/* Parse up to `maxdigits` hex digits terminated by `term`. */
+static int hexfield(const char **pp, int mindigits, int maxdigits, char term, unsigned int *out)
+{
+    const char *p = *pp;
+    unsigned int x = 0;
+    int n = 0;
+    while (hexval((unsigned char)*p) >= 0) {
+        if (++n > maxdigits)
+            return -1;
+        x = x * 16 + (unsigned int)hexval((unsigned char)*p);
+        p++;
+    }
+    if (n < mindigits || *p != term)
+        return -1;
+    *out = x;
+    *pp = term ? p + 1 : p;
+    return 0;
+}
+
+/* "DDDDDDDD:BB:DD.F" or the legacy "DDDD:BB:DD.F"; function must be 0. */
+static int parse_pci(const char *v, fg_gpu *g, perr *e)
+{
+    const char *p = v;
+    unsigned int dom, bus, dev, fn;
+    if (hexfield(&p, 4, 8, ':', &dom) || hexfield(&p, 2, 2, ':', &bus) ||
+        hexfield(&p, 2, 2, '.', &dev) || hexfield(&p, 1, 1, '\0', &fn) || dev > 31 || fn != 0)
+        return fail(e, "bad pci_bus_id '%s' (expected DDDDDDDD:BB:DD.0)", v);
+    g->pci_domain = dom;
+    g->pci_bus = bus;
+    g->pci_device = dev;
+    return 0;
+}
+
+static int parse_procs(const char *v, fg_gpu *g, perr *e)
+{
+    fg_proc procs[FG_MAX_PROCS];
+    unsigned int n = 0;
+    const char *p = v;
+    while (*p) {
+        if (n == FG_MAX_PROCS)
+            return fail(e, "too many processes (at most 64) in '%s'", v);
+        char *end;
+        if (!isdigit((unsigned char)*p))
+            return fail(e, "bad processes '%s' (expected PID:MIB[,PID:MIB...])", v);
+        errno = 0;
+        unsigned long pid = strtoul(p, &end, 10);
+        if (errno || *end != ':' || pid > UINT_MAX)
+            return fail(e, "bad processes '%s' (expected PID:MIB[,PID:MIB...])", v);
+        p = end + 1;
+        if (!isdigit((unsigned char)*p))
+            return fail(e, "bad processes '%s' (expected PID:MIB[,PID:MIB...])", v);
+        unsigned long long mib = strtoull(p, &end, 10);
+        if (errno || (*end != ',' && *end != '\0') || mib > (1ULL << 30))
+            return fail(e, "bad processes '%s' (expected PID:MIB[,PID:MIB...])", v);
+        procs[n].pid = (unsigned int)pid;
+        procs[n].mib = mib;
+        n++;
+        p = end;
+        if (*p == ',') {
+            p++;
+            while (*p == ' ' || *p == '\t')
+                p++;
+            if (*p == '\0')
+                return fail(e, "bad processes '%s' (trailing comma)", v);
+        }
+    }
+    memcpy(g->procs, procs, n * sizeof procs[0]);
+    g->nprocs = n;
+    return 0;
+}
+
+static int parse_unsupported(const char *v, fg_gpu *g, perr *e)
+{
+    uint64_t mask = 0;
+    const char *p = v;
+    while (*p) {
+        while (*p == ' ' || *p == '\t')
+            p++;
+        const char *start = p;
+        while (*p && *p != ',' && *p != ' ' && *p != '\t')
+            p++;
+        size_t len = (size_t)(p - start);
+        while (*p == ' ' || *p == '\t')
+            p++;
+        if (len == 0)
+            return fail(e, "empty name in unsupported list '%s'", v);
+        int f = func_lookup(start, len);
+        if (f < 0) {
+            char name[64];
+            snprintf(name, sizeof name, "%.*s", (int)(len < 60 ? len : 60), start);
+            return fail(e, "unknown NVML function name '%s' in unsupported list", name);
+        }
+        mask |= (uint64_t)1 << f;
+        if (*p == ',') {
+            p++;
+            if (*p == '\0')
+                return fail(e, "bad unsupported list '%s' (trailing comma)", v);
+        } else if (*p) {
+            return fail(e, "bad unsupported list '%s'", v);
+        }
+    }
+    g->unsupported = mask;
+    return 0;
+}
+
+static int parse_string(const char *v, char *dst, size_t cap, perr *e)
+{
+    if (strlen(v) >= cap) {
+        char m[80];
+        snprintf(m, sizeof m, "value too long (at most %zu characters)", cap - 1);
+        return fail(e, "%s", m);
+    }
+    memcpy(dst, v, strlen(v) + 1);
+    return 0;
+}
+
+/* ------------------------------------------------------------ key table */
+
+enum ktype { K_STR, K_U32, K_U64, K_INT, K_BOOL, K_SECONDS, K_ECC, K_ECC_PENDING,
+             K_PROCS, K_UNSUP, K_UUID, K_PCI };
+
+typedef struct {
+    const char *key;
+    enum ktype type;
+    size_t off;          /* offsetof(fg_gpu, field) */
+    size_t cap;          /* K_STR: buffer size */
+    long long lo, hi;    /* integer range */
+} gkey;
+
+#define G(f) offsetof(fg_gpu, f)
+#define U32MAX 4294967295LL
+static const gkey gpu_keys[] = {
+    {"name", K_STR, G(name), FG_NAME_LEN, 0, 0},
+    {"uuid", K_UUID, 0, 0, 0, 0},
+    {"serial", K_STR, G(serial), FG_SERIAL_LEN, 0, 0},
+    {"pci_bus_id", K_PCI, 0, 0, 0, 0},
+    {"pci_device_id", K_U32, G(pci_device_id), 0, 0, U32MAX},
+    {"pci_subsystem_id", K_U32, G(pci_subsystem_id), 0, 0, U32MAX},
+    {"minor_number", K_U32, G(minor_number), 0, 0, U32MAX},
+    {"ecc_mode", K_ECC, G(ecc_mode), 0, 0, 0},
+    {"ecc_mode_pending", K_ECC_PENDING, G(ecc_pending), 0, 0, 0},
+    {"ecc.volatile.corrected", K_U64, G(ecc_vol_corr), 0, 0, LLONG_MAX},
+    {"ecc.volatile.uncorrected", K_U64, G(ecc_vol_unc), 0, 0, LLONG_MAX},
+    {"ecc.aggregate.corrected", K_U64, G(ecc_agg_corr), 0, 0, LLONG_MAX},
+    {"ecc.aggregate.uncorrected", K_U64, G(ecc_agg_unc), 0, 0, LLONG_MAX},
+    {"retired.sbe", K_U32, G(retired_sbe), 0, 0, 65536},
+    {"retired.dbe", K_U32, G(retired_dbe), 0, 0, 65536},
+    {"retired.pending", K_BOOL, G(retired_pending), 0, 0, 0},
+    {"remap.correctable", K_U32, G(remap_corr), 0, 0, U32MAX},
+    {"remap.uncorrectable", K_U32, G(remap_unc), 0, 0, U32MAX},
+    {"remap.pending", K_BOOL, G(remap_pending), 0, 0, 0},
+    {"remap.failure", K_BOOL, G(remap_failure), 0, 0, 0},
+    {"recovery_action", K_U32, G(recovery_action), 0, 0, U32MAX},
+    /* MiB values are capped at 16 TiB so byte counts never overflow. */
+    {"memory.total_mib", K_U64, G(mem_total_mib), 0, 0, 1LL << 24},
+    {"memory.used_mib", K_U64, G(mem_used_mib), 0, 0, 1LL << 24},
+    {"memory.reserved_mib", K_U64, G(mem_reserved_mib), 0, 0, 1LL << 24},
+    {"processes", K_PROCS, 0, 0, 0, 0},
+    {"temperature_c", K_U32, G(temp_c), 0, 0, 1000},
+    {"temperature.slowdown_c", K_U32, G(temp_slowdown_c), 0, 0, 1000},
+    {"temperature.shutdown_c", K_U32, G(temp_shutdown_c), 0, 0, 1000},
+    {"power_mw", K_U32, G(power_mw), 0, 0, U32MAX},
+    {"clocks_event_reasons", K_U64, G(clocks_event_reasons), 0, 0, LLONG_MAX},
+    {"pcie.gen_current", K_U32, G(pcie_gen_cur), 0, 0, 64},
+    {"pcie.gen_max", K_U32, G(pcie_gen_max), 0, 0, 64},
+    {"pcie.width_current", K_U32, G(pcie_width_cur), 0, 0, 64},
+    {"pcie.width_max", K_U32, G(pcie_width_max), 0, 0, 64},
+    {"persistence_mode", K_BOOL, G(persistence_mode), 0, 0, 0},
+    {"mig_mode", K_BOOL, G(mig_mode), 0, 0, 0},
+    {"lost", K_BOOL, G(lost), 0, 0, 0},
+    {"unsupported", K_UNSUP, 0, 0, 0, 0},
+    {"nvml.hang_s", K_SECONDS, G(nvml_hang_s), 0, 0, 0},
+    {"cuda.init_error", K_INT, G(cuda_init_error), 0, 0, INT_MAX},
+    {"cuda.alloc_error", K_INT, G(cuda_alloc_error), 0, 0, INT_MAX},
+    {"cuda.corrupt", K_BOOL, G(cuda_corrupt), 0, 0, 0},
+    {"cuda.hang_s", K_SECONDS, G(cuda_hang_s), 0, 0, 0},
+    {"cuda.crash", K_INT, G(cuda_crash), 0, 0, 64},
+};
+
+static int apply_gpu_key(fg_gpu *g, const gkey *k, const char *v, perr *e)
+{
+    char *base = (char *)g;
+    long long x;
+    int b;
+    double d;
+    switch (k->type) {
+    case K_STR:
+        return parse_string(v, base + k->off, k->cap, e);
+    case K_UUID:
+        return parse_uuid(v, g, e);
+    case K_PCI:
+        return parse_pci(v, g, e);
+    case K_PROCS:
+        return parse_procs(v, g, e);
+    case K_UNSUP:
+        return parse_unsupported(v, g, e);
+    case K_U32:
+        if (parse_ll(v, k->lo, k->hi, &x, e))
+            return -1;
+        *(unsigned int *)(void *)(base + k->off) = (unsigned int)x;
+        return 0;
+    case K_U64:
+        if (parse_ll(v, k->lo, k->hi, &x, e))
+            return -1;
+        *(unsigned long long *)(void *)(base + k->off) = (unsigned long long)x;
+        return 0;
+    case K_INT:
+        if (parse_ll(v, k->lo, k->hi, &x, e))
+            return -1;
+        *(int *)(void *)(base + k->off) = (int)x;
+        return 0;
+    case K_BOOL:
+        if (parse_bool(v, &b, e))
+            return -1;
+        *(int *)(void *)(base + k->off) = b;
+        return 0;
+    case K_SECONDS:
+        if (parse_seconds(v, &d, e))
+            return -1;
+        *(double *)(void *)(base + k->off) = d;
+        return 0;
+    case K_ECC:
+        if (strcmp(v, "enabled") == 0)
+            g->ecc_mode = FG_ECC_ENABLED;
+        else if (strcmp(v, "disabled") == 0)
+            g->ecc_mode = FG_ECC_DISABLED;
+        else if (strcmp(v, "unsupported") == 0)
+            g->ecc_mode = FG_ECC_UNSUPPORTED;
+        else
+            return fail(e, "bad ecc_mode '%s' (expected enabled, disabled or unsupported)", v);
+        return 0;
+    case K_ECC_PENDING:
+        if (strcmp(v, "enabled") == 0)
+            g->ecc_pending = FG_ECC_ENABLED;
+        else if (strcmp(v, "disabled") == 0)
+            g->ecc_pending = FG_ECC_DISABLED;
+        else
+            return fail(e, "bad ecc_mode_pending '%s' (expected enabled or disabled)", v);
+        return 0;
+    }
+    return fail(e, "%s", "internal error: key type");
+}
+
+static char *trim(char *s)
+{
+    while (*s == ' ' || *s == '\t' || *s == '\r' || *s == '\v' || *s == '\f')
+        s++;
+    char *end = s + strlen(s);
+    while (end > s && (end[-1] == ' ' || end[-1] == '\t' || end[-1] == '\r' ||
+                       end[-1] == '\v' || end[-1] == '\f' || end[-1] == '\n'))
+        *--end = '\0';
+    return s;
+}
+
+/* One line, already stripped of its comment and trimmed, not empty. */
+static int parse_line(fg_scenario *s, char *line, perr *e)
+{
+    char *eq = strchr(line, '=');
+    if (!eq)
+        return fail(e, "%s", "expected 'key = value'");
+    *eq = '\0';
+    char *key = trim(line);
+    char *val = trim(eq + 1);
+    if (*key == '\0')
+        return fail(e, "%s", "missing key before '='");
+    long long x;
+
+    if (strcmp(key, "gpus") == 0) {
+        if (parse_ll(val, 0, FG_MAX_GPUS, &x, e))
+            return -1;
+        s->ngpus = (unsigned int)x;
+        return 0;
+    }
+    if (strcmp(key, "driver_version") == 0)
+        return parse_string(val, s->driver_version, sizeof s->driver_version, e);
+    if (strcmp(key, "cuda_driver_version") == 0) {
+        if (parse_ll(val, 0, INT_MAX, &x, e))
+            return -1;
+        s->cuda_driver_version = (int)x;
+        return 0;
+    }
+    if (strcmp(key, "nvml.init_error") == 0) {
+        if (parse_ll(val, 0, INT_MAX, &x, e))
+            return -1;
+        s->nvml_init_error = (int)x;
+        return 0;
+    }
+    if (strncmp(key, "gpu.", 4) != 0)
+        return fail(e, "unknown key '%s'", key);
+
+    /* gpu.N.KEY or gpu.*.KEY */
+    char *idx = key + 4;
+    char *dot = strchr(idx, '.');
+    if (!dot)
+        return fail(e, "unknown key '%s' (expected gpu.N.KEY)", key);
+    *dot = '\0';
+    char *sub = dot + 1;
+    int all = 0;
+    long long n = 0;
+    if (strcmp(idx, "*") == 0) {
+        all = 1;
+    } else {
+        perr ignore;
+        if (*idx == '\0' || *idx == '-' || *idx == '+' || parse_ll(idx, 0, LLONG_MAX, &n, &ignore)) {
+            *dot = '.';
+            return fail(e, "bad GPU index in key '%s'", key);
+        }
+        if (n >= FG_MAX_GPUS) {
+            *dot = '.';
+            return fail(e, "GPU index out of range 0..255 in key '%s'", key);
+        }
+    }
+    const gkey *k = NULL;
+    for (size_t i = 0; i < sizeof gpu_keys / sizeof gpu_keys[0]; i++)
+        if (strcmp(gpu_keys[i].key, sub) == 0)
+            k = &gpu_keys[i];
+    if (!k) {
+        *dot = '.';
+        return fail(e, "unknown key '%s'", key);
+    }
+    if (!all)
+        return apply_gpu_key(&s->gpu[n], k, val, e);
+    /* Parse once, then copy the result field to every GPU: a bad value is
+     * reported once, and GPU-specific defaults (uuid...) are replaced by
+     * the given value only for this key. */
+    if (apply_gpu_key(&s->gpu[0], k, val, e))
+        return -1;
+    for (unsigned int i = 1; i < FG_MAX_GPUS; i++)
+        if (apply_gpu_key(&s->gpu[i], k, val, e))
+            return -1;
+    return 0;
+}
+
+int fg_scenario_parse(fg_scenario *s, const char *text, size_t len, const char *path)
+{
+    fg_scenario_defaults(s);
+    size_t pos = 0;
+    unsigned long lineno = 0;
+    char *buf = NULL;
+    size_t bufcap = 0;
+    int rc = 0;
+    while (pos < len) {
+        lineno++;
+        const char *start = text + pos;
+        const char *nl = memchr(start, '\n', len - pos);
+        size_t l = nl ? (size_t)(nl - start) : len - pos;
+        pos += l + (nl ? 1 : 0);
+        perr e;
+        e.msg[0] = '\0';
+        if (memchr(start, '\0', l)) {
+            fail(&e, "%s", "NUL byte in line");
+        } else {
+            if (l + 1 > bufcap) {
+                char *nb = realloc(buf, l + 1);
+                if (!nb) {
+                    fail(&e, "%s", "out of memory");
+                    goto report;
+                }
+                buf = nb;
+                bufcap = l + 1;
+            }
+            memcpy(buf, start, l);
+            buf[l] = '\0';
+            char *hash = strchr(buf, '#');
+            if (hash)
+                *hash = '\0';
+            char *line = trim(buf);
+            if (*line == '\0' || parse_line(s, line, &e) == 0)
+                continue;
+        }
+    report:
+        fprintf(stderr, "fakegpu: %s:%lu: %s\n", path, lineno, e.msg);
+        rc = -1;
+        break;
+    }
+    free(buf);
+    return rc;
+}
+
+int fg_scenario_load(fg_scenario *s)
+{
+    const char *path = getenv("FAKEGPU_SCENARIO");
+    if (!path) {
+        fg_scenario_defaults(s);
+        return 0;
+    }
+    FILE *f = fopen(path, "rb");
+    if (!f) {
+        fprintf(stderr, "fakegpu: %s:0: cannot read scenario: %s\n", path, strerror(errno));
+        return -1;
+    }
+    /* Read the whole file: a read error must fail the load, not truncate. */
+    char *text = NULL;
+    size_t len = 0, cap = 0;
+    for (;;) {
+        if (len == cap) {
+            size_t ncap = cap ? cap * 2 : 8192;
+            if (ncap > (64u << 20)) {
+                fprintf(stderr, "fakegpu: %s:0: scenario larger than 64 MiB\n", path);
+                free(text);
+                fclose(f);
+                return -1;
+            }
+            char *nt = realloc(text, ncap);
+            if (!nt) {
+                fprintf(stderr, "fakegpu: %s:0: out of memory\n", path);
+                free(text);
+                fclose(f);
+                return -1;
+            }
+            text = nt;
+            cap = ncap;
+        }
+        size_t got = fread(text + len, 1, cap - len, f);
+        len += got;
+        if (got == 0)
+            break;
+    }
+    if (ferror(f)) {
+        fprintf(stderr, "fakegpu: %s:0: cannot read scenario: %s\n", path, strerror(errno));
+        free(text);
+        fclose(f);
+        return -1;
+    }
+    fclose(f);
+    int rc = fg_scenario_parse(s, text ? text : "", len, path);
+    free(text);
+    return rc;
+}
