@@ -101,3 +101,19 @@ def test_structured_fuzz_never_escapes_config_error(table):
         parse_config(text, "f.toml")
     except ConfigError as exc:
         assert exc.key is None or exc.key in table
+
+
+def test_the_sample_config_in_deploy_is_valid_and_shows_the_defaults():
+    from dataclasses import replace
+    from pathlib import Path
+    path = Path(__file__).resolve().parent.parent / "deploy" / "slurm" / "config.toml"
+    config = parse_config(path.read_text(), str(path))
+    assert replace(config, source=None) == Config()
+
+
+def test_every_config_key_is_documented_in_the_sample():
+    from pathlib import Path
+    from healthcheck.config import describe_schema
+    text = (Path(__file__).resolve().parent.parent / "deploy" / "slurm" / "config.toml").read_text()
+    for key, _, _ in describe_schema():
+        assert key.rsplit(".", 1)[-1] in text, key
