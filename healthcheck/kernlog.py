@@ -160,7 +160,11 @@ def read_kernel_log(path: str, window: KernelLogWindow) -> KernelLogRead:
             offset = 0
             pos = window.position
             if pos and pos.offset is not None and pos.inode == st.st_ino and pos.offset <= st.st_size:
+                # The same file, grown: everything past the recorded offset is the window.
+                # Times are not compared: a file's clock (dmesg's seconds since boot, a
+                # syslog date) need not match ours.
                 offset = pos.offset
+                window = KernelLogWindow()
             lines = list(_read_file(path, offset))
             end = KernelLogPosition(source=path, offset=st.st_size, inode=st.st_ino,
                                     monotonic_s=time.monotonic(), wallclock=time.time())

@@ -1,31 +1,126 @@
-"""Where a run's log events go: stderr (slurmd's log), journald, and the node history file.
+"""Where a run's log events go: stderr (slurmd's log), journald, the history file, metrics.
 
-    emit(outcome, config, Mode.PROLOG)
+    emit(outcome, config, Mode.PROLOG)              # once per run, after the report
+    emit_internal_error("prolog", traceback_text)   # when our own code crashed
+
+- stderr: by hand (--node) only CRIT, since the table already shows the findings; from
+  prolog/epilog everything at NOTICE or worse, which lands in slurmd's log.
+- journald: every event (journal.py).  Where the journal is unavailable (no socket, no
+  systemd-python, a send failing) every event goes to stderr instead, with its key fields, so
+  nothing is lost silently.  `journal = false` in the config turns journald off; the history
+  file still keeps every run.
+- history: always (history.py).
+- metrics: when metrics_file is set (metrics.py).
+
+A sink that fails never raises out of here and never changes the exit code, which slurmd acts
+on: it costs one line on stderr naming the sink and its path.
 """
 
 from __future__ import annotations
 
 import sys
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Optional, Set, TextIO
 
 if TYPE_CHECKING:
     from .config import Config
     from .model import Mode
-    from .runner import RunOutcome
+    from .runner import LogEvent, RunOutcome
 
-_LEVEL = {2: "CRITICAL", 3: "ERROR", 4: "WARNING", 5: "NOTICE", 6: "INFO"}
+_LEVEL = {0: "EMERGENCY", 1: "ALERT", 2: "CRITICAL", 3: "ERROR", 4: "WARNING", 5: "NOTICE",
+          6: "INFO", 7: "DEBUG"}
+# The fields an admin needs to find the board and the job again from slurmd's log alone.
+_KEY_FIELDS = ("GPU_HEALTHCHECK_CHECK", "GPU_HEALTHCHECK_SEVERITY", "GPU_HEALTHCHECK_VALUE",
+               "GPU_INDEX", "GPU_PCI_BUS_ID", "GPU_SERIAL", "GPU_UUID", "SLURM_JOB_ID",
+               "SLURMD_NODENAME")
 
 
-def emit(outcome: "RunOutcome", config: "Config", mode: "Mode") -> None:
+def _line(event: "LogEvent", with_fields: bool) -> str:
+    text = f"gpu-healthcheck: {_LEVEL.get(event.priority, 'INFO')}: {event.message}"
+    if with_fields:
+        keys = [f"{k}={event.fields[k]}" for k in _KEY_FIELDS if event.fields.get(k)]
+        text += f" [{event.kind}{' ' if keys else ''}{' '.join(keys)}]"
+    return text
+
+
+def emit(outcome: "RunOutcome", config: "Config", mode: "Mode", err: Optional[TextIO] = None) -> None:
+    """Send the run's events to every sink; never raises."""
     from .model import Mode
 
-    # By hand the table already shows the findings: stderr gets only what needs attention.
+    err = err if err is not None else sys.stderr
+    mode_name = getattr(mode, "value", str(mode))
     limit = 2 if mode is Mode.NODE else 5
-    for event in outcome.events:
-        if event.priority <= limit:
-            print(f"gpu-healthcheck: {_LEVEL.get(event.priority, 'INFO')}: {event.message}",
-                  file=sys.stderr)
+    fallback: Set[int] = set()
+    if config.journal:
+        try:
+            from .journal import send_events
+
+            result = send_events(outcome.events, mode_name)
+            if result.problem:
+                print(f"gpu-healthcheck: journal sink: {result.problem}; events go to stderr and "
+                      f"the history file {config.history_path()}", file=err)
+                fallback = {id(e) for e in result.unsent}
+        except Exception as exc:  # noqa: BLE001 - a sink must not change slurmd's exit code
+            print(f"gpu-healthcheck: journal sink failed ({type(exc).__name__}: {exc}); events go "
+                  f"to stderr", file=err)
+            fallback = {id(e) for e in outcome.events}
+    try:
+        for event in outcome.events:
+            if event.priority <= limit or id(event) in fallback:
+                print(_line(event, id(event) in fallback), file=err)
+    except (OSError, ValueError):
+        pass  # stderr closed: there is nowhere left to say so
+
+    try:
+        from .history import append_run
+
+        append_run(config, outcome)
+    except Exception as exc:  # noqa: BLE001 - see above
+        print(f"gpu-healthcheck: history sink failed: {config.history_path()}: "
+              f"{getattr(exc, 'strerror', None) or exc}", file=err)
+
+    if config.metrics_file:
+        try:
+            from .metrics import write_metrics
+
+            for note in write_metrics(config, outcome, mode_name):
+                print(f"gpu-healthcheck: metrics sink: {note}", file=err)
+        except Exception as exc:  # noqa: BLE001 - see above
+            print(f"gpu-healthcheck: metrics sink failed: {config.metrics_file}: "
+                  f"{getattr(exc, 'strerror', None) or exc}", file=err)
 
 
-def emit_internal_error(mode: str, trace: str) -> None:
-    """Called when our own code failed; stderr already has the traceback."""
+def emit_internal_error(mode: str, trace: str, config: Optional["Config"] = None,
+                        err: Optional[TextIO] = None) -> None:
+    """Our own code failed (stderr already has the traceback): a CRIT journal entry with the
+    internal-error MESSAGE_ID and a history line, best effort; never raises."""
+    err = err if err is not None else sys.stderr
+    if config is None:
+        config = _config_for_crash()
+    if config.journal:
+        try:
+            from .journal import send_internal_error
+
+            problem = send_internal_error(mode, trace)
+            if problem:
+                print(f"gpu-healthcheck: journal sink: {problem}", file=err)
+        except Exception as exc:  # noqa: BLE001 - reporting a bug must not become a second bug
+            print(f"gpu-healthcheck: journal sink failed: {exc}", file=err)
+    try:
+        from .history import append_internal_error
+
+        append_internal_error(config, mode, trace)
+    except Exception as exc:  # noqa: BLE001 - see above
+        print(f"gpu-healthcheck: history sink failed: {config.history_path()}: "
+              f"{getattr(exc, 'strerror', None) or exc}", file=err)
+
+
+def _config_for_crash() -> "Config":
+    """cli does not hand us its config on a crash: read it again, or fall back to defaults."""
+    import os
+
+    from .config import Config, load_config
+
+    try:
+        return load_config(None, os.environ)
+    except Exception:  # noqa: BLE001 - the crash may have been in the config code itself
+        return Config()

@@ -103,5 +103,9 @@ def map_job_gpus(ids: Sequence[str], gpus: Sequence[GpuSnapshot]) -> Tuple[Tuple
             missing.append(ident)
         else:
             found.append(index)
-    error = f"no GPU with minor number or UUID {', '.join(missing)}" if missing else None
-    return tuple(found), error
+    # A lost or hung GPU may not tell its minor number; ids it could account for are not a
+    # malformed list (that GPU fails the node anyway).
+    unidentified = sum(1 for g in gpus if g.minor_number is None and g.lost is not None)
+    if missing and len(missing) > unidentified:
+        return tuple(found), f"no GPU with minor number or UUID {', '.join(missing)}"
+    return tuple(found), None

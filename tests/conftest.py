@@ -83,11 +83,16 @@ class Node:
 
     def write_config(self, extra: str = "") -> None:
         self.config_extra = extra
-        top, _, tables = extra.partition("\n[")
-        self.config_path.write_text(
-            f'state_dir = "{self.state_dir}"\nkernel_log = "{self.kernel_log}"\n'
-            f'sysfs_root = "{self.sysfs}"\nscontrol = "{self.tmp / "no-scontrol"}"\n'
-            f'scontrol_timeout_s = 5\n{top}\n' + (f"[{tables}\n" if tables else ""))
+        if extra.startswith("["):
+            top, tables = "", extra[1:]
+        else:
+            top, _, tables = extra.partition("\n[")
+        defaults = {"state_dir": f'"{self.state_dir}"', "kernel_log": f'"{self.kernel_log}"',
+                    "sysfs_root": f'"{self.sysfs}"', "scontrol": f'"{self.tmp / "no-scontrol"}"',
+                    "scontrol_timeout_s": "5"}
+        overridden = {line.split("=", 1)[0].strip() for line in top.splitlines() if "=" in line}
+        lines = [f"{k} = {v}" for k, v in defaults.items() if k not in overridden]
+        self.config_path.write_text("\n".join(lines) + f"\n{top}\n" + (f"[{tables}\n" if tables else ""))
         os.chmod(self.config_path, 0o644)
 
     def env(self, extra: Optional[Dict[str, str]] = None) -> Dict[str, str]:

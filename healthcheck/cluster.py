@@ -1,0 +1,98 @@
+"""`gpu-healthcheck --cluster`: the nodes gpu-healthcheck drained, with their reasons in columns.
+
+    show_cluster(config, os.environ, as_json=False, out=sys.stdout) -> exit code
+
+One `scontrol -o show nodes` call (the controller is shared; a loop of `show node X` is not).
+
+    NODE   STATE       GPU  PCI               SERIAL         CHECK                     VALUE  CONTEXT  JOB  TIME
+    gpu-a  IDLE+DRAIN  2    00000000:38:00.0  1650522003802  ecc.volatile_uncorrected  3      epilog   12   2026-11-29T19:01:02
+
+    not ours:
+    gpu-c  IDLE+DRAIN  bad fan [admin@2026-11-29T18:00:00]
+
+--json prints a list of objects with keys node, state, gpu, pci, serial, check, value, context,
+job, time, ours and raw_reason (ours first, then the others).
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from typing import TYPE_CHECKING, Any, Dict, List, Mapping, Optional, TextIO
+
+if TYPE_CHECKING:
+    from .config import Config
+
+COLUMNS = ("node", "state", "gpu", "pci", "serial", "check", "value", "context", "job", "time")
+
+
+def rows_from_show_nodes(text: str) -> List[Dict[str, Any]]:
+    """Pure: one row per node drained by us or by someone else, ours first."""
+    from .scontrol import parse_node_line, reason_time
+    from .verdict import is_ours, parse_reason
+
+    ours: List[Dict[str, Any]] = []
+    others: List[Dict[str, Any]] = []
+    for line in text.splitlines():
+        node = parse_node_line(line)
+        if node is None or not node.reason:
+            continue
+        row: Dict[str, Any] = dict.fromkeys(COLUMNS)
+        row.update(node=node.name, state=node.state, time=reason_time(line),
+                   raw_reason=node.reason, ours=is_ours(node.reason))
+        if row["ours"]:
+            parsed = parse_reason(node.reason) or {}
+            row.update(gpu=parsed.get("gpu"), pci=parsed.get("pci"), serial=parsed.get("serial"),
+                       check=parsed.get("check"), value=parsed.get("value"),
+                       context=parsed.get("context"), job=parsed.get("job"))
+            ours.append(row)
+        elif node.drained:
+            others.append(row)  # a reason on a node in service is a note, not a drain
+    return ours + others
+
+
+def format_table(rows: List[Dict[str, Any]]) -> List[str]:
+    ours = [r for r in rows if r["ours"]]
+    others = [r for r in rows if not r["ours"]]
+    lines: List[str] = []
+    if ours:
+        table = [tuple(c.upper() for c in COLUMNS)]
+        table += [tuple("-" if r[c] is None else str(r[c]) for c in COLUMNS) for r in ours]
+        widths = [max(len(t[i]) for t in table) for i in range(len(COLUMNS))]
+        for t in table:
+            lines.append("  ".join(t[i].ljust(widths[i]) for i in range(len(COLUMNS))).rstrip())
+        # a reason we could not split into columns (older version, truncated) is still shown
+        lines += [f"  {r['node']}: {r['raw_reason']}" for r in ours if r["check"] is None]
+    else:
+        lines.append("no nodes drained by gpu-healthcheck")
+    if others:
+        lines.append("")
+        lines.append("not ours:")
+        width = max(len(r["node"]) for r in others)
+        swidth = max(len(r["state"]) for r in others)
+        for r in others:
+            when = f" [{r['time']}]" if r["time"] else ""
+            lines.append(f"{r['node'].ljust(width)}  {r['state'].ljust(swidth)}  {r['raw_reason']}{when}")
+    return lines
+
+
+def show_cluster(config: "Config", environ: Mapping[str, str], as_json: bool, out: TextIO,
+                 err: Optional[TextIO] = None) -> int:
+    """`--cluster`: exit 0, or 3 when scontrol fails (the message names it)."""
+    from .scontrol import Scontrol, ScontrolError, find_scontrol
+
+    err = err if err is not None else sys.stderr
+    ctl = Scontrol(find_scontrol(config.scontrol, environ), config.scontrol_timeout_s)
+    try:
+        text = ctl.show_nodes_raw()
+    except ScontrolError as exc:
+        print(f"gpu-healthcheck: --cluster: cannot list nodes with scontrol: {exc}", file=err)
+        return 3
+    rows = rows_from_show_nodes(text)
+    if as_json:
+        json.dump(rows, out, indent=2)
+        out.write("\n")
+    else:
+        for line in format_table(rows):
+            out.write(line + "\n")
+    return 0

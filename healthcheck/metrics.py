@@ -1,0 +1,356 @@
+"""Prometheus metrics for node_exporter's textfile collector.
+
+    # config.toml
+    metrics_file = "/var/lib/node_exporter/textfile/gpu_healthcheck.prom"
+
+    write_metrics(config, outcome, "epilog")   # after every run, by sinks.emit
+
+node_exporter reads the file at every scrape, so it is replaced atomically (a temp file in the
+same directory, then rename) and always holds the whole picture: the last run of each mode
+(node, prolog, epilog), the GPU counters of the latest read and counters that persist across
+runs.  That picture lives in <state_dir>/metrics-state.json, updated read-modify-write under
+flock(<state_dir>/metrics-state.lock) so concurrent prolog/epilog runs never lose an increment
+and one mode's run never erases another's series.
+
+    # HELP gpu_healthcheck_verdict 1 for the verdict of the last run of this mode, 0 for the others.
+    # TYPE gpu_healthcheck_verdict gauge
+    gpu_healthcheck_verdict{mode="epilog",verdict="fail"} 1
+    gpu_healthcheck_gpu_ecc_errors_total{counter="volatile",gpu="2",pci_bus_id="00000000:38:00.0",serial="1650522003802",type="uncorrected",uuid="GPU-..."} 3
+    gpu_healthcheck_drains_total 4
+
+Names follow node_exporter's conventions (`promtool check metrics`): prefix gpu_healthcheck_,
+base units in the name, counters end in _total.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import json
+import os
+import stat
+import time
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, Dict, List, Mapping, Optional, Sequence, Tuple
+
+if TYPE_CHECKING:
+    from .config import Config
+    from .runner import LogEvent, RunOutcome
+
+STATE_FILE = "metrics-state.json"
+LOCK_FILE = "metrics-state.lock"
+SCHEMA = 1
+MODES = ("node", "prolog", "epilog")
+VERDICTS = ("pass", "warn", "fail", "unknown")
+COUNTERS = ("drains", "drain_refusals", "pending_drains", "resumes")
+GPU_LABELS = ("gpu", "uuid", "serial", "pci_bus_id")
+# runner.py priorities (syslog levels): an applied drain is logged at CRIT, "already drained"
+# and "drained by someone else" at NOTICE/WARNING; a resume at NOTICE, "stays drained" at INFO.
+_CRIT, _NOTICE = 2, 5
+
+
+class MetricsError(OSError):
+    """The metrics file or its state cannot be written, with the path."""
+
+
+@dataclass(frozen=True)
+class Family:
+    name: str
+    kind: str  # gauge | counter
+    help: str
+
+
+FAMILIES: Tuple[Family, ...] = (
+    Family("gpu_healthcheck_last_run_timestamp_seconds", "gauge",
+           "Unix time at which the last run of this mode ended."),
+    Family("gpu_healthcheck_last_run_duration_seconds", "gauge",
+           "Wall-clock duration of the last run of this mode."),
+    Family("gpu_healthcheck_verdict", "gauge",
+           "1 for the verdict of the last run of this mode, 0 for the others."),
+    Family("gpu_healthcheck_findings", "gauge",
+           "Findings of the last run of this mode, by check id and severity."),
+    Family("gpu_healthcheck_drains_total", "counter",
+           "Drains of this node applied through scontrol by gpu-healthcheck."),
+    Family("gpu_healthcheck_drain_refusals_total", "counter",
+           "Drains refused because drain.max_fraction of the cluster was already drained."),
+    Family("gpu_healthcheck_pending_drains_total", "counter",
+           "Drains that could not be applied (scontrol failed) and were kept for the next run."),
+    Family("gpu_healthcheck_resumes_total", "counter",
+           "Resumes of this node by gpu-healthcheck --node --act after its own drain."),
+    Family("gpu_healthcheck_gpus_read_timestamp_seconds", "gauge",
+           "Unix time of the NVML read that the gpu_healthcheck_gpu_* series come from."),
+    Family("gpu_healthcheck_gpu_lost", "gauge",
+           "1 when NVML reported the GPU lost, needing a reset, or it did not answer in time."),
+    Family("gpu_healthcheck_gpu_ecc_errors_total", "counter",
+           "ECC errors reported by NVML; counter=volatile (since driver load) or aggregate "
+           "(lifetime), type=corrected or uncorrected."),
+    Family("gpu_healthcheck_gpu_remapped_rows_total", "counter",
+           "Memory rows remapped, by type=correctable or uncorrectable (Ampere and later)."),
+    Family("gpu_healthcheck_gpu_remap_pending", "gauge",
+           "1 when a row remap is pending (the GPU needs a reset)."),
+    Family("gpu_healthcheck_gpu_remap_failure", "gauge",
+           "1 when a row remap failed (the GPU needs RMA)."),
+    Family("gpu_healthcheck_gpu_retired_pages_total", "counter",
+           "Memory pages retired, by cause=sbe (multiple single-bit) or dbe (double-bit)."),
+    Family("gpu_healthcheck_gpu_retired_pages_pending", "gauge",
+           "1 when a page retirement is pending (the GPU needs a reset)."),
+)
+
+
+# --- what a run contributes (pure) -------------------------------------------------------
+
+def count_actions(events: Sequence["LogEvent"]) -> Dict[str, int]:
+    """Increments of the persisted counters for one run's events."""
+    counts = dict.fromkeys(COUNTERS, 0)
+    for event in events:
+        if event.kind == "drain" and event.priority == _CRIT:
+            counts["drains"] += 1
+        elif event.kind == "refused":
+            counts["drain_refusals"] += 1
+        elif event.kind == "pending":
+            counts["pending_drains"] += 1
+        elif event.kind == "resume" and event.priority == _NOTICE:
+            counts["resumes"] += 1
+    return counts
+
+
+def gpu_values(outcome: "RunOutcome") -> List[Dict[str, Any]]:
+    """The per-GPU values of the run's snapshot (every GPU NVML listed, not only the job's)."""
+    gpus = outcome.snapshot.gpus if outcome.snapshot is not None else ()
+    values = []
+    for g in gpus:
+        values.append({
+            "gpu": str(g.index), "uuid": g.uuid or "", "serial": g.serial or "",
+            "pci_bus_id": g.pci_bus_id or "", "lost": g.lost is not None,
+            "ecc": {"volatile": {"corrected": g.ecc_volatile_corrected,
+                                 "uncorrected": g.ecc_volatile_uncorrected},
+                    "aggregate": {"corrected": g.ecc_aggregate_corrected,
+                                  "uncorrected": g.ecc_aggregate_uncorrected}},
+            "remapped_rows": {"correctable": g.remap_correctable,
+                              "uncorrectable": g.remap_uncorrectable},
+            "remap_pending": g.remap_pending, "remap_failure": g.remap_failure,
+            "retired_pages": {"sbe": g.retired_sbe, "dbe": g.retired_dbe},
+            "retired_pending": g.retired_pending,
+        })
+    return values
+
+
+def run_values(outcome: "RunOutcome", now: float) -> Dict[str, Any]:
+    """The last-run values of one mode."""
+    findings: Dict[Tuple[str, str], int] = {}
+    for f in outcome.report.get("findings") or ():
+        key = (str(f.get("check")), str(f.get("severity")))
+        findings[key] = findings.get(key, 0) + 1
+    return {"timestamp": round(now, 3), "duration_s": outcome.report.get("duration_s") or 0.0,
+            "verdict": outcome.report.get("verdict"),
+            "findings": [[c, s, n] for (c, s), n in sorted(findings.items())]}
+
+
+def empty_state() -> Dict[str, Any]:
+    return {"schema": SCHEMA, "counters": dict.fromkeys(COUNTERS, 0), "runs": {},
+            "gpus": None}
+
+
+def valid_state(data: Any) -> bool:
+    if not isinstance(data, dict) or data.get("schema") != SCHEMA:
+        return False
+    counters, runs = data.get("counters"), data.get("runs")
+    return (isinstance(counters, dict) and isinstance(runs, dict)
+            and all(isinstance(counters.get(c, 0), int) for c in COUNTERS)
+            and all(m in MODES and isinstance(v, dict) for m, v in runs.items())
+            and (data.get("gpus") is None or isinstance(data.get("gpus"), dict)))
+
+
+def update_state(state: Dict[str, Any], outcome: "RunOutcome", mode: str, now: float) -> Dict[str, Any]:
+    """The new state after one run (pure: returns a new dict)."""
+    new = json.loads(json.dumps(state))
+    for name, inc in count_actions(outcome.events).items():
+        new["counters"][name] = int(new["counters"].get(name, 0)) + inc
+    new["runs"][mode] = run_values(outcome, now)
+    gpus = gpu_values(outcome)
+    # A run where NVML listed nothing (driver down) keeps the last read: the verdict series
+    # carries the failure, and the read timestamp shows the GPU values are old.
+    if gpus:
+        new["gpus"] = {"timestamp": round(now, 3), "list": gpus}
+    return new
+
+
+# --- text format (pure) ------------------------------------------------------------------
+
+def _escape(value: str) -> str:
+    return value.replace("\\", "\\\\").replace("\"", "\\\"").replace("\n", "\\n")
+
+
+def _number(value: Any) -> str:
+    if isinstance(value, bool):
+        return "1" if value else "0"
+    if isinstance(value, int):
+        return str(value)
+    return repr(float(value))
+
+
+def _labels(labels: Mapping[str, str]) -> str:
+    if not labels:
+        return ""
+    return "{" + ",".join(f'{k}="{_escape(str(v))}"' for k, v in sorted(labels.items())) + "}"
+
+
+def samples(state: Mapping[str, Any]) -> Dict[str, List[Tuple[Dict[str, str], Any]]]:
+    """family name -> [(labels, value)] for everything the state holds."""
+    out: Dict[str, List[Tuple[Dict[str, str], Any]]] = {f.name: [] for f in FAMILIES}
+    p = "gpu_healthcheck_"
+    for mode in MODES:
+        run = (state.get("runs") or {}).get(mode)
+        if not run:
+            continue
+        out[p + "last_run_timestamp_seconds"].append(({"mode": mode}, run.get("timestamp", 0)))
+        out[p + "last_run_duration_seconds"].append(({"mode": mode}, run.get("duration_s", 0.0)))
+        for verdict in VERDICTS:
+            out[p + "verdict"].append(({"mode": mode, "verdict": verdict},
+                                       1 if run.get("verdict") == verdict else 0))
+        for check, severity, count in run.get("findings") or ():
+            out[p + "findings"].append(({"mode": mode, "check": check, "severity": severity}, count))
+    for name in COUNTERS:
+        out[p + name + "_total"].append(({}, int((state.get("counters") or {}).get(name, 0))))
+    gpus = state.get("gpus")
+    if gpus:
+        out[p + "gpus_read_timestamp_seconds"].append(({}, gpus.get("timestamp", 0)))
+        for g in gpus.get("list") or ():
+            ident = {k: str(g.get(k, "")) for k in GPU_LABELS}
+            out[p + "gpu_lost"].append((ident, bool(g.get("lost"))))
+            for counter, by_type in (g.get("ecc") or {}).items():
+                for kind, value in by_type.items():
+                    if value is not None:
+                        out[p + "gpu_ecc_errors_total"].append(
+                            ({**ident, "counter": counter, "type": kind}, value))
+            for kind, value in (g.get("remapped_rows") or {}).items():
+                if value is not None:
+                    out[p + "gpu_remapped_rows_total"].append(({**ident, "type": kind}, value))
+            for cause, value in (g.get("retired_pages") or {}).items():
+                if value is not None:
+                    out[p + "gpu_retired_pages_total"].append(({**ident, "cause": cause}, value))
+            for key, family in (("remap_pending", "gpu_remap_pending"),
+                                ("remap_failure", "gpu_remap_failure"),
+                                ("retired_pending", "gpu_retired_pages_pending")):
+                if g.get(key) is not None:
+                    out[p + family].append((ident, bool(g[key])))
+    return out
+
+
+def render(state: Mapping[str, Any]) -> str:
+    """The node_exporter textfile for this state; HELP and TYPE for every family with samples."""
+    by_family = samples(state)
+    lines: List[str] = []
+    for family in FAMILIES:
+        rows = by_family[family.name]
+        if not rows:
+            continue
+        lines.append(f"# HELP {family.name} {family.help}")
+        lines.append(f"# TYPE {family.name} {family.kind}")
+        for labels, value in rows:
+            lines.append(f"{family.name}{_labels(labels)} {_number(value)}")
+    return "\n".join(lines) + "\n"
+
+
+# --- files -------------------------------------------------------------------------------
+
+def write_textfile(path: str, text: str) -> None:
+    """Replace path atomically with text, mode 0644, without touching the directory's mode.
+
+    state.atomic_write is not used: it makes its directory 0700, and node_exporter (not root)
+    must read this one.  The temp name does not end in .prom, so node_exporter ignores it.
+
+    Raises:
+        MetricsError: the directory is missing, a symlink, or the write fails.
+    """
+    directory, name = os.path.split(os.path.abspath(path))
+    try:
+        dfd = os.open(directory, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW)
+    except OSError as exc:
+        raise MetricsError(exc.errno, f"cannot open directory {directory}: {exc.strerror} "
+                                      f"(it must exist; a symlink is refused)") from None
+    tmp = f".{name}.{os.getpid()}.{time.monotonic_ns()}.tmp"
+    try:
+        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC,
+                     0o644, dir_fd=dfd)
+        try:
+            os.fchmod(fd, 0o644)  # the umask of slurmd's children may be 077
+            view = memoryview(text.encode("utf-8"))
+            while view:
+                view = view[os.write(fd, view):]
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+        os.rename(tmp, name, src_dir_fd=dfd, dst_dir_fd=dfd)
+    except OSError as exc:
+        try:
+            os.unlink(tmp, dir_fd=dfd)
+        except OSError:
+            pass  # never created, or already renamed
+        raise MetricsError(exc.errno, f"cannot write {path}: {exc.strerror or exc}") from None
+    finally:
+        os.close(dfd)
+
+
+def _update_and_write(state_dir: str, metrics_file: str, outcome: "RunOutcome", mode: str,
+                      now: float) -> Tuple[Dict[str, Any], List[str]]:
+    """Read-modify-write <state_dir>/metrics-state.json and rewrite metrics_file, both under
+    the flock, so a slower run can never put an older picture back; (new state, notes)."""
+    from .state import StateError, _open_dir, atomic_write, read_file
+
+    notes: List[str] = []
+    path = os.path.join(state_dir, STATE_FILE)
+    try:
+        dfd = _open_dir(state_dir, True)
+    except (StateError, OSError) as exc:
+        raise MetricsError(exc.errno or 0, f"cannot use state_dir {state_dir}: {exc.strerror or exc}") from None
+    try:
+        try:
+            lock = os.open(LOCK_FILE, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC,
+                           0o600, dir_fd=dfd)
+        except OSError as exc:
+            raise MetricsError(exc.errno, f"cannot open {os.path.join(state_dir, LOCK_FILE)}: "
+                                          f"{exc.strerror}") from None
+        try:
+            if not stat.S_ISREG(os.fstat(lock).st_mode):
+                raise MetricsError(0, f"{os.path.join(state_dir, LOCK_FILE)} is not a regular file")
+            fcntl.flock(lock, fcntl.LOCK_EX)
+            state = empty_state()
+            try:
+                raw = read_file(state_dir, STATE_FILE)
+            except OSError as exc:
+                raw = None
+                notes.append(f"cannot read {path} ({exc.strerror or exc}); counters start again at 0")
+            if raw is not None:
+                try:
+                    loaded = json.loads(raw.decode("utf-8"))
+                except (ValueError, UnicodeDecodeError):
+                    loaded = None
+                if valid_state(loaded):
+                    state = loaded
+                else:
+                    notes.append(f"{path} is corrupt; counters start again at 0")
+            new = update_state(state, outcome, mode, now)
+            try:
+                atomic_write(state_dir, STATE_FILE, json.dumps(new, sort_keys=True).encode())
+            except OSError as exc:
+                raise MetricsError(exc.errno or 0, f"cannot write {path}: {exc.strerror or exc}") from None
+            write_textfile(metrics_file, render(new))
+            return new, notes
+        finally:
+            os.close(lock)  # releases the flock
+    finally:
+        os.close(dfd)
+
+
+def write_metrics(config: "Config", outcome: "RunOutcome", mode: str,
+                  now: Optional[float] = None) -> List[str]:
+    """Update the persisted state and rewrite config.metrics_file; returns notes for stderr.
+
+    Raises:
+        MetricsError: the state or the metrics file cannot be written (names the path).
+    """
+    if not config.metrics_file:
+        return []
+    when = time.time() if now is None else now
+    _, notes = _update_and_write(config.state_dir, config.metrics_file, outcome, mode, when)
+    return notes
