@@ -207,9 +207,14 @@ def _drain(effects: _Effects, store: StateStore, node: str, reason: str, mode: M
     except ScontrolError as exc:
         pending = PendingDrain(reason=reason, node=node, mode=mode.value, job_id=job_id,
                                created_at=time.time())
+        earlier, _ = store.read_pending()
         try:
-            store.write_pending(pending)
-            kept = f"pending drain kept in {store.state_dir} for the next run"
+            if earlier is not None and earlier.node == node:
+                # the first fault is the one to name (a failed prolog is followed by an epilog)
+                kept = f"an earlier pending drain is kept in {store.state_dir}: {earlier.reason}"
+            else:
+                store.write_pending(pending)
+                kept = f"pending drain kept in {store.state_dir} for the next run"
         except OSError as write_exc:
             kept = f"and the pending drain could not be written either: {write_exc}"
         message = f"cannot drain {node} now ({exc}); {kept}; reason: {reason}"

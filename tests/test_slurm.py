@@ -1,0 +1,307 @@
+"""The incident, closed on a real Slurm cluster: munge, slurmctld and three slurmd on this machine
+run our real prolog/ and epilog/ scripts against per-node fake-GPU scenarios, and drain through
+the real scontrol.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Dict, List, Optional
+
+import pytest
+
+from tests.conftest import ROOT, make_sysfs
+from tests.slurmcluster import SlurmCluster, slurm_missing_reason
+
+pytestmark = pytest.mark.slurm
+
+NODES = ["gpu-a", "gpu-b", "gpu-c"]
+HEALTHY = "gpus = 8\n"
+
+
+def pci(index: int) -> str:
+    """The fake's default PCI bus id of GPU `index` (tests/fakegpu/README.md)."""
+    return f"00000000:{0x18 + index * 0x10:02X}:00.0"
+
+
+def serial(index: int) -> str:
+    return f"16505220038{index:02d}"
+
+
+def gpu_healthcheck_bin(bin_dir: Path) -> Path:
+    """The installed console script, else a shim running this checkout."""
+    installed = shutil.which("gpu-healthcheck", path=os.path.dirname(sys.executable))
+    bin_dir.mkdir(parents=True, exist_ok=True)
+    shim = bin_dir / "gpu-healthcheck"
+    if installed:
+        shim.symlink_to(installed)
+    else:
+        shim.write_text(f'#!/bin/sh\nexec "{sys.executable}" -m healthcheck.cli "$@"\n')
+        shim.chmod(0o755)
+    return shim
+
+
+class GpuCluster:
+    """A Slurm cluster whose nodes are simulated 8-GPU nodes, each with its own scenario,
+    config, state directory and kernel log."""
+
+    def __init__(self, wd: Path, fake: Path, max_fraction: float = 1.0,
+                 weights: Optional[Dict[str, int]] = None) -> None:
+        self.wd = wd
+        self.fake = fake
+        self.scontrol = shutil.which("scontrol", path=os.environ.get("PATH", "") + ":/usr/bin")
+        for sub in ("scenarios", "config", "state", "kern", "bin"):
+            (wd / sub).mkdir(parents=True, exist_ok=True)
+        self.sysfs = make_sysfs(wd / "sys")
+        for node in NODES:
+            self.scenario(node).write_text(HEALTHY)
+            (wd / "kern" / f"{node}.log").write_text("")
+            self.write_config(node, max_fraction=max_fraction)
+        bin_dir = wd / "bin"
+        gpu_healthcheck_bin(bin_dir)
+        self.cluster = SlurmCluster(wd / "slurm", nodes=NODES, node_weights=weights or {"gpu-a": 1, "gpu-b": 10, "gpu-c": 20},
+                                    prolog=str(wd / "prolog-wrapper"), epilog=str(wd / "epilog-wrapper"),
+                                    prolog_epilog_timeout=120)
+        env = self.node_env("$SLURMD_NODENAME")
+        env["PATH"] = f"{bin_dir}:/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
+        self.cluster.write_wrapper(wd / "prolog-wrapper", str(ROOT / "prolog" / "gpu-healthcheck-prolog"), env)
+        self.cluster.write_wrapper(wd / "epilog-wrapper", str(ROOT / "epilog" / "gpu-healthcheck-epilog"), env)
+
+    def node_env(self, node: str) -> Dict[str, str]:
+        return {"LD_LIBRARY_PATH": str(self.fake),
+                "FAKEGPU_SCENARIO": str(self.wd / "scenarios" / f"{node}.scenario"),
+                "GPU_HEALTHCHECK_CONFIG": str(self.wd / "config" / f"{node}.toml"),
+                "PYTHONPATH": str(ROOT)}
+
+    def scenario(self, node: str) -> Path:
+        return self.wd / "scenarios" / f"{node}.scenario"
+
+    def state(self, node: str) -> Path:
+        return self.wd / "state" / node
+
+    def write_config(self, node: str, max_fraction: float = 1.0, scontrol: Optional[str] = None) -> None:
+        path = self.wd / "config" / f"{node}.toml"
+        path.write_text(
+            f'state_dir = "{self.state(node)}"\nkernel_log = "{self.wd / "kern" / f"{node}.log"}"\n'
+            f'sysfs_root = "{self.sysfs}"\nscontrol = "{scontrol or self.scontrol}"\n'
+            f'scontrol_timeout_s = 10\nnode_name = "{node}"\n'
+            f'[drain]\nmax_fraction = {max_fraction}\n[probe]\ntimeout_s = 20\n')
+        path.chmod(0o644)
+
+    def check(self, node: str, *args: str) -> subprocess.CompletedProcess:
+        """`gpu-healthcheck ARGS` as that node's HealthCheckProgram would run it."""
+        env = {k: v for k, v in os.environ.items() if not k.startswith(("SLURM", "GPU_HEALTHCHECK"))}
+        env.update(self.node_env(node), SLURM_CONF=str(self.cluster.conf_path))
+        return subprocess.run([sys.executable, "-m", "healthcheck.cli", *args], env=env,
+                              capture_output=True, text=True, timeout=120)
+
+    def reason(self, node: str) -> str:
+        return self.cluster.node_reason(node) or ""
+
+    def drained(self, node: str) -> bool:
+        return "DRAIN" in self.cluster.node_info(node).get("State", "")
+
+    def wait_reason(self, node: str, prefix: str = "gpu-healthcheck:", timeout: float = 60) -> str:
+        self.cluster.wait_node(node, lambda info: self._reason_of(info).startswith(prefix), timeout)
+        return self.reason(node)
+
+    @staticmethod
+    def _reason_of(info: Dict[str, str]) -> str:
+        reason = info.get("Reason") or ""
+        return reason.rsplit(" [", 1)[0]
+
+    def wait_running(self, job: str, timeout: float = 60) -> Dict[str, str]:
+        """RUNNING and past its prolog: the batch script has printed "started"."""
+        info = self.cluster.wait_job(job, states=("RUNNING",), timeout=timeout)
+        deadline = time.monotonic() + timeout
+        while "started" not in self._output(job):
+            if time.monotonic() > deadline:
+                raise AssertionError(f"job {job} never started its script: {self.cluster.job_info(job)}")
+            time.sleep(0.05)
+        return info
+
+    def _output(self, job: str) -> str:
+        try:
+            return self.cluster.job_output(job)
+        except OSError:
+            return ""
+
+
+@pytest.fixture
+def gpu_cluster(tmp_path, fakegpu):
+    reason = slurm_missing_reason()
+    if reason:
+        if os.environ.get("CI"):
+            pytest.fail(f"CI must run the Slurm tests: {reason}")
+        pytest.skip(reason)
+    cluster = GpuCluster(tmp_path, fakegpu)
+    with cluster.cluster:
+        yield cluster
+
+
+WAIT_FOR_GO = "echo started gpus=$SLURM_JOB_GPUS host=$SLURMD_NODENAME\nwhile [ ! -e {go} ]; do sleep 0.1; done\n"
+
+
+def test_epilog_drains_the_node_whose_gpu_got_a_dbe_and_the_next_job_runs_on_a_healthy_node(gpu_cluster, tmp_path):
+    c = gpu_cluster
+    go = tmp_path / "go"
+    job1 = c.cluster.sbatch(["--gres=gpu:8", "-J", "train-13b"], WAIT_FOR_GO.format(go=go))
+    assert c.wait_running(job1)["NodeList"] == "gpu-a"
+    with c.scenario("gpu-a").open("a") as scenario:  # the DBE happens during the job
+        scenario.write("gpu.2.ecc.volatile.uncorrected = 1\ngpu.2.ecc.aggregate.uncorrected = 1\n")
+    go.touch()
+    c.cluster.wait_job(job1, timeout=60)
+    reason = c.wait_reason("gpu-a")
+    assert reason.startswith(f"gpu-healthcheck: gpu2 pci={pci(2)} sn={serial(2)} "
+                             f"ecc.volatile_uncorrected=1 epilog job={job1}")
+    assert c.drained("gpu-a")
+    # Slurm 22.05 refuses to update a finished job ("Job has already finished"), and the
+    # epilog runs after the job finished: the attempt is logged, the reason names the job.
+
+    job2 = c.cluster.sbatch(["--gres=gpu:8", "-J", "train-13b"], "echo next task\n")
+    info = c.cluster.wait_job(job2, timeout=60)
+    assert info["NodeList"] == "gpu-b"
+    sinfo = c.cluster.sinfo_reasons()
+    assert f"ecc.volatile_uncorrected=1 epilog job={job1}" in sinfo and "gpu-a" in sinfo
+
+
+def test_prolog_drains_a_node_that_is_already_bad_and_the_job_completes_elsewhere_without_release(gpu_cluster):
+    c = gpu_cluster
+    c.scenario("gpu-a").write_text(HEALTHY + "gpu.5.ecc.volatile.uncorrected = 4\n")
+    job = c.cluster.sbatch(["--gres=gpu:2"], "echo ran on $SLURMD_NODENAME\n")
+    info = c.cluster.wait_job(job, timeout=240)  # requeue waits for cred_expire
+    assert info["NodeList"] == "gpu-b"
+    assert int(info.get("Restarts", "0")) >= 1
+    assert "Priority=0" not in json.dumps(info) and info.get("Reason") != "launch_failed_requeued_held"
+    reason = c.reason("gpu-a")
+    assert reason == f"gpu-healthcheck: gpu5 pci={pci(5)} sn={serial(5)} ecc.volatile_uncorrected=4 prolog job={job}"
+    assert c.cluster.job_info(job).get("AdminComment") == reason
+
+
+def test_two_jobs_share_a_node_and_the_second_prolog_probes_only_its_own_gpus(gpu_cluster, tmp_path):
+    c = gpu_cluster
+    go = tmp_path / "go"
+    job1 = c.cluster.sbatch(["--gres=gpu:4", "-w", "gpu-a"], WAIT_FOR_GO.format(go=go))
+    c.wait_running(job1)
+    gpus1 = c.cluster.job_info(job1)
+    baseline = json.loads((c.state("gpu-a") / "jobs" / f"{job1}.json").read_text())
+    assert baseline["job_id"] == job1
+    # job 1's GPUs now hold its process and all their memory: touching them would fail
+    ids = _job_gpus(c, job1)
+    assert len(ids) == 4
+    c.scenario("gpu-a").write_text(HEALTHY + "".join(
+        f"gpu.{i}.processes = {os.getpid()}:70000\ngpu.{i}.cuda.alloc_error = 2\n" for i in ids))
+    job2 = c.cluster.sbatch(["--gres=gpu:4", "-w", "gpu-a"], WAIT_FOR_GO.format(go=go))
+    info2 = c.wait_running(job2)
+    assert info2["NodeList"] == "gpu-a" and gpus1["NodeList"] == "gpu-a"
+    assert c.cluster.job_info(job1)["JobState"] == "RUNNING"
+    assert not set(_job_gpus(c, job2)) & set(ids)
+    go.touch()
+    for job in (job1, job2):
+        c.cluster.wait_job(job, timeout=60)
+    assert not c.drained("gpu-a"), c.reason("gpu-a")
+
+
+def _job_gpus(c: GpuCluster, job: str) -> List[int]:
+    """The job's GPU indices, from the job's detail (GRES=gpu:4(IDX:0-3))."""
+    detail = c.cluster.run(["scontrol", "-d", "show", "job", job]).stdout
+    import re
+    m = re.search(r"gpu(?::\w+)?:\d+\(IDX:([\d,\-]+)\)", detail)
+    assert m, detail
+    out: List[int] = []
+    for part in m.group(1).split(","):
+        low, _, high = part.partition("-")
+        out.extend(range(int(low), int(high or low) + 1))
+    return out
+
+
+def test_admin_reason_survives_node_act_and_our_drain_is_resumed_but_never_rma(gpu_cluster):
+    c = gpu_cluster
+    c.cluster.drain("gpu-b", "admin: replacing a fan")
+    result = c.check("gpu-b", "--node", "--act")
+    assert result.returncode == 0, result.stderr
+    assert c.reason("gpu-b") == "admin: replacing a fan" and c.drained("gpu-b")
+    c.scenario("gpu-b").write_text(HEALTHY + "gpu.1.ecc.volatile.uncorrected = 1\n")
+    assert c.check("gpu-b", "--node", "--act").returncode == 2
+    assert c.reason("gpu-b") == "admin: replacing a fan"
+
+    c.scenario("gpu-a").write_text(HEALTHY + "gpu.3.ecc.volatile.uncorrected = 2\n")
+    assert c.check("gpu-a", "--node", "--act").returncode == 2
+    assert c.reason("gpu-a").startswith("gpu-healthcheck: gpu3") and c.drained("gpu-a")
+    assert c.check("gpu-a", "--node", "--act").returncode == 2  # still bad: stays drained
+    assert c.drained("gpu-a")
+    c.scenario("gpu-a").write_text(HEALTHY)  # the GPU was reset: counters clean
+    assert c.check("gpu-a", "--node", "--act").returncode == 0
+    c.cluster.wait_node("gpu-a", lambda info: "DRAIN" not in info.get("State", ""), 30)
+
+    c.scenario("gpu-c").write_text(HEALTHY + "gpu.4.remap.failure = 1\n")
+    assert c.check("gpu-c", "--node", "--act").returncode == 2
+    assert " rma node" in c.reason("gpu-c")
+    c.scenario("gpu-c").write_text(HEALTHY)
+    result = c.check("gpu-c", "--node", "--act")
+    assert result.returncode == 0 and c.drained("gpu-c")
+    assert "remap.failure=1 rma" in c.reason("gpu-c")
+
+
+def test_pending_drain_when_scontrol_fails_is_applied_by_the_next_run(gpu_cluster, tmp_path):
+    c = gpu_cluster
+    failing = tmp_path / "scontrol-down"
+    failing.write_text("#!/bin/sh\necho 'slurm_load_node error: Unable to contact slurm controller' >&2\nexit 1\n")
+    failing.chmod(0o755)
+    c.write_config("gpu-a", scontrol=str(failing))
+    c.scenario("gpu-a").write_text(HEALTHY + "gpu.6.lost = 1\n")
+    job = c.cluster.sbatch(["--gres=gpu:1"], "true\n")
+    assert c.wait_reason("gpu-a", prefix="Prolog error", timeout=60) == "Prolog error"
+    pending = json.loads((c.state("gpu-a") / "pending-drain.json").read_text())
+    assert pending["reason"] == f"gpu-healthcheck: gpu6 gpu.lost=GPU_IS_LOST prolog job={job}"
+    assert c.cluster.wait_job(job, timeout=240)["NodeList"] != "gpu-a"
+
+    c.write_config("gpu-a")  # slurmctld reachable again
+    c.check("gpu-a", "--node", "--act")
+    assert c.reason("gpu-a") == pending["reason"]
+    assert not (c.state("gpu-a") / "pending-drain.json").exists()
+
+
+def test_drain_budget_holds_when_every_node_fails_the_same_check(tmp_path, fakegpu):
+    reason = slurm_missing_reason()
+    if reason:
+        pytest.skip(reason)
+    c = GpuCluster(tmp_path, fakegpu, max_fraction=0.34)  # 3 nodes: one may be drained
+    with c.cluster:
+        for node in NODES:
+            c.scenario(node).write_text(HEALTHY + "gpu.0.recovery_action = 2\n")
+        results = {node: c.check(node, "--node", "--act", "--json") for node in NODES}
+        drained = [n for n in NODES if c.drained(n)]
+        assert drained == ["gpu-a"]
+        for node in ("gpu-b", "gpu-c"):
+            result = results[node]
+            assert result.returncode == 2
+            assert "CRITICAL" in result.stderr and f"drain of {node} refused" in result.stderr
+            assert json.loads(result.stdout)["action"]["refused"] is True
+            history = (c.state(node) / "history.jsonl")
+            assert "refused" in history.read_text()
+
+
+def test_eight_prologs_at_once_on_one_node_all_pass_and_keep_their_own_state(gpu_cluster, tmp_path):
+    c = gpu_cluster
+    go = tmp_path / "go"
+    jobs = [c.cluster.sbatch(["--gres=gpu:1", "-w", "gpu-c"], WAIT_FOR_GO.format(go=go)) for _ in range(8)]
+    for job in jobs:
+        assert c.wait_running(job)["NodeList"] == "gpu-c"
+    baselines = {p.name: json.loads(p.read_text()) for p in (c.state("gpu-c") / "jobs").iterdir()}
+    assert sorted(baselines) == sorted(f"{job}.json" for job in jobs)
+    assert all(baselines[f"{job}.json"]["job_id"] == job for job in jobs)
+    go.touch()
+    for job in jobs:
+        c.cluster.wait_job(job, timeout=60)
+    deadline = time.monotonic() + 30  # epilogs run after the jobs complete
+    while list((c.state("gpu-c") / "jobs").iterdir()) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert list((c.state("gpu-c") / "jobs").iterdir()) == []
+    assert not c.drained("gpu-c")
