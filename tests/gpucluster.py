@@ -1,0 +1,130 @@
+"""A Slurm cluster of simulated 8-GPU nodes running the real prolog/ and epilog/ scripts.
+
+Shared by tests/test_slurm.py and the demo (tests/demo.py).  Each node has its own fake-GPU
+scenario, config, state directory and kernel log under the work directory; slurmd runs a
+wrapper that points the real script at them (slurmd gives a Prolog a fresh environment).
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Dict, Optional
+
+from tests.conftest import ROOT, make_sysfs
+from tests.slurmcluster import SlurmCluster
+
+NODES = ["gpu-a", "gpu-b", "gpu-c"]
+HEALTHY = "gpus = 8\n"
+
+
+def pci(index: int) -> str:
+    """The fake's default PCI bus id of GPU `index` (tests/fakegpu/README.md)."""
+    return f"00000000:{0x18 + index * 0x10:02X}:00.0"
+
+
+def serial(index: int) -> str:
+    return f"16505220038{index:02d}"
+
+
+def gpu_healthcheck_bin(bin_dir: Path) -> Path:
+    """The installed console script, else a shim running this checkout."""
+    installed = shutil.which("gpu-healthcheck", path=os.path.dirname(sys.executable))
+    bin_dir.mkdir(parents=True, exist_ok=True)
+    shim = bin_dir / "gpu-healthcheck"
+    if installed:
+        shim.symlink_to(installed)
+    else:
+        shim.write_text(f'#!/bin/sh\nexec "{sys.executable}" -m healthcheck.cli "$@"\n')
+        shim.chmod(0o755)
+    return shim
+
+
+class GpuCluster:
+    """A Slurm cluster whose nodes are simulated 8-GPU nodes, each with its own scenario,
+    config, state directory and kernel log."""
+
+    def __init__(self, wd: Path, fake: Path, max_fraction: float = 1.0,
+                 weights: Optional[Dict[str, int]] = None) -> None:
+        self.wd = wd
+        self.fake = fake
+        self.scontrol = shutil.which("scontrol", path=os.environ.get("PATH", "") + ":/usr/bin")
+        for sub in ("scenarios", "config", "state", "kern", "bin"):
+            (wd / sub).mkdir(parents=True, exist_ok=True)
+        self.sysfs = make_sysfs(wd / "sys")
+        for node in NODES:
+            self.scenario(node).write_text(HEALTHY)
+            (wd / "kern" / f"{node}.log").write_text("")
+            self.write_config(node, max_fraction=max_fraction)
+        bin_dir = wd / "bin"
+        gpu_healthcheck_bin(bin_dir)
+        self.cluster = SlurmCluster(wd / "slurm", nodes=NODES, node_weights=weights or {"gpu-a": 1, "gpu-b": 10, "gpu-c": 20},
+                                    prolog=str(wd / "prolog-wrapper"), epilog=str(wd / "epilog-wrapper"),
+                                    prolog_epilog_timeout=120)
+        env = self.node_env("$SLURMD_NODENAME")
+        env["PATH"] = f"{bin_dir}:/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
+        self.cluster.write_wrapper(wd / "prolog-wrapper", str(ROOT / "prolog" / "gpu-healthcheck-prolog"), env)
+        self.cluster.write_wrapper(wd / "epilog-wrapper", str(ROOT / "epilog" / "gpu-healthcheck-epilog"), env)
+
+    def node_env(self, node: str) -> Dict[str, str]:
+        return {"LD_LIBRARY_PATH": str(self.fake),
+                "FAKEGPU_SCENARIO": str(self.wd / "scenarios" / f"{node}.scenario"),
+                "GPU_HEALTHCHECK_CONFIG": str(self.wd / "config" / f"{node}.toml"),
+                "PYTHONPATH": str(ROOT)}
+
+    def scenario(self, node: str) -> Path:
+        return self.wd / "scenarios" / f"{node}.scenario"
+
+    def state(self, node: str) -> Path:
+        return self.wd / "state" / node
+
+    def write_config(self, node: str, max_fraction: float = 1.0, scontrol: Optional[str] = None) -> None:
+        path = self.wd / "config" / f"{node}.toml"
+        path.write_text(
+            f'state_dir = "{self.state(node)}"\nkernel_log = "{self.wd / "kern" / f"{node}.log"}"\n'
+            f'sysfs_root = "{self.sysfs}"\nscontrol = "{scontrol or self.scontrol}"\n'
+            f'scontrol_timeout_s = 10\nnode_name = "{node}"\n'
+            f'[drain]\nmax_fraction = {max_fraction}\n[probe]\ntimeout_s = 20\n')
+        path.chmod(0o644)
+
+    def check(self, node: str, *args: str) -> subprocess.CompletedProcess:
+        """`gpu-healthcheck ARGS` as that node's HealthCheckProgram would run it."""
+        env = {k: v for k, v in os.environ.items() if not k.startswith(("SLURM", "GPU_HEALTHCHECK"))}
+        env.update(self.node_env(node), SLURM_CONF=str(self.cluster.conf_path))
+        return subprocess.run([sys.executable, "-m", "healthcheck.cli", *args], env=env,
+                              capture_output=True, text=True, timeout=120)
+
+    def reason(self, node: str) -> str:
+        return self.cluster.node_reason(node) or ""
+
+    def drained(self, node: str) -> bool:
+        return "DRAIN" in self.cluster.node_info(node).get("State", "")
+
+    def wait_reason(self, node: str, prefix: str = "gpu-healthcheck:", timeout: float = 60) -> str:
+        self.cluster.wait_node(node, lambda info: self._reason_of(info).startswith(prefix), timeout)
+        return self.reason(node)
+
+    @staticmethod
+    def _reason_of(info: Dict[str, str]) -> str:
+        reason = info.get("Reason") or ""
+        return reason.rsplit(" [", 1)[0]
+
+    def wait_running(self, job: str, timeout: float = 60) -> Dict[str, str]:
+        """RUNNING and past its prolog: the batch script has printed "started"."""
+        info = self.cluster.wait_job(job, states=("RUNNING",), timeout=timeout)
+        deadline = time.monotonic() + timeout
+        while "started" not in self._output(job):
+            if time.monotonic() > deadline:
+                raise AssertionError(f"job {job} never started its script: {self.cluster.job_info(job)}")
+            time.sleep(0.05)
+        return info
+
+    def _output(self, job: str) -> str:
+        try:
+            return self.cluster.job_output(job)
+        except OSError:
+            return ""
