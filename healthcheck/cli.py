@@ -97,8 +97,9 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         return 2
     gpus = _parse_gpus(args.gpus) if args.gpus else None
     previous = signal.signal(signal.SIGTERM, _on_sigterm)
+    loaded: List["Config"] = []  # noqa: F821 - the config, once read, for logging a crash
     try:
-        return _run(mode, args, gpus)
+        return _run(mode, args, gpus, loaded)
     except Terminated:
         print(f"gpu-healthcheck: {mode.value}: terminated by SIGTERM (PrologEpilogTimeout?); "
               f"probe children were killed", file=sys.stderr)
@@ -106,13 +107,14 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     except Exception:  # noqa: BLE001 - the one place our own bugs are caught
         print(f"gpu-healthcheck: INTERNAL ERROR in {mode.value} (a bug in gpu-healthcheck, not a "
               f"node fault; no action taken):\n{traceback.format_exc()}", file=sys.stderr)
-        _log_internal_error(mode.value)
+        _log_internal_error(mode.value, loaded[0] if loaded else None)
         return 3 if mode is Mode.NODE else 0
     finally:
         signal.signal(signal.SIGTERM, previous)
 
 
-def _run(mode: "Mode", args: "argparse.Namespace", gpus: Optional[tuple]) -> int:  # noqa: F821
+def _run(mode: "Mode", args: "argparse.Namespace", gpus: Optional[tuple],  # noqa: F821
+         loaded: List["Config"]) -> int:  # noqa: F821
     from .config import Config, ConfigError, load_config
     from .model import Mode
     from .runner import RunRequest, run
@@ -126,6 +128,7 @@ def _run(mode: "Mode", args: "argparse.Namespace", gpus: Optional[tuple]) -> int
             return 3
         # a broken config must not stop the checks that protect the next job
         config = Config(warnings=(f"config error: {exc}; running with built-in defaults",))
+    loaded.append(config)
     request = RunRequest(mode=mode, environ=os.environ, level=args.level, act=args.act, gpus=gpus)
     outcome = run(request, config)
     if args.json:
@@ -158,11 +161,11 @@ def _admin_view(args: "argparse.Namespace") -> int:  # noqa: F821
     return show_cluster(config, os.environ, args.json, sys.stdout)
 
 
-def _log_internal_error(mode: str) -> None:
+def _log_internal_error(mode: str, config: Optional["Config"]) -> None:  # noqa: F821
     try:
         from .sinks import emit_internal_error
 
-        emit_internal_error(mode, traceback.format_exc())
+        emit_internal_error(mode, traceback.format_exc(), config=config)
     except Exception:  # noqa: BLE001 - logging the bug must not become a second bug
         pass
 

@@ -41,7 +41,8 @@ def rows_from_show_nodes(text: str) -> List[Dict[str, Any]]:
         row.update(node=node.name, state=node.state, time=reason_time(line),
                    raw_reason=node.reason, ours=is_ours(node.reason))
         if row["ours"]:
-            parsed = parse_reason(node.reason) or {}
+            parsed = parse_reason(node.reason) if _fully_parsed(node.reason) else None
+            parsed = parsed or {}
             row.update(gpu=parsed.get("gpu"), pci=parsed.get("pci"), serial=parsed.get("serial"),
                        check=parsed.get("check"), value=parsed.get("value"),
                        context=parsed.get("context"), job=parsed.get("job"))
@@ -49,6 +50,17 @@ def rows_from_show_nodes(text: str) -> List[Dict[str, Any]]:
         elif node.drained:
             others.append(row)  # a reason on a node in service is a note, not a drain
     return ours + others
+
+
+def _fully_parsed(reason: str) -> bool:
+    """Whether verdict.REASON_RE explains the whole reason.  Its match is loose (a free-text
+    reason after our prefix still yields a "check"), so columns from a partial match would
+    mislead; a reason cut at Slurm's 255 bytes may end mid-token and still counts."""
+    from .verdict import MAX_REASON_BYTES, REASON_RE
+
+    m = REASON_RE.match(reason)
+    return bool(m) and (m.end() == len(reason.rstrip())
+                        or len(reason.encode()) >= MAX_REASON_BYTES - 5)
 
 
 def format_table(rows: List[Dict[str, Any]]) -> List[str]:

@@ -5,7 +5,7 @@
 
 One line (a JSON object, schema 1):
 
-    {"schema": 1, "time": "2026-11-29T19:01:02+00:00", "epoch": 1795892462.1, "mode": "epilog",
+    {"schema": 1, "time": "2026-11-29T19:01:02+00:00", "epoch": 1795978862.1, "mode": "epilog",
      "node": "gpu-a", "host": "gpu-a", "job_id": "1234", "verdict": "fail", "duration_s": 0.21,
      "findings": [{"check": "ecc.volatile_uncorrected", "severity": "fail", "gpu": 2,
                    "pci_bus_id": "00000000:38:00.0", "serial": "1650522003802", "uuid": "GPU-...",
@@ -59,8 +59,10 @@ def _iso(epoch: float) -> str:
 
 
 def _clip(text: Any) -> Any:
+    """Head and tail of a long text: a traceback's last line names the exception."""
     if isinstance(text, str) and len(text) > MAX_MESSAGE_CHARS:
-        return text[:MAX_MESSAGE_CHARS] + f"... [{len(text) - MAX_MESSAGE_CHARS} more chars]"
+        half = MAX_MESSAGE_CHARS // 2
+        return f"{text[:half]}\n... [{len(text) - 2 * half} chars left out] ...\n{text[-half:]}"
     return text
 
 
@@ -121,7 +123,7 @@ def encode(record: Dict[str, Any]) -> bytes:
 def _open_dir(path: str) -> int:
     """Open (creating 0700) the history directory without following a symlink at its end.
 
-    Unlike state._open_dir this does not chmod an existing directory: history_file may be put in
+    Unlike state.open_private_dir this does not chmod an existing directory: history_file may be put in
     a shared directory such as /var/log, whose mode is not ours to change.  A directory other
     users can write into (without the sticky bit) is refused: they could swap our file.
     """

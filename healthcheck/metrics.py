@@ -45,7 +45,6 @@ COUNTERS = ("drains", "drain_refusals", "pending_drains", "resumes")
 GPU_LABELS = ("gpu", "uuid", "serial", "pci_bus_id")
 # runner.py priorities (syslog levels): an applied drain is logged at CRIT, "already drained"
 # and "drained by someone else" at NOTICE/WARNING; a resume at NOTICE, "stays drained" at INFO.
-_CRIT, _NOTICE = 2, 5
 
 
 class MetricsError(OSError):
@@ -102,13 +101,14 @@ def count_actions(events: Sequence["LogEvent"]) -> Dict[str, int]:
     """Increments of the persisted counters for one run's events."""
     counts = dict.fromkeys(COUNTERS, 0)
     for event in events:
-        if event.kind == "drain" and event.priority == _CRIT:
+        outcome = event.fields.get("GPU_HEALTHCHECK_OUTCOME")
+        if event.kind == "drain" and outcome == "applied":
             counts["drains"] += 1
         elif event.kind == "refused":
             counts["drain_refusals"] += 1
         elif event.kind == "pending":
             counts["pending_drains"] += 1
-        elif event.kind == "resume" and event.priority == _NOTICE:
+        elif event.kind == "resume" and outcome == "applied":
             counts["resumes"] += 1
     return counts
 
@@ -295,12 +295,12 @@ def _update_and_write(state_dir: str, metrics_file: str, outcome: "RunOutcome", 
                       now: float) -> Tuple[Dict[str, Any], List[str]]:
     """Read-modify-write <state_dir>/metrics-state.json and rewrite metrics_file, both under
     the flock, so a slower run can never put an older picture back; (new state, notes)."""
-    from .state import StateError, _open_dir, atomic_write, read_file
+    from .state import StateError, atomic_write, open_private_dir, read_file
 
     notes: List[str] = []
     path = os.path.join(state_dir, STATE_FILE)
     try:
-        dfd = _open_dir(state_dir, True)
+        dfd = open_private_dir(state_dir, True)
     except (StateError, OSError) as exc:
         raise MetricsError(exc.errno or 0, f"cannot use state_dir {state_dir}: {exc.strerror or exc}") from None
     try:

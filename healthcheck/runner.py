@@ -185,7 +185,8 @@ def _drain(effects: _Effects, store: StateStore, node: str, reason: str, mode: M
         if replace_slurm_reason and this.drained and (this.reason or "").startswith(SLURM_OWN_REASONS):
             effects.ctl.set_reason(node, reason)
             events.append(LogEvent("drain", CRIT, f"drained {node}: {reason} (replacing Slurm's "
-                                                  f"{this.reason!r} left by our pending drain)", fields))
+                                                  f"{this.reason!r} left by our pending drain)",
+                                   {**fields, "GPU_HEALTHCHECK_OUTCOME": "applied"}))
             return NodeAction("drain", reason)
         decision = decide_drain(this, nodes, effects.config.drain.max_fraction)
         if decision is DrainDecision.REFUSED:
@@ -193,15 +194,16 @@ def _drain(effects: _Effects, store: StateStore, node: str, reason: str, mode: M
             message = (f"drain of {node} refused: {ours} of {len(nodes)} nodes already drained by "
                        f"gpu-healthcheck, drain.max_fraction = {effects.config.drain.max_fraction}; "
                        f"would have drained with: {reason}")
-            events.append(LogEvent("refused", CRIT, message, fields))
+            events.append(LogEvent("refused", CRIT, message, {**fields, "GPU_HEALTHCHECK_OUTCOME": "refused"}))
             return NodeAction("none", reason, detail=message, extra={"refused": True})
         if decision is DrainDecision.ADMIN_OWNED:
             message = f"{node} is already drained by someone else ({this.reason}); their reason is kept"
-            events.append(LogEvent("drain", WARNING, message + f"; ours would be: {reason}", fields))
+            events.append(LogEvent("drain", WARNING, message + f"; ours would be: {reason}",
+                                   {**fields, "GPU_HEALTHCHECK_OUTCOME": "kept"}))
             return NodeAction("none", reason, detail=message, extra={"admin_owned": True})
         if decision is DrainDecision.ALREADY_OURS:
             message = f"{node} is already drained by gpu-healthcheck ({this.reason})"
-            events.append(LogEvent("drain", NOTICE, message, fields))
+            events.append(LogEvent("drain", NOTICE, message, {**fields, "GPU_HEALTHCHECK_OUTCOME": "kept"}))
             return NodeAction("none", reason, detail=message, extra={"already_ours": True})
         effects.ctl.drain(node, reason)
     except ScontrolError as exc:
@@ -218,9 +220,10 @@ def _drain(effects: _Effects, store: StateStore, node: str, reason: str, mode: M
         except OSError as write_exc:
             kept = f"and the pending drain could not be written either: {write_exc}"
         message = f"cannot drain {node} now ({exc}); {kept}; reason: {reason}"
-        events.append(LogEvent("pending", CRIT, message, fields))
+        events.append(LogEvent("pending", CRIT, message, {**fields, "GPU_HEALTHCHECK_OUTCOME": "pending"}))
         return NodeAction("drain", reason, detail=message, extra={"pending": True})
-    events.append(LogEvent("drain", CRIT, f"drained {node}: {reason}", fields))
+    events.append(LogEvent("drain", CRIT, f"drained {node}: {reason}",
+                           {**fields, "GPU_HEALTHCHECK_OUTCOME": "applied"}))
     if job_id:
         _admin_comment(effects, job_id, reason, events)
     return NodeAction("drain", reason)
@@ -244,7 +247,7 @@ def apply_pending(effects: _Effects, store: StateStore, node: str, events: List[
         return None
     if pending is None or pending.node != node:
         return None
-    fields = {"GPU_HEALTHCHECK_MODE": pending.mode, "SLURMD_NODENAME": node}
+    fields = {"GPU_HEALTHCHECK_PENDING_FROM": pending.mode, "SLURMD_NODENAME": node}
     if pending.job_id:
         fields["SLURM_JOB_ID"] = pending.job_id
     action = _drain(effects, store, node, pending.reason, Mode(pending.mode), None, events,
@@ -312,6 +315,9 @@ def run(request: RunRequest, config: Config, node_name: Optional[str] = None) ->
                            + (f", action {action.taken}" if action.taken != "none" else "")
                            + (f": {action.reason}" if action.taken != "none" else ""),
                            {**base_fields, "GPU_HEALTHCHECK_VERDICT": verdict.value}))
+    # every entry findable by job and node (journalctl SLURM_JOB_ID=...), whoever made it
+    events = [replace(e, fields={**base_fields, **{k: v for k, v in e.fields.items() if v}})
+              for e in events]
     return RunOutcome(exit_code, report, events, snapshot, findings, crashes)
 
 
@@ -326,13 +332,15 @@ def _maybe_resume(effects: _Effects, node: str, findings: List[Finding], snapsho
             return NodeAction("none")
         why_not = may_resume(this, findings, snapshot.gpus)
         if why_not:
-            events.append(LogEvent("resume", INFO, f"{node} stays drained: {why_not}", fields))
+            events.append(LogEvent("resume", INFO, f"{node} stays drained: {why_not}",
+                                   {**fields, "GPU_HEALTHCHECK_OUTCOME": "kept"}))
             return NodeAction("none", this.reason, detail=why_not)
         effects.ctl.resume(node)
     except ScontrolError as exc:
         events.append(LogEvent("error", ERR, f"cannot resume {node}: {exc}", fields))
         return NodeAction("none", detail=str(exc))
-    events.append(LogEvent("resume", NOTICE, f"resumed {node}: checks pass (was: {this.reason})", fields))
+    events.append(LogEvent("resume", NOTICE, f"resumed {node}: checks pass (was: {this.reason})",
+                           {**fields, "GPU_HEALTHCHECK_OUTCOME": "applied"}))
     return NodeAction("resume", this.reason)
 
 

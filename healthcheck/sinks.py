@@ -65,8 +65,11 @@ def emit(outcome: "RunOutcome", config: "Config", mode: "Mode", err: Optional[Te
             fallback = {id(e) for e in outcome.events}
     try:
         for event in outcome.events:
-            if event.priority <= limit or id(event) in fallback:
-                print(_line(event, id(event) in fallback), file=err)
+            # By hand the history file keeps every event and the table shows the findings, so
+            # the fallback repeats on stderr only what needs attention (warning or worse).
+            fall_back = id(event) in fallback and (mode is not Mode.NODE or event.priority <= 4)
+            if event.priority <= limit or fall_back:
+                print(_line(event, fall_back), file=err)
     except (OSError, ValueError):
         pass  # stderr closed: there is nowhere left to say so
 

@@ -39,7 +39,8 @@ class PendingDrain:
     admin_comment_job: Optional[str] = None
 
 
-def _open_dir(path: str, create: bool) -> int:
+def open_private_dir(path: str, create: bool) -> int:
+    """Open (creating it 0700 if asked) a directory we own, refusing a symlink; chmod 0700."""
     if create:
         try:
             os.makedirs(path, mode=0o700, exist_ok=True)
@@ -58,7 +59,7 @@ def _open_dir(path: str, create: bool) -> int:
 
 def atomic_write(directory: str, name: str, data: bytes, create_dir: bool = True) -> None:
     """Write directory/name atomically, never following a symlink, mode 0600."""
-    dfd = _open_dir(directory, create_dir)
+    dfd = open_private_dir(directory, create_dir)
     tmp = f".{name}.{os.getpid()}.{time.monotonic_ns()}.tmp"
     try:
         fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o600, dir_fd=dfd)
@@ -196,4 +197,4 @@ class StateStore:
 
 
 def _open_and_close(path: str) -> None:
-    os.close(_open_dir(path, True))
+    os.close(open_private_dir(path, True))

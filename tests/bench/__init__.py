@@ -1,0 +1,1 @@
+"""Benchmark of gpu-healthcheck against its floors and gcm (python3 -m tests.bench)."""
