@@ -20,8 +20,23 @@ bench: fake
 validate:
 	$(PYTHON) tests/gpu/validate
 
-# ---------------------------------------------------------------------------------------------
-# demo: TO BE FILLED BY THE LEAD (left empty on purpose; keep the target name).
+# demo: the incident replayed on a local 3-node Slurm cluster with simulated 8-GPU nodes.
+# Sets itself up on a fresh Debian 12 machine (apt packages, a venv in .venv, the fake GPU
+# libraries), needs root (munged, slurmctld, slurmd, mknod), cleans up after itself.
+VENV ?= .venv
+DEMO_APT = gcc make munge slurmctld slurmd slurm-client
+SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
+
 demo:
-	@echo "make demo: not written yet (placeholder for the lead)"
-# ---------------------------------------------------------------------------------------------
+	@missing=""; for p in $(DEMO_APT); do dpkg -s $$p >/dev/null 2>&1 || missing="$$missing $$p"; done; \
+	if [ -n "$$missing" ]; then \
+	    echo "== apt-get install$$missing"; \
+	    $(SUDO) apt-get update -q && \
+	    $(SUDO) env DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends $$missing; \
+	fi
+	@for unit in slurmctld slurmd munge; do $(SUDO) systemctl stop $$unit >/dev/null 2>&1 || true; done
+	@test -x $(VENV)/bin/python || $(PYTHON) -m venv $(VENV)
+	@echo "== pip install -e . (into $(VENV))"
+	@$(VENV)/bin/python -m pip install -q -e . nvidia-nvml-dev
+	@$(MAKE) -s -C tests/fakegpu PYTHON=$(abspath $(VENV))/bin/python
+	@$(SUDO) $(VENV)/bin/python -m tests.demo

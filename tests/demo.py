@@ -19,14 +19,13 @@ import json
 import os
 import shutil
 import signal
-import subprocess
 import sys
 import tempfile
 import time
 from pathlib import Path
-from typing import List, Optional, Sequence
+from typing import Optional, Sequence
 
-from tests.conftest import ensure_fakegpu
+from tests.fakenode import ensure_fakegpu
 from tests.gpucluster import HEALTHY, GpuCluster
 from tests.slurmcluster import slurm_missing_reason
 

@@ -15,7 +15,7 @@ import time
 from pathlib import Path
 from typing import Dict, Optional
 
-from tests.conftest import ROOT, make_sysfs
+from tests.fakenode import ROOT, make_sysfs
 from tests.slurmcluster import SlurmCluster
 
 NODES = ["gpu-a", "gpu-b", "gpu-c"]

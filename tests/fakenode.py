@@ -1,0 +1,36 @@
+"""Paths and helpers shared by the tests and the demo (no pytest import: the demo runs without it)."""
+
+from __future__ import annotations
+
+import subprocess
+from pathlib import Path
+from typing import Sequence
+
+ROOT = Path(__file__).resolve().parent.parent
+FAKEGPU = ROOT / "tests" / "fakegpu"
+FAKE_BUILD = FAKEGPU / "build"
+FIXTURES = ROOT / "tests" / "fixtures"
+
+
+def ensure_fakegpu() -> Path:
+    libs = [FAKE_BUILD / "libnvidia-ml.so.1", FAKE_BUILD / "libcuda.so.1"]
+    sources = list(FAKEGPU.glob("*.c")) + list(FAKEGPU.glob("*.h")) + [FAKEGPU / "Makefile"]
+    newest = max(p.stat().st_mtime for p in sources)
+    if not all(p.exists() and p.stat().st_mtime >= newest for p in libs):
+        subprocess.run(["make", "-C", str(FAKEGPU)], check=True, capture_output=True)
+    return FAKE_BUILD
+
+
+def make_sysfs(root: Path, nvidia: Sequence[str] = (), others: Sequence[str] = ("0000:00:1f.0",)) -> Path:
+    """A sysfs tree with these NVIDIA GPU functions (class 0x0302) and some non-NVIDIA ones."""
+    devices = root / "bus" / "pci" / "devices"
+    devices.mkdir(parents=True, exist_ok=True)
+    for address in nvidia:
+        (devices / address).mkdir()
+        (devices / address / "vendor").write_text("0x10de\n")
+        (devices / address / "class").write_text("0x030200\n")
+    for address in others:
+        (devices / address).mkdir()
+        (devices / address / "vendor").write_text("0x8086\n")
+        (devices / address / "class").write_text("0x060100\n")
+    return root
