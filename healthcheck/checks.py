@@ -13,9 +13,7 @@ that check (never a drain), and its traceback is returned for logging.
 
 from __future__ import annotations
 
-import traceback
-from dataclasses import dataclass
-from typing import Callable, Dict, Iterable, Iterator, List, Optional, Tuple
+from typing import Callable, Dict, Iterable, Iterator, List, NamedTuple, Optional, Tuple
 
 from .config import Config
 from .model import (Action, Finding, GpuSnapshot, Mode, NodeSnapshot, ProbeStatus, Severity,
@@ -25,8 +23,7 @@ GpuCheck = Callable[[GpuSnapshot, NodeSnapshot, "CheckContext"], Iterable[Findin
 NodeCheck = Callable[[NodeSnapshot, "CheckContext"], Iterable[Finding]]
 
 
-@dataclass(frozen=True)
-class CheckContext:
+class CheckContext(NamedTuple):
     config: Config
     mode: Mode
     level: str = "quick"
@@ -38,8 +35,7 @@ class CheckContext:
         return self.selected is None or index in self.selected
 
 
-@dataclass(frozen=True)
-class CheckSpec:
+class CheckSpec(NamedTuple):
     check_id: str
     scope: str  # "gpu" | "node"
     fn: Callable[..., Iterable[Finding]]
@@ -586,8 +582,7 @@ def check_cuda_probe(gpu: GpuSnapshot, node: NodeSnapshot, ctx: CheckContext) ->
 
 # --- running the catalogue ---------------------------------------------------------------
 
-@dataclass(frozen=True)
-class CheckCrash:
+class CheckCrash(NamedTuple):
     check: str
     gpu: Optional[int]
     traceback: str
@@ -615,6 +610,8 @@ def _guard(spec: CheckSpec, gpu: Optional[int], call: Callable[[], Iterable[Find
     try:
         findings.extend(list(call()))
     except Exception as exc:  # noqa: BLE001 - a bug in one check must never drain or crash
+        import traceback
+
         crashes.append(CheckCrash(spec.check_id, gpu, traceback.format_exc()))
         where = f" on GPU {gpu}" if gpu is not None else ""
         findings.append(Finding(check=spec.check_id, severity=Severity.UNKNOWN, gpu=gpu,

@@ -13,7 +13,6 @@ from __future__ import annotations
 import os
 import signal
 import sys
-import traceback
 from typing import List, Optional, Sequence
 
 from . import __version__
@@ -68,6 +67,17 @@ def build_parser() -> "argparse.ArgumentParser":  # noqa: F821
     return parser
 
 
+def _fast_args(argv: List[str]) -> Optional["argparse.Namespace"]:  # noqa: F821
+    """What slurmd runs at every job start, without building the argparse parser (~3 ms)."""
+    if argv not in (["--prolog"], ["--epilog"]):
+        return None
+    from types import SimpleNamespace
+
+    return SimpleNamespace(node=False, prolog=argv == ["--prolog"], epilog=argv == ["--epilog"],  # type: ignore[return-value]
+                           version=False, history=None, cluster=False, json=False, act=False,
+                           config=None, gpus=None, level="quick")
+
+
 def _parse_gpus(text: str) -> tuple:
     from .slurmenv import GpuListError, parse_gpu_list
 
@@ -82,7 +92,7 @@ def _parse_gpus(text: str) -> tuple:
 
 def main(argv: Optional[Sequence[str]] = None) -> int:
     args_list: List[str] = list(sys.argv[1:] if argv is None else argv)
-    args = build_parser().parse_args(args_list)
+    args = _fast_args(args_list) or build_parser().parse_args(args_list)
     if args.version:
         print(f"gpu-healthcheck {__version__}")
         return 0
@@ -105,6 +115,8 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
               f"probe children were killed", file=sys.stderr)
         return 128 + signal.SIGTERM
     except Exception:  # noqa: BLE001 - the one place our own bugs are caught
+        import traceback
+
         print(f"gpu-healthcheck: INTERNAL ERROR in {mode.value} (a bug in gpu-healthcheck, not a "
               f"node fault; no action taken):\n{traceback.format_exc()}", file=sys.stderr)
         _log_internal_error(mode.value, loaded[0] if loaded else None)
@@ -163,6 +175,8 @@ def _admin_view(args: "argparse.Namespace") -> int:  # noqa: F821
 
 def _log_internal_error(mode: str, config: Optional["Config"]) -> None:  # noqa: F821
     try:
+        import traceback
+
         from .sinks import emit_internal_error
 
         emit_internal_error(mode, traceback.format_exc(), config=config)

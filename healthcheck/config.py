@@ -21,8 +21,7 @@ from __future__ import annotations
 
 import os
 import stat
-from dataclasses import dataclass, field, fields, replace
-from typing import Any, Dict, List, Mapping, Optional, Tuple
+from typing import Any, Dict, List, Mapping, NamedTuple, Optional, Tuple
 
 DEFAULT_CONFIG_PATH = "/etc/gpu-healthcheck/config.toml"
 CONFIG_ENV = "GPU_HEALTHCHECK_CONFIG"
@@ -39,28 +38,24 @@ class ConfigError(Exception):
         super().__init__(where + problem)
 
 
-@dataclass(frozen=True)
-class DrainConfig:
+class DrainConfig(NamedTuple):
     # Share of the cluster's nodes this tool may hold drained at once.  At least one node may
     # always be drained, so a small cluster is still protected from one bad GPU.
     max_fraction: float = 0.1
 
 
-@dataclass(frozen=True)
-class ProbeConfig:
+class ProbeConfig(NamedTuple):
     enabled: bool = True
     quick_mib: int = 256  # MiB allocated, written and read back per GPU at --level quick
     full_fraction: float = 0.9  # share of free memory tested at --level full
     timeout_s: float = 30.0  # deadline for one GPU's probe child, from its start
 
 
-@dataclass(frozen=True)
-class ChecksConfig:
+class ChecksConfig(NamedTuple):
     disabled: Tuple[str, ...] = ()
 
 
-@dataclass(frozen=True)
-class Thresholds:
+class Thresholds(NamedTuple):
     # Volatile corrected (single-bit) ECC errors above which we warn.  Corrected errors are
     # harmless one by one; a high count since the driver loaded predicts row remaps / retirement.
     ecc_volatile_corrected: int = 1000
@@ -76,8 +71,7 @@ class Thresholds:
     thermal_margin_c: int = 0
 
 
-@dataclass(frozen=True)
-class Config:
+class Config(NamedTuple):
     state_dir: str = "/var/lib/gpu-healthcheck"
     kernel_log: str = "/dev/kmsg"
     scontrol: Optional[str] = None  # None: found on PATH, else /usr/bin/scontrol
@@ -93,10 +87,10 @@ class Config:
     history_max_bytes: int = 1 << 20
     metrics_file: Optional[str] = None  # node_exporter textfile, e.g. /var/lib/node_exporter/gpu_healthcheck.prom
     journal: bool = True  # send entries to journald where its socket exists
-    drain: DrainConfig = field(default_factory=DrainConfig)
-    probe: ProbeConfig = field(default_factory=ProbeConfig)
-    checks: ChecksConfig = field(default_factory=ChecksConfig)
-    thresholds: Thresholds = field(default_factory=Thresholds)
+    drain: DrainConfig = DrainConfig()
+    probe: ProbeConfig = ProbeConfig()
+    checks: ChecksConfig = ChecksConfig()
+    thresholds: Thresholds = Thresholds()
     source: Optional[str] = None  # the file this came from, for messages
     warnings: Tuple[str, ...] = ()  # problems found while loading that did not stop us
 
@@ -115,13 +109,19 @@ _NON_NEGATIVE = {"scontrol_timeout_s", "nvml_timeout_s", "xid_window_s", "histor
 _FRACTIONS = {"max_fraction", "full_fraction"}
 
 
+def _annotation(cls: Any, name: str) -> str:
+    """A field's annotation as written (NamedTuple keeps them as ForwardRef objects)."""
+    annotation = cls.__annotations__[name]
+    return str(getattr(annotation, "__forward_arg__", annotation))
+
+
 def _type_name(annotation: str) -> str:
     return (annotation.replace("Optional[", "").replace("]", "")
             .replace("Tuple[str, ...", "list of strings"))
 
 
 def _coerce(path: str, key: str, annotation: str, value: Any) -> Any:
-    """Check one value against its dataclass annotation; ints are accepted for floats."""
+    """Check one value against its annotation; ints are accepted for floats."""
     base = annotation.replace("Optional[", "").rstrip("]") if annotation.startswith(
         "Optional[") else annotation
     ok: bool
@@ -152,7 +152,8 @@ def _coerce(path: str, key: str, annotation: str, value: Any) -> Any:
 
 
 def _build(path: str, cls: Any, table: Mapping[str, Any], prefix: str) -> Any:
-    known = {f.name: f for f in fields(cls) if f.name not in ("source", "warnings")}
+    known = {name: _annotation(cls, name) for name in cls._fields
+             if name not in ("source", "warnings")}
     values: Dict[str, Any] = {}
     for key, value in table.items():
         dotted = prefix + key
@@ -164,7 +165,7 @@ def _build(path: str, cls: Any, table: Mapping[str, Any], prefix: str) -> Any:
                 raise ConfigError(path, dotted, f"expected a [{key}] table, got {value!r}")
             values[key] = _build(path, _SECTIONS[key], value, dotted + ".")
         else:
-            values[key] = _coerce(path, dotted, str(known[key].type), value)
+            values[key] = _coerce(path, dotted, str(known[key]), value)
     return cls(**values)
 
 
@@ -182,7 +183,7 @@ def parse_config(text: str, path: str = "<config>") -> Config:
     unknown_checks = [c for c in config.checks.disabled if not _known_check(c)]
     if unknown_checks:
         raise ConfigError(path, "checks.disabled", f"unknown check id(s): {', '.join(unknown_checks)}")
-    return replace(config, source=path)
+    return config._replace(source=path)
 
 
 def _known_check(check_id: str) -> bool:
@@ -252,13 +253,15 @@ def load_config(cli_path: Optional[str], environ: Mapping[str, str]) -> Config:
 def describe_schema() -> List[Tuple[str, str, str]]:
     """(key, type, default) for every key, for docs and --help."""
     rows: List[Tuple[str, str, str]] = []
-    for f in fields(Config):
-        if f.name in ("source", "warnings"):
+    for name in Config._fields:
+        if name in ("source", "warnings"):
             continue
-        if f.name in _SECTIONS:
-            for sub in fields(_SECTIONS[f.name]):
-                default = sub.default
-                rows.append((f"{f.name}.{sub.name}", _type_name(str(sub.type)), repr(default)))
+        if name in _SECTIONS:
+            section = _SECTIONS[name]
+            for sub in section._fields:
+                rows.append((f"{name}.{sub}", _type_name(_annotation(section, sub)),
+                             repr(section._field_defaults[sub])))
         else:
-            rows.append((f.name, _type_name(str(f.type)), repr(f.default)))
+            rows.append((name, _type_name(_annotation(Config, name)),
+                         repr(Config._field_defaults[name])))
     return rows

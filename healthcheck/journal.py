@@ -23,7 +23,6 @@ from __future__ import annotations
 import os
 import re
 import stat
-from dataclasses import dataclass, field
 from types import MappingProxyType
 from typing import TYPE_CHECKING, Callable, List, Mapping, Optional, Sequence
 
@@ -59,13 +58,16 @@ _RESERVED = frozenset({"MESSAGE", "MESSAGE_ID", "PRIORITY", "SYSLOG_IDENTIFIER",
 Sendv = Callable[..., None]
 
 
-@dataclass
 class JournalResult:
     """What send_events did: `problem` is None when every entry reached the socket."""
 
-    sent: int = 0
-    unsent: List["LogEvent"] = field(default_factory=list)
-    problem: Optional[str] = None
+    __slots__ = ("sent", "unsent", "problem")
+
+    def __init__(self, sent: int = 0, unsent: Optional[List["LogEvent"]] = None,
+                 problem: Optional[str] = None) -> None:
+        self.sent = sent
+        self.unsent: List["LogEvent"] = unsent if unsent is not None else []
+        self.problem = problem
 
 
 def unavailable_reason(socket_path: str = JOURNAL_SOCKET) -> Optional[str]:

@@ -29,8 +29,7 @@ import json
 import os
 import stat
 import time
-from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Dict, List, Mapping, Optional, Sequence, Tuple
+from typing import NamedTuple, TYPE_CHECKING, Any, Dict, List, Mapping, Optional, Sequence, Tuple
 
 if TYPE_CHECKING:
     from .config import Config
@@ -51,8 +50,7 @@ class MetricsError(OSError):
     """The metrics file or its state cannot be written, with the path."""
 
 
-@dataclass(frozen=True)
-class Family:
+class Family(NamedTuple):
     name: str
     kind: str  # gauge | counter
     help: str

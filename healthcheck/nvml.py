@@ -19,8 +19,7 @@ from __future__ import annotations
 
 import threading
 import time
-from dataclasses import dataclass, replace
-from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
+from typing import Any, Callable, Dict, List, NamedTuple, Optional, Sequence, Tuple
 
 from .model import GpuProcess, GpuSnapshot
 
@@ -53,8 +52,7 @@ def error_name(exc: BaseException) -> str:
     return type(exc).__name__
 
 
-@dataclass(frozen=True)
-class NvmlRead:
+class NvmlRead(NamedTuple):
     error: Optional[str] = None  # NVML could not initialise
     error_detail: str = ""
     driver_version: Optional[str] = None
@@ -221,7 +219,7 @@ def read_nvml(timeout_s: float, trace: bool = False) -> NvmlRead:
                 gpus.append(reader.snapshot())
             else:
                 hung = True
-                gpus.append(replace(reader.snapshot(), lost="TIMEOUT"))
+                gpus.append(reader.snapshot()._replace(lost="TIMEOUT"))
         return NvmlRead(driver_version=driver, gpus=tuple(gpus), calls=tuple(calls))
     finally:
         # nvmlShutdown while a thread is still inside NVML could crash the process

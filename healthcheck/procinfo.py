@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-from dataclasses import replace
 from typing import Tuple
 
 from .model import GpuProcess, GpuSnapshot
@@ -19,10 +18,10 @@ def with_owners(gpus: Tuple[GpuSnapshot, ...]) -> Tuple[GpuSnapshot, ...]:
             p = psutil.Process(proc.pid)
             with p.oneshot():
                 command = " ".join(p.cmdline()) or p.name()
-                return replace(proc, user=p.username(), command=command[:200])
+                return proc._replace(user=p.username(), command=command[:200])
         except (psutil.Error, KeyError, OSError):
             # gone, or in another PID namespace (a container): NVML still counts it
-            return replace(proc, user=proc.user or "?", command=proc.command or "(not visible)")
+            return proc._replace(user=proc.user or "?", command=proc.command or "(not visible)")
 
-    return tuple(replace(g, processes=tuple(describe(p) for p in g.processes)) if g.processes else g
+    return tuple(g._replace(processes=tuple(describe(p) for p in g.processes)) if g.processes else g
                  for g in gpus)

@@ -10,17 +10,14 @@ environment); judge() is pure; act() calls the effectors (scontrol, state files)
 
 from __future__ import annotations
 
-import datetime
-import socket
+import os
 import time
-from dataclasses import dataclass, field, replace
-from typing import Any, Dict, List, Mapping, Optional, Tuple
+from typing import Any, Dict, List, Mapping, NamedTuple, Optional, Tuple
 
 from . import __version__
 from .checks import CheckContext, CheckCrash, run_checks
 from .config import Config
-from .kernlog import boot_wallclock, position_now, read_kernel_log
-from .model import (Baseline, Finding, GpuBaseline, JobContext, KernelLogRead, KernelLogWindow,
+from .model import (Baseline, Finding, GpuBaseline, JobContext, KernelLogWindow,
                     Mode, NodeAction, NodeSnapshot, ProbeResult, ProbeStatus, Severity, Verdict)
 from .nvml import read_nvml
 from .slurmenv import job_from_env, map_job_gpus
@@ -33,18 +30,16 @@ from .verdict import (DrainDecision, decide_drain, drain_reason, epilog_exit, ma
 CRIT, ERR, WARNING, NOTICE, INFO = 2, 3, 4, 5, 6
 
 
-@dataclass(frozen=True)
-class LogEvent:
+class LogEvent(NamedTuple):
     """One thing worth a journal entry; kind picks its MESSAGE_ID."""
 
     kind: str  # summary | finding | drain | resume | refused | pending | error
     priority: int
     message: str
-    fields: Dict[str, str] = field(default_factory=dict)
+    fields: Dict[str, str] = {}  # never mutated: replaced whole
 
 
-@dataclass(frozen=True)
-class RunRequest:
+class RunRequest(NamedTuple):
     mode: Mode
     environ: Mapping[str, str]
     level: str = "quick"
@@ -52,18 +47,17 @@ class RunRequest:
     gpus: Optional[Tuple[int, ...]] = None  # --gpus
 
 
-@dataclass
-class RunOutcome:
+class RunOutcome(NamedTuple):
     exit_code: int
     report: Dict[str, Any]
     events: List[LogEvent]
     snapshot: Optional[NodeSnapshot] = None
-    findings: List[Finding] = field(default_factory=list)
-    crashes: List[CheckCrash] = field(default_factory=list)
+    findings: List[Finding] = []
+    crashes: List[CheckCrash] = []
 
 
 def _iso(epoch: float) -> str:
-    return datetime.datetime.fromtimestamp(epoch, datetime.timezone.utc).isoformat(timespec="seconds")
+    return time.strftime("%Y-%m-%dT%H:%M:%S+00:00", time.gmtime(epoch))
 
 
 # --- reading -----------------------------------------------------------------------------
@@ -83,7 +77,7 @@ def read_node(request: RunRequest, config: Config, host: str, store: StateStore,
         if job.gpu_ids is not None:
             selected, error = map_job_gpus(job.gpu_ids, gpus) if nvml.error is None else ((), None)
             if error:
-                job = replace(job, gpu_ids_error=f"{job.gpu_ids_source}={','.join(job.gpu_ids)}: {error}")
+                job = job._replace(gpu_ids_error=f"{job.gpu_ids_source}={','.join(job.gpu_ids)}: {error}")
                 selected = ()
         else:
             selected = ()  # malformed list: probe nothing, judge with NVML only
@@ -93,19 +87,23 @@ def read_node(request: RunRequest, config: Config, host: str, store: StateStore,
 
     if mode is Mode.EPILOG and job is not None and job.job_id:
         baseline, why = store.read_baseline(job.job_id)
-        snapshot = replace(snapshot, baseline=baseline, baseline_error=why)
+        snapshot = snapshot._replace(baseline=baseline, baseline_error=why)
         if why:
             events.append(LogEvent("error" if "corrupt" in why or "cannot" in why else "finding",
                                    WARNING, why))
     if mode is not Mode.PROLOG:
-        snapshot = replace(snapshot, kernel_log=read_kernel_log(
+        from .kernlog import read_kernel_log
+
+        snapshot = snapshot._replace(kernel_log=read_kernel_log(
             config.kernel_log, _xid_window(mode, snapshot, config.xid_window_s)))
     if mode is not Mode.EPILOG and config.probe.enabled and config.enabled("cuda.probe"):
-        snapshot = replace(snapshot, probes=_probe(snapshot, config, request.level))
+        snapshot = snapshot._replace(probes=_probe(snapshot, config, request.level))
     return snapshot, selected
 
 
 def _xid_window(mode: Mode, snapshot: NodeSnapshot, window_s: float) -> KernelLogWindow:
+    from .kernlog import boot_wallclock
+
     if mode is Mode.EPILOG and snapshot.baseline and snapshot.baseline.kernel_log:
         pos = snapshot.baseline.kernel_log
         return KernelLogWindow(position=pos, since_monotonic_s=pos.monotonic_s,
@@ -131,7 +129,13 @@ def _probe(snapshot: NodeSnapshot, config: Config, level: str) -> Tuple[ProbeRes
         return tuple(skipped)
     size = ProbeSize(quick_mib=config.probe.quick_mib,
                      full_fraction=config.probe.full_fraction if level == "full" else None)
-    return run_probes(targets, size, config.probe.timeout_s) + tuple(skipped)
+    timeout_s = config.probe.timeout_s
+    if level == "full":
+        # Reading every byte back takes time in proportion to the memory: allow 1 s per GiB
+        # (host copies and memcmp run at several GiB/s) on top of the quick deadline.
+        largest_mib = max((g.memory_total_mib or 0) for g in snapshot.gpus if g.index in snapshot.selected)
+        timeout_s += largest_mib / 1024.0
+    return run_probes(targets, size, timeout_s) + tuple(skipped)
 
 
 # --- judging (pure) ----------------------------------------------------------------------
@@ -141,7 +145,7 @@ def judge(snapshot: NodeSnapshot, config: Config, request: RunRequest,
     ctx = CheckContext(config=config, mode=request.mode, level=request.level,
                        selected=selected)
     if request.mode is Mode.NODE and request.gpus is not None:
-        snapshot = replace(snapshot, gpus=tuple(g for g in snapshot.gpus if g.index in request.gpus))
+        snapshot = snapshot._replace(gpus=tuple(g for g in snapshot.gpus if g.index in request.gpus))
     findings, crashes = run_checks(snapshot, ctx)
     return findings, crashes, verdict_of(findings)
 
@@ -265,7 +269,7 @@ def run(request: RunRequest, config: Config, node_name: Optional[str] = None) ->
     mode = request.mode
     events: List[LogEvent] = [LogEvent("error", CRIT, w) for w in config.warnings]
     environ = request.environ
-    host = socket.gethostname().split(".")[0]
+    host = os.uname().nodename.split(".")[0]
     node = node_name or config.node_name or environ.get("SLURMD_NODENAME") or host
     store = StateStore(config.state_dir)
     effects = _Effects(config, environ)
@@ -316,7 +320,7 @@ def run(request: RunRequest, config: Config, node_name: Optional[str] = None) ->
                            + (f": {action.reason}" if action.taken != "none" else ""),
                            {**base_fields, "GPU_HEALTHCHECK_VERDICT": verdict.value}))
     # every entry findable by job and node (journalctl SLURM_JOB_ID=...), whoever made it
-    events = [replace(e, fields={**base_fields, **{k: v for k, v in e.fields.items() if v}})
+    events = [e._replace(fields={**base_fields, **{k: v for k, v in e.fields.items() if v}})
               for e in events]
     return RunOutcome(exit_code, report, events, snapshot, findings, crashes)
 
@@ -354,6 +358,8 @@ def _write_baseline(store: StateStore, snapshot: NodeSnapshot, job_id: str, conf
                              remap_uncorrectable=g.remap_uncorrectable,
                              remap_correctable=g.remap_correctable, remap_pending=g.remap_pending)
                  for g in snapshot.gpus if g.uuid and g.lost is None)
+    from .kernlog import position_now
+
     baseline = Baseline(job_id=job_id, taken_at=time.time(), gpus=gpus,
                         kernel_log=position_now(config.kernel_log))
     try:

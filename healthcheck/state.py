@@ -16,8 +16,7 @@ import json
 import os
 import stat
 import time
-from dataclasses import asdict, dataclass, fields
-from typing import Any, Dict, Optional, Tuple
+from typing import Any, Dict, NamedTuple, Optional, Tuple
 
 from .model import Baseline, GpuBaseline, KernelLogPosition
 
@@ -29,8 +28,7 @@ class StateError(OSError):
     """state_dir cannot be used, with the path and what is wrong."""
 
 
-@dataclass(frozen=True)
-class PendingDrain:
+class PendingDrain(NamedTuple):
     reason: str
     node: str
     mode: str
@@ -57,8 +55,13 @@ def open_private_dir(path: str, create: bool) -> int:
     return fd
 
 
-def atomic_write(directory: str, name: str, data: bytes, create_dir: bool = True) -> None:
-    """Write directory/name atomically, never following a symlink, mode 0600."""
+def atomic_write(directory: str, name: str, data: bytes, create_dir: bool = True,
+                 durable: bool = True) -> None:
+    """Write directory/name atomically, never following a symlink, mode 0600.
+
+    durable=False skips the fsync: after a power loss the file may be missing or empty, which
+    its reader must treat as absent (a baseline: the epilog falls back to absolute counters).
+    """
     dfd = open_private_dir(directory, create_dir)
     tmp = f".{name}.{os.getpid()}.{time.monotonic_ns()}.tmp"
     try:
@@ -67,7 +70,8 @@ def atomic_write(directory: str, name: str, data: bytes, create_dir: bool = True
             view = memoryview(data)
             while view:
                 view = view[os.write(fd, view):]
-            os.fsync(fd)
+            if durable:
+                os.fsync(fd)
         finally:
             os.close(fd)
         os.rename(tmp, name, src_dir_fd=dfd, dst_dir_fd=dfd)
@@ -96,15 +100,24 @@ def read_file(directory: str, name: str, limit: int = 1 << 20) -> Optional[bytes
 def _check_fields(cls: Any, data: Any) -> Dict[str, Any]:
     if not isinstance(data, dict):
         raise ValueError(f"expected an object for {cls.__name__}")
-    names = {f.name for f in fields(cls)}
+    names = set(cls._fields)
     unknown = set(data) - names
     if unknown:
         raise ValueError(f"unknown fields {sorted(unknown)} in {cls.__name__}")
     return data
 
 
+def _plain(value: Any) -> Any:
+    """Records as JSON objects (json.dumps would write a NamedTuple as a list)."""
+    if hasattr(value, "_asdict"):
+        return {k: _plain(v) for k, v in value._asdict().items()}
+    if isinstance(value, (list, tuple)):
+        return [_plain(v) for v in value]
+    return value
+
+
 def baseline_to_json(baseline: Baseline) -> bytes:
-    return json.dumps(asdict(baseline), sort_keys=True).encode()
+    return json.dumps(_plain(baseline), sort_keys=True).encode()
 
 
 def baseline_from_json(raw: bytes) -> Baseline:
@@ -112,13 +125,13 @@ def baseline_from_json(raw: bytes) -> Baseline:
     data = _check_fields(Baseline, json.loads(raw.decode("utf-8")))
     gpus = tuple(GpuBaseline(**_check_fields(GpuBaseline, g)) for g in data.get("gpus") or ())
     for gpu in gpus:
-        for f in fields(GpuBaseline):
-            value = getattr(gpu, f.name)
-            if f.name == "uuid":
+        for name in GpuBaseline._fields:
+            value = getattr(gpu, name)
+            if name == "uuid":
                 if not isinstance(value, str):
                     raise ValueError("uuid must be a string")
             elif value is not None and not isinstance(value, (int, bool)):
-                raise ValueError(f"{f.name} must be a number")
+                raise ValueError(f"{name} must be a number")
     log = data.get("kernel_log")
     position = KernelLogPosition(**_check_fields(KernelLogPosition, log)) if log else None
     if not isinstance(data.get("job_id"), str) or not isinstance(data.get("taken_at"), (int, float)):
@@ -139,7 +152,9 @@ class StateStore:
 
     def write_baseline(self, baseline: Baseline) -> None:
         _open_and_close(self.state_dir)
-        atomic_write(self.jobs_dir, _job_file(baseline.job_id), baseline_to_json(baseline))
+        # not fsynced: every job start pays for it, and a lost baseline only costs attribution
+        atomic_write(self.jobs_dir, _job_file(baseline.job_id), baseline_to_json(baseline),
+                     durable=False)
 
     def read_baseline(self, job_id: str) -> Tuple[Optional[Baseline], Optional[str]]:
         """(baseline, None), or (None, why there is none) — never raises."""
@@ -165,7 +180,7 @@ class StateStore:
             pass
 
     def write_pending(self, pending: PendingDrain) -> None:
-        atomic_write(self.state_dir, PENDING, json.dumps(asdict(pending), sort_keys=True).encode())
+        atomic_write(self.state_dir, PENDING, json.dumps(_plain(pending), sort_keys=True).encode())
 
     def read_pending(self) -> Tuple[Optional[PendingDrain], Optional[str]]:
         path = os.path.join(self.state_dir, PENDING)

@@ -14,8 +14,7 @@ from __future__ import annotations
 import enum
 import math
 import re
-from dataclasses import dataclass
-from typing import Dict, Iterable, List, Optional, Sequence
+from typing import Dict, Iterable, List, NamedTuple, Optional, Sequence
 
 from .model import Action, Finding, GpuSnapshot, Mode, Severity, Verdict
 
@@ -118,8 +117,7 @@ def is_rma(reason: Optional[str]) -> bool:
     return bool(fields and fields.get("rma"))
 
 
-@dataclass(frozen=True)
-class NodeState:
+class NodeState(NamedTuple):
     """What `scontrol show node` says of one node."""
 
     name: str

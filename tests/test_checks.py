@@ -1,10 +1,7 @@
 """The check catalogue, pure: each check on a healthy and a faulty snapshot, and the guard."""
 
-from dataclasses import replace
-
 import pytest
 
-from healthcheck import checks
 from healthcheck.checks import CATALOGUE, CheckContext, CheckSpec, run_checks
 from healthcheck.config import ChecksConfig, Config, Thresholds
 from healthcheck.model import (Action, Baseline, GpuBaseline, GpuProcess, GpuSnapshot, JobContext,
@@ -58,9 +55,9 @@ FAULTS = {
 def faulty(change):
     change = dict(change)
     gpu_change = change.pop("gpu", None)
-    node = replace(NODE, **change)
+    node = NODE._replace(**change)
     if gpu_change:
-        node = replace(node, gpus=(replace(HEALTHY, **gpu_change),))
+        node = node._replace(gpus=(HEALTHY._replace(**gpu_change),))
     return node
 
 
@@ -106,7 +103,7 @@ def test_leftover_processes_count_only_on_the_jobs_gpus():
 
 def test_epilog_attributes_new_aggregate_errors_to_the_job():
     node = faulty(dict(gpu=dict(ecc_aggregate_uncorrected=5)))
-    node = replace(node, baseline=Baseline("1", 0.0, (GpuBaseline("GPU-0", ecc_aggregate_uncorrected=3),)))
+    node = node._replace(baseline=Baseline("1", 0.0, (GpuBaseline("GPU-0", ecc_aggregate_uncorrected=3),)))
     [finding] = findings_of(node, Mode.EPILOG, "ecc.aggregate_uncorrected")
     assert finding.severity is Severity.FAIL and finding.value == 2
 
@@ -161,6 +158,6 @@ def test_no_gpus_node_passes_with_info():
     node = NodeSnapshot(host="n", nvml_error="LIBRARY_NOT_FOUND", sysfs_gpus=())
     [finding] = findings_of(node, Mode.NODE, "nvml.init")
     assert finding.severity is Severity.INFO and "no GPUs" in finding.message
-    node = replace(node, sysfs_gpus=("0000:41:00.0",))
+    node = node._replace(sysfs_gpus=("0000:41:00.0",))
     [finding] = findings_of(node, Mode.NODE, "nvml.init")
     assert finding.severity is Severity.FAIL
