@@ -91,12 +91,14 @@ class GpuCluster:
             f'[drain]\nmax_fraction = {max_fraction}\n[probe]\ntimeout_s = 20\n')
         path.chmod(0o644)
 
-    def check(self, node: str, *args: str) -> subprocess.CompletedProcess:
-        """`gpu-healthcheck ARGS` as that node's HealthCheckProgram would run it."""
-        env = {k: v for k, v in os.environ.items() if not k.startswith(("SLURM", "GPU_HEALTHCHECK"))}
-        env.update(self.node_env(node), SLURM_CONF=str(self.cluster.conf_path))
-        return subprocess.run([sys.executable, "-m", "healthcheck.cli", *args], env=env,
-                              capture_output=True, text=True, timeout=120)
+    def check(self, node: str, *args: str, env: Optional[Dict[str, str]] = None,
+              timeout: float = 120) -> subprocess.CompletedProcess:
+        """`gpu-healthcheck ARGS` as that node's HealthCheckProgram (or slurmd) would run it."""
+        full = {k: v for k, v in os.environ.items() if not k.startswith(("SLURM", "GPU_HEALTHCHECK"))}
+        full.update(self.node_env(node), SLURM_CONF=str(self.cluster.conf_path))
+        full.update(env or {})
+        return subprocess.run([sys.executable, "-m", "healthcheck.cli", *args], env=full,
+                              capture_output=True, text=True, timeout=timeout)
 
     def reason(self, node: str) -> str:
         return self.cluster.node_reason(node) or ""

@@ -1,0 +1,342 @@
+"""The fault matrix (README "Failure behaviour"): one test per row, named after its row.
+
+Each runs the real CLI against the fake GPU libraries and, where a drain is involved, the real
+local Slurm cluster (munge, slurmctld, three slurmd) with the real scontrol.  Each asserts the
+documented outcome and that nothing is lost: every finding, drain and refusal reaches the
+history file (and the journal where one runs; test_journal.py proves the journal path).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Dict, List, Optional
+
+import pytest
+
+from tests.gpucluster import HEALTHY, NODES, GpuCluster
+from tests.slurmcluster import slurm_missing_reason
+
+JOB = {"SLURM_JOB_ID": "4242", "SLURM_JOB_GPUS": "0,1"}
+
+
+def history(state_dir: Path) -> List[Dict]:
+    path = state_dir / "history.jsonl"
+    return [json.loads(line) for line in path.read_text().splitlines()] if path.exists() else []
+
+
+def logged(state_dir: Path) -> str:
+    """Everything the history file keeps, as text, to look for a finding or an action."""
+    return "\n".join(json.dumps(r) for r in history(state_dir))
+
+
+@pytest.fixture(scope="module")
+def cluster(tmp_path_factory, fakegpu):
+    reason = slurm_missing_reason()
+    if reason:
+        if os.environ.get("CI"):
+            pytest.fail(f"CI must run the Slurm tests: {reason}")
+        pytest.skip(reason)
+    c = GpuCluster(tmp_path_factory.mktemp("matrix"), fakegpu)
+    with c.cluster:
+        yield c
+
+
+@pytest.fixture
+def c(cluster):
+    """The shared cluster, every node healthy, undrained and with empty state."""
+    for node in NODES:
+        cluster.scenario(node).write_text(HEALTHY)
+        cluster.write_config(node)
+        shutil.rmtree(cluster.state(node), ignore_errors=True)
+        if cluster.drained(node):
+            cluster.cluster.resume(node)
+    for node in NODES:
+        cluster.cluster.wait_node(node, lambda info: "DRAIN" not in info.get("State", ""), 30)
+    return cluster
+
+
+def prolog(c: GpuCluster, node: str = "gpu-a", env: Optional[Dict[str, str]] = None,
+           timeout: float = 120) -> subprocess.CompletedProcess:
+    return c.check(node, "--prolog", "--json", env={**JOB, "SLURMD_NODENAME": node, **(env or {})},
+                   timeout=timeout)
+
+
+# --- rows --------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("code,name", [(9, "DRIVER_NOT_LOADED"), (18, "LIB_RM_VERSION_MISMATCH")])
+def test_nvml_init_fails_driver_not_loaded_or_rm_version_mismatch_fail_drain(c, code, name):
+    c.scenario("gpu-a").write_text(f"nvml.init_error = {code}\n")
+    result = prolog(c)
+    assert result.returncode == 1
+    assert c.reason("gpu-a") == f"gpu-healthcheck: nvml.init={name} prolog job=4242"
+    assert f"nvml.init={name}" in logged(c.state("gpu-a")) and '"taken": "drain"' in logged(c.state("gpu-a"))
+
+
+def test_a_gpu_is_lost_fail_drain(c):
+    c.scenario("gpu-a").write_text(HEALTHY + "gpu.1.lost = 1\n")
+    assert prolog(c).returncode == 1
+    assert c.reason("gpu-a") == "gpu-healthcheck: gpu1 gpu.lost=GPU_IS_LOST prolog job=4242"
+    assert "gpu.lost" in logged(c.state("gpu-a"))
+
+
+def test_nvml_hangs_on_one_gpu_bounded_by_the_deadline_fail_that_gpu(c):
+    path = c.wd / "config" / "gpu-a.toml"
+    path.write_text(path.read_text().replace("scontrol_timeout_s = 10\n", "scontrol_timeout_s = 10\nnvml_timeout_s = 2\n"))
+    c.scenario("gpu-a").write_text(HEALTHY + "gpu.1.nvml.hang_s = 3600\n")
+    started = time.monotonic()
+    result = prolog(c, timeout=60)
+    assert time.monotonic() - started < 45
+    assert result.returncode == 1
+    findings = json.loads(result.stdout)["findings"]
+    assert [(f["check"], f["gpu"], f["value"]) for f in findings] == [("gpu.lost", 1, "TIMEOUT")]
+    assert c.reason("gpu-a").startswith("gpu-healthcheck: gpu1 gpu.lost=TIMEOUT prolog")
+
+
+@pytest.mark.parametrize("fault,value", [("cuda.hang_s = 3600", "timeout"), ("cuda.crash = 11", "crashed")])
+def test_cuda_probe_hangs_or_crashes_bounded_fail_that_gpu(c, fault, value):
+    path = c.wd / "config" / "gpu-a.toml"
+    path.write_text(path.read_text().replace("timeout_s = 20", "timeout_s = 3"))
+    c.scenario("gpu-a").write_text(HEALTHY + f"gpu.0.{fault}\n")
+    started = time.monotonic()
+    result = prolog(c, timeout=60)
+    assert time.monotonic() - started < 45
+    assert result.returncode == 1
+    findings = json.loads(result.stdout)["findings"]
+    assert [(f["check"], f["gpu"], f["value"]) for f in findings] == [("cuda.probe", 0, value)]
+    assert c.reason("gpu-a").startswith("gpu-healthcheck: gpu0 pci=")
+    assert f"cuda.probe={value}" in c.reason("gpu-a")
+    assert "cuda.probe" in logged(c.state("gpu-a"))
+
+
+def test_libnvidia_ml_absent_on_a_node_with_nvidia_pci_devices_fail(c, tmp_path):
+    from tests.fakenode import make_sysfs
+    sysfs = make_sysfs(tmp_path / "sys", nvidia=["0000:41:00.0"])
+    path = c.wd / "config" / "gpu-a.toml"
+    path.write_text(path.read_text().replace(f'sysfs_root = "{c.sysfs}"', f'sysfs_root = "{sysfs}"'))
+    result = c.check("gpu-a", "--node", "--act", "--json", env={"LD_LIBRARY_PATH": str(tmp_path)})
+    assert result.returncode == 2
+    [finding] = json.loads(result.stdout)["findings"]
+    assert (finding["check"], finding["severity"], finding["value"]) == ("nvml.init", "fail", "LIBRARY_NOT_FOUND")
+    assert c.reason("gpu-a") == "gpu-healthcheck: nvml.init=LIBRARY_NOT_FOUND node"
+    assert "LIBRARY_NOT_FOUND" in logged(c.state("gpu-a"))
+
+
+def test_libnvidia_ml_absent_on_a_node_with_no_nvidia_devices_pass_with_no_gpus(c, tmp_path):
+    result = c.check("gpu-a", "--node", "--act", "--json", env={"LD_LIBRARY_PATH": str(tmp_path)})
+    assert result.returncode == 0
+    doc = json.loads(result.stdout)
+    assert doc["verdict"] == "pass" and "no GPUs" in doc["findings"][0]["message"]
+    assert not c.drained("gpu-a")
+    assert history(c.state("gpu-a"))[-1]["verdict"] == "pass"
+
+
+def _stub(path: Path, body: str) -> str:
+    path.write_text("#!/bin/sh\n" + body + "\n")
+    path.chmod(0o755)
+    return str(path)
+
+
+@pytest.mark.parametrize("how", ["missing", "non-zero", "hanging", "slurmctld down"])
+def test_scontrol_missing_nonzero_hanging_or_slurmctld_down_pending_drain_kept_applied_at_next_run(c, tmp_path, how):
+    env: Dict[str, str] = {}
+    if how == "missing":
+        c.write_config("gpu-a", scontrol=str(tmp_path / "no-such-scontrol"))
+    elif how == "non-zero":
+        c.write_config("gpu-a", scontrol=_stub(tmp_path / "scontrol", "echo 'error: Invalid user' >&2; exit 1"))
+    elif how == "hanging":
+        c.write_config("gpu-a", scontrol=_stub(tmp_path / "scontrol", "exec sleep 3600"))
+        path = c.wd / "config" / "gpu-a.toml"
+        path.write_text(path.read_text().replace("scontrol_timeout_s = 10", "scontrol_timeout_s = 1"))
+    else:  # the real scontrol, pointed at a controller port where nothing listens
+        conf = tmp_path / "slurm.conf"
+        text = c.cluster.conf_path.read_text()
+        port = c.cluster.ctld_port
+        conf.write_text(text.replace(f"SlurmctldPort={port}", f"SlurmctldPort={_closed_port()}")
+                        .replace("MessageTimeout=", "#MessageTimeout=") + "\nMessageTimeout=2\n")
+        env["SLURM_CONF"] = str(conf)
+    c.scenario("gpu-a").write_text(HEALTHY + "gpu.0.ecc.volatile.uncorrected = 1\n")
+    result = prolog(c, env=env, timeout=90)
+    assert result.returncode == 1  # the job must not start; Slurm drains with "Prolog error"
+    pending = json.loads((c.state("gpu-a") / "pending-drain.json").read_text())
+    assert pending["reason"].endswith("ecc.volatile_uncorrected=1 prolog job=4242")
+    assert "pending" in logged(c.state("gpu-a")) and "cannot drain gpu-a" in logged(c.state("gpu-a"))
+    assert not c.reason("gpu-a").startswith("gpu-healthcheck:")
+
+    c.write_config("gpu-a")  # scontrol and slurmctld work again
+    c.check("gpu-a", "--node", "--act")
+    assert c.reason("gpu-a") == pending["reason"]
+    assert not (c.state("gpu-a") / "pending-drain.json").exists()
+
+
+def _closed_port() -> int:
+    import socket
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def test_journald_absent_fallback_sink(node, tmp_path):
+    from tests.test_journal import NO_NAMESPACES, run_in_namespace
+    if NO_NAMESPACES:
+        pytest.skip(NO_NAMESPACES)
+    done = run_in_namespace(node, None, ["--epilog"], env={**JOB, "SLURMD_NODENAME": "gpu-a"},
+                            scenario="gpus = 8\ngpu.2.ecc.volatile.uncorrected = 1\n")
+    assert done.returncode == 1
+    assert "journal unavailable" in done.stderr and "GPU_SERIAL=1650522003802" in done.stderr
+    assert "ecc.volatile_uncorrected" in logged(node.state_dir)
+
+
+@pytest.mark.parametrize("state", ["unwritable", "full", "corrupt baseline", "corrupt pending"])
+def test_state_dir_unwritable_full_or_corrupt_clear_message_epilog_falls_back_never_a_crash(node, tmp_path, state):
+    env = {**JOB, "SLURMD_NODENAME": "gpu-a"}
+    dbe = "gpus = 8\ngpu.0.ecc.volatile.uncorrected = 1\n"
+    if state == "unwritable":
+        blocker = tmp_path / "not-a-dir"
+        blocker.write_text("")
+        node.state_dir = blocker / "state"
+        node.write_config()
+        expect = "cannot write the baseline for job 4242"
+    elif state == "full":
+        if not Path("/dev/full").exists():
+            pytest.skip("no /dev/full")
+        node.write_config('history_file = "/dev/full"')
+        expect = "history sink failed"
+    elif state == "corrupt baseline":
+        assert node.run("--prolog", env=env).rc == 0
+        (node.state_dir / "jobs" / "4242.json").write_text("{not json")
+        expect = None
+    else:
+        node.state_dir.mkdir(mode=0o700)
+        (node.state_dir / "pending-drain.json").write_text("garbage")
+        expect = "corrupt pending drain"
+    first = node.run("--prolog", env=env) if state != "corrupt baseline" else None
+    if first is not None:
+        assert first.rc == 0 and "Traceback" not in first.stderr
+    if expect:
+        assert expect in first.stderr
+    result = node.run("--epilog", "--json", env=env, scenario=dbe)
+    assert result.rc == 1 and "Traceback" not in result.stderr  # the DBE is still caught
+    assert "ecc.volatile_uncorrected" in result.checks("fail")
+    if state == "corrupt baseline":
+        assert any("corrupt baseline" in f["message"] for f in result.json["findings"])
+
+
+def test_config_file_invalid_clear_error_naming_file_and_key(node):
+    node.config_path.write_text("[probe]\ntimeout_s = 'soon'\n")
+    result = node.run("--node")
+    assert result.rc == 3
+    assert f"{node.config_path}: probe.timeout_s: expected float, got 'soon'" in result.stderr
+    result = node.run("--prolog", env={**JOB, "SLURMD_NODENAME": "gpu-a"},
+                      scenario="gpus = 8\ngpu.0.ecc.volatile.uncorrected = 1\n")
+    assert f"{node.config_path}: probe.timeout_s" in result.stderr
+    assert result.rc == 1  # the checks still protect the next job, with the built-in defaults
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="the ownership rule applies to root")
+@pytest.mark.parametrize("mode,owner", [(0o666, 0), (0o644, 1000)])
+def test_config_file_world_writable_or_not_owned_by_root_refused_checks_run_with_defaults_critical_log(node, mode, owner):
+    os.chown(node.config_path, owner, 0)
+    os.chmod(node.config_path, mode)
+    result = node.run("--node", "--json", scenario="gpus = 8\ngpu.0.ecc.volatile.uncorrected = 1\n")
+    assert "CRITICAL" in result.stderr and "refused" in result.stderr
+    assert str(node.config_path) in result.stderr
+    assert result.rc == 2 and result.checks("fail") == ["ecc.volatile_uncorrected"]  # checks ran
+
+
+def test_kernel_log_unreadable_unknown_for_the_xid_check_only(node, tmp_path):
+    node.kernel_log = tmp_path / "unreadable"
+    node.write_config()
+    result = node.run("--epilog", "--json", env={**JOB, "SLURMD_NODENAME": "gpu-a"})
+    assert result.rc == 0
+    assert [(f["check"], f["severity"]) for f in result.json["findings"] if f["check"] != "state.baseline"] == [
+        ("xid", "unknown")]
+    assert "Xid events not checked" in logged(node.state_dir)
+
+
+@pytest.mark.parametrize("value", ["0,,1", "abc", "0;reboot", "$(reboot)", "0-99999", "9"])
+def test_malformed_slurm_job_gpus_unknown_no_drain_logged(node, value):
+    result = node.run("--prolog", "--json", env={**JOB, "SLURMD_NODENAME": "gpu-a", "SLURM_JOB_GPUS": value},
+                      scenario="gpus = 8\ngpu.0.cuda.alloc_error = 214\n")
+    assert result.rc == 0
+    assert result.json["verdict"] == "unknown" and result.checks("unknown") == ["slurm.job_gpus"]
+    assert result.json["probes"] == [] and not (node.state_dir / "pending-drain.json").exists()
+    assert "slurm.job_gpus" in logged(node.state_dir)
+
+
+def test_sixteen_prologs_at_once_on_one_node_all_complete_no_lost_or_mixed_baselines(node):
+    procs = []
+    for job in range(100, 116):
+        env = node.env({"SLURM_JOB_ID": str(job), "SLURMD_NODENAME": "gpu-a", "SLURM_JOB_GPUS": str(job % 8)})
+        procs.append(subprocess.Popen([sys.executable, "-m", "healthcheck.cli", "--prolog"], env=env,
+                                      stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True))
+    for proc in procs:
+        _, err = proc.communicate(timeout=120)
+        assert proc.returncode == 0, err
+    jobs = node.state_dir / "jobs"
+    assert sorted(p.name for p in jobs.iterdir()) == [f"{job}.json" for job in range(100, 116)]
+    for job in range(100, 116):
+        assert json.loads((jobs / f"{job}.json").read_text())["job_id"] == str(job)
+    assert sorted(r["job_id"] for r in history(node.state_dir)) == [str(j) for j in range(100, 116)]
+
+
+def test_every_node_of_the_test_cluster_fails_the_same_check_drain_budget_holds(c):
+    for node in NODES:
+        c.write_config(node, max_fraction=0.34)  # three nodes: one may be drained
+        c.scenario(node).write_text(HEALTHY + "gpu.0.recovery_action = 2\n")
+    results = {node: c.check(node, "--node", "--act", "--json") for node in NODES}
+    assert [n for n in NODES if c.drained(n)] == ["gpu-a"]
+    for node in ("gpu-b", "gpu-c"):
+        assert results[node].returncode == 2
+        assert f"drain of {node} refused" in results[node].stderr
+        assert json.loads(results[node].stdout)["action"]["refused"] is True
+        assert "refused" in logged(c.state(node))
+
+
+def test_an_exception_injected_into_a_check_exit_0_traceback_logged_no_drain(node):
+    code = ("import sys\n"
+            "from healthcheck import checks\n"
+            "spec = checks.CATALOGUE['ecc.volatile_uncorrected']\n"
+            "def boom(gpu, node, ctx):\n"
+            "    raise ZeroDivisionError('injected')\n"
+            "checks.CATALOGUE['ecc.volatile_uncorrected'] = spec._replace(fn=boom)\n"
+            "from healthcheck.cli import main\n"
+            "sys.exit(main(sys.argv[1:]))\n")
+    for mode in ("--prolog", "--epilog"):
+        done = subprocess.run([sys.executable, "-c", code, mode], env=node.env({**JOB, "SLURMD_NODENAME": "gpu-a"}),
+                              capture_output=True, text=True, timeout=60)
+        assert done.returncode == 0
+        assert "ZeroDivisionError: injected" in done.stderr
+    assert not (node.state_dir / "pending-drain.json").exists()
+    records = history(node.state_dir)
+    assert records and all(r["verdict"] == "unknown" for r in records[-2:])
+    assert "ZeroDivisionError: injected" in logged(node.state_dir)
+
+
+def test_sigterm_from_slurmd_at_prolog_epilog_timeout_children_killed_pending_state_consistent(node):
+    node.write_config("[probe]\ntimeout_s = 600")
+    node.scenario.write_text("gpus = 8\ngpu.0.cuda.hang_s = 3600\ngpu.1.cuda.hang_s = 3600\n")
+    proc = subprocess.Popen([sys.executable, "-m", "healthcheck.cli", "--prolog"],
+                            env=node.env({**JOB, "SLURMD_NODENAME": "gpu-a"}),
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True)
+    deadline = time.monotonic() + 30
+    children: List[int] = []
+    while time.monotonic() < deadline and len(children) < 2:
+        children = [int(p) for p in Path(f"/proc/{proc.pid}/task/{proc.pid}/children").read_text().split()]
+        time.sleep(0.05)
+    assert len(children) == 2
+    os.killpg(proc.pid, signal.SIGTERM)  # slurmd signals the script's whole process group
+    _, err = proc.communicate(timeout=30)
+    assert proc.returncode == 128 + signal.SIGTERM and "terminated by SIGTERM" in err
+    for pid in children:
+        assert not Path(f"/proc/{pid}").exists() or Path(f"/proc/{pid}/stat").read_text().split()[2] == "Z"
+    # nothing half-written: no pending drain, no baseline, no temporary files
+    assert not (node.state_dir / "pending-drain.json").exists()
+    leftovers = [p for p in node.state_dir.rglob("*") if p.name.startswith(".")] if node.state_dir.exists() else []
+    assert leftovers == []
