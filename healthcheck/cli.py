@@ -13,9 +13,15 @@ from __future__ import annotations
 import os
 import signal
 import sys
-from typing import List, Optional, Sequence
+from typing import TYPE_CHECKING, List, Optional, Sequence
 
 from . import __version__
+
+if TYPE_CHECKING:  # imported lazily at run time: every job start waits for this process
+    import argparse
+
+    from .config import Config
+    from .model import Mode
 
 EPILOG_TEXT = """\
 exit status:
@@ -36,7 +42,7 @@ def _on_sigterm(signum: int, frame: object) -> None:
     raise Terminated()
 
 
-def build_parser() -> "argparse.ArgumentParser":  # noqa: F821
+def build_parser() -> "argparse.ArgumentParser":
     import argparse
 
     parser = argparse.ArgumentParser(
@@ -67,7 +73,7 @@ def build_parser() -> "argparse.ArgumentParser":  # noqa: F821
     return parser
 
 
-def _fast_args(argv: List[str]) -> Optional["argparse.Namespace"]:  # noqa: F821
+def _fast_args(argv: List[str]) -> Optional["argparse.Namespace"]:
     """What slurmd runs at every job start, without building the argparse parser (~3 ms)."""
     if argv not in (["--prolog"], ["--epilog"]):
         return None
@@ -107,7 +113,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         return 2
     gpus = _parse_gpus(args.gpus) if args.gpus else None
     previous = signal.signal(signal.SIGTERM, _on_sigterm)
-    loaded: List["Config"] = []  # noqa: F821 - the config, once read, for logging a crash
+    loaded: List["Config"] = []  # the config, once read, for logging a crash
     try:
         return _run(mode, args, gpus, loaded)
     except Terminated:
@@ -125,8 +131,8 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         signal.signal(signal.SIGTERM, previous)
 
 
-def _run(mode: "Mode", args: "argparse.Namespace", gpus: Optional[tuple],  # noqa: F821
-         loaded: List["Config"]) -> int:  # noqa: F821
+def _run(mode: "Mode", args: "argparse.Namespace", gpus: Optional[tuple],
+         loaded: List["Config"]) -> int:
     from .config import Config, ConfigError, load_config
     from .model import Mode
     from .runner import RunRequest, run
@@ -155,7 +161,7 @@ def _run(mode: "Mode", args: "argparse.Namespace", gpus: Optional[tuple],  # noq
     return outcome.exit_code
 
 
-def _admin_view(args: "argparse.Namespace") -> int:  # noqa: F821
+def _admin_view(args: "argparse.Namespace") -> int:
     """--history and --cluster: read-only views for an admin."""
     from .config import ConfigError, load_config
 
@@ -173,7 +179,7 @@ def _admin_view(args: "argparse.Namespace") -> int:  # noqa: F821
     return show_cluster(config, os.environ, args.json, sys.stdout)
 
 
-def _log_internal_error(mode: str, config: Optional["Config"]) -> None:  # noqa: F821
+def _log_internal_error(mode: str, config: Optional["Config"]) -> None:
     try:
         import traceback
 

@@ -177,7 +177,11 @@ def parse_config(text: str, path: str = "<config>") -> Config:
         import tomli as tomllib  # type: ignore[no-redef]
     try:
         table = tomllib.loads(text)
-    except tomllib.TOMLDecodeError as exc:
+    except (ValueError, RecursionError) as exc:
+        # TOMLDecodeError is a ValueError; tomllib also lets out a plain ValueError for an
+        # integer of more than 4300 digits (Python's int() limit) and a RecursionError for
+        # arrays nested a few hundred deep, both found by tests/fuzz/fuzz_config.py: they
+        # must be a ConfigError, not a traceback in the prolog.
         raise ConfigError(path, None, f"not valid TOML: {exc}") from None
     config: Config = _build(path, Config, table, "")
     unknown_checks = [c for c in config.checks.disabled if not _known_check(c)]

@@ -41,8 +41,12 @@ def find_scontrol(configured: Optional[str], environ: Mapping[str, str]) -> str:
 
 _NODE_NAME_RE = re.compile(r"(?:^|\s)NodeName=(\S+)")
 _STATE_RE = re.compile(r"\sState=(\S+)")
-# Reason=<text> [user@time] is printed last on the line; the text may hold spaces and '='
-_REASON_RE = re.compile(r"\sReason=(?P<text>.*?)(?:\s+\[(?P<who>[^\]@\s]+)@(?P<when>[^\]\s]+)\])?"
+# Reason=<text> [user@time] is printed last on the line; the text may hold spaces and '='.
+# The text is "empty, or ends on a non-space" ((?:.*?\S)??) rather than a bare .*?: the same
+# match, but the ending is tried only after a non-space character.  A bare .*? tried it at
+# every position of a run of spaces, each try scanning the rest of the run: quadratic, so one
+# reason of 64 KiB of blanks took over a minute (found by tests/fuzz/fuzz_scontrol.py).
+_REASON_RE = re.compile(r"\sReason=(?P<text>(?:.*?\S)??)(?:\s+\[(?P<who>[^\]@\s]+)@(?P<when>[^\]\s]+)\])?"
                         r"(?=\s+(?:Comment|Extra|ExtSensors\w*|CurrentWatts|Partitions|"
                         r"AllocTRES|CfgTRES)=|\s*$)")
 

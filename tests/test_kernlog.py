@@ -1,7 +1,5 @@
 """Kernel-log parser and reader: real NVRM lines, every prefix style, windows, and fuzzing."""
 
-import os
-import time
 from pathlib import Path
 
 import pytest
