@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Dict, Optional
 
 from tests.fakenode import ROOT, make_sysfs
-from tests.slurmcluster import SlurmCluster
+from tests.slurmcluster import SlurmCluster, slurm_missing_reason
 
 NODES = ["gpu-a", "gpu-b", "gpu-c"]
 HEALTHY = "gpus = 8\n"
@@ -130,3 +130,14 @@ class GpuCluster:
             return self.cluster.job_output(job)
         except OSError:
             return ""
+
+
+def require_slurm() -> None:
+    """Skip without Slurm installed, except in CI, where the Slurm tests must run."""
+    import pytest
+
+    reason = slurm_missing_reason()
+    if reason:
+        if os.environ.get("CI"):
+            pytest.fail(f"CI must run the Slurm tests: {reason}")
+        pytest.skip(reason)

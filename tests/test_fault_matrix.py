@@ -20,8 +20,7 @@ from typing import Dict, List, Optional
 
 import pytest
 
-from tests.gpucluster import HEALTHY, NODES, GpuCluster
-from tests.slurmcluster import slurm_missing_reason
+from tests.gpucluster import HEALTHY, NODES, GpuCluster, require_slurm
 
 JOB = {"SLURM_JOB_ID": "4242", "SLURM_JOB_GPUS": "0,1"}
 
@@ -38,11 +37,7 @@ def logged(state_dir: Path) -> str:
 
 @pytest.fixture(scope="module")
 def cluster(tmp_path_factory, fakegpu):
-    reason = slurm_missing_reason()
-    if reason:
-        if os.environ.get("CI"):
-            pytest.fail(f"CI must run the Slurm tests: {reason}")
-        pytest.skip(reason)
+    require_slurm()
     c = GpuCluster(tmp_path_factory.mktemp("matrix"), fakegpu)
     with c.cluster:
         yield c

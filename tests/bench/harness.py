@@ -22,19 +22,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Dict, List, Optional, Sequence
 
-ROOT = Path(__file__).resolve().parents[2]
-FAKEGPU = ROOT / "tests" / "fakegpu"
-FAKE_BUILD = FAKEGPU / "build"
+from tests.fakenode import FAKE_BUILD, FAKEGPU, ROOT, ensure_fakegpu  # noqa: F401 - re-exported
+
 HOOK_DIR = Path(__file__).resolve().parent / "hook"
-
-
-def ensure_fakegpu() -> Path:
-    libs = [FAKE_BUILD / "libnvidia-ml.so.1", FAKE_BUILD / "libcuda.so.1"]
-    sources = list(FAKEGPU.glob("*.c")) + list(FAKEGPU.glob("*.h")) + [FAKEGPU / "Makefile"]
-    newest = max(p.stat().st_mtime for p in sources)
-    if not all(p.exists() and p.stat().st_mtime >= newest for p in libs):
-        subprocess.run(["make", "-C", str(FAKEGPU)], check=True, capture_output=True)
-    return FAKE_BUILD
 
 
 @dataclass
