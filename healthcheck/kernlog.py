@@ -177,9 +177,18 @@ def read_kernel_log(path: str, window: KernelLogWindow) -> KernelLogRead:
 def _read_file(path: str, offset: int) -> Iterator[str]:
     with open(path, "rb") as handle:
         handle.seek(offset)
-        for raw in handle:
+        while True:
+            # readline(MAX_LINE): a multi-GB line with no newline must not be read whole
+            raw = handle.readline(MAX_LINE)
+            if not raw:
+                return
+            if not raw.endswith(b"\n"):
+                while True:  # skip the rest of an over-long line
+                    rest = handle.readline(MAX_LINE)
+                    if not rest or rest.endswith(b"\n"):
+                        break
             if b"NVRM" in raw:
-                yield raw[:MAX_LINE].decode("utf-8", "replace")
+                yield raw.decode("utf-8", "replace")
 
 
 def _read_kmsg(path: str) -> Iterator[str]:

@@ -1,0 +1,45 @@
+"""Shared set-up for the atheris targets in this folder.
+
+Each target is a plain script: `python3 tests/fuzz/fuzz_<name>.py [libFuzzer flags] [corpus]`.
+This module puts the repository root on sys.path so `healthcheck` imports without an install,
+holds the size limit every target applies to its input, and decodes the run-length form
+that lets a mutation of one byte make a long run.
+
+Run-length form: an input starting with "*" is read as (count, byte) pairs; the byte is
+repeated once for a count below 0xF0, else 2 ** (count - 0xF0) times (up to 32768).  libFuzzer
+grows inputs a few bytes at a time and gets no coverage signal from inside the C regex
+engine, so without this it never reaches "Reason=" followed by 10,000 blanks, which is what
+backtracking bugs need; the corpora hold seeds in this form (files named rle-*).
+"""
+
+import os
+import sys
+
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+if ROOT not in sys.path:
+    sys.path.insert(0, ROOT)
+
+MAX_INPUT = 64 * 1024  # bytes: the size the invariants promise bounded time for
+
+
+def expand(data: bytes) -> bytes:
+    """The input's bytes, run-length form decoded, at most MAX_INPUT."""
+    if data[:1] != b"*":
+        return data[:MAX_INPUT]
+    out = bytearray()
+    for i in range(1, len(data) - 1, 2):
+        count, byte = data[i], data[i + 1]
+        out += bytes([byte]) * (1 if count < 0xF0 else 2 ** (count - 0xF0))
+        if len(out) >= MAX_INPUT:
+            break
+    return bytes(out[:MAX_INPUT])
+
+
+def rle(plain: bytes) -> bytes:
+    """The run-length form of plain bytes (every byte once): how the rle-* seeds are made."""
+    return b"*" + b"".join(b"\0" + bytes([b]) for b in plain)
+
+
+def text(data: bytes) -> str:
+    """Fuzz bytes as the readers see them: UTF-8 with errors replaced, at most MAX_INPUT."""
+    return expand(data).decode("utf-8", "replace")

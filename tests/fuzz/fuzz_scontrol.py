@@ -1,0 +1,82 @@
+#!/usr/bin/env python3
+"""atheris target: healthcheck.scontrol.parse_show_nodes / parse_node_line / reason_time.
+
+    python3 tests/fuzz/fuzz_scontrol.py -max_total_time=20 tests/fuzz/corpus/scontrol
+
+Invariants: never raises; at most one node per line; a node name is non-empty without
+whitespace; a reason is stripped and never "(null)"; a reason time holds no whitespace.
+Input starting with "R" is structured: a real `scontrol -o show nodes` line is built around a
+fuzzed NodeName, State and Reason, and those must come back exactly.
+"""
+
+import re
+import sys
+
+import _common  # noqa: F401  (sys.path)
+import atheris
+
+with atheris.instrument_imports():
+    from healthcheck import scontrol
+    from healthcheck.verdict import sanitise
+
+HEAD = ("Arch=x86_64 CoresPerSocket=1 CPUAlloc=0 CPUEfctv=16 CPUTot=16 CPULoad=0.50 "
+        "AvailableFeatures=(null) ActiveFeatures=(null) Gres=gpu:8 NodeAddr=vm NodeHostName=vm "
+        "Version=22.05.8 OS=Linux 6.1.0 #1 SMP RealMemory=1000 AllocMem=0 FreeMem=1000 Sockets=16 "
+        "Boards=1 State={state} ThreadsPerCore=1 TmpDisk=0 Weight=1 Owner=N/A MCS_label=N/A "
+        "Partitions=gpu BootTime=2026-11-29T18:00:00 SlurmdStartTime=2026-11-29T18:50:00 "
+        "LastBusyTime=2026-11-29T18:55:00 CfgTRES=cpu=16,mem=1000M,billing=16,gres/gpu=8 AllocTRES= "
+        "CapWatts=n/a CurrentWatts=0 AveWatts=0 ExtSensorsJoules=n/s ExtSensorsWatts=0 "
+        "ExtSensorsTemp=n/s")
+# what legitimately ends a reason early, or is read as "no reason"
+TERMINATOR = re.compile(r"\s(?:Comment|Extra|ExtSensors\w*|CurrentWatts|Partitions|AllocTRES|CfgTRES)="
+                        r"|\[[^\]@\s]+@[^\]\s]+\]")
+
+
+def check_node(node, line):
+    assert node.name and not re.search(r"\s", node.name), node
+    assert node.state and not re.search(r"\s", node.state), node
+    if node.reason is not None:
+        assert node.reason == node.reason.strip() and node.reason not in ("", "(null)", "none"), node
+    when = scontrol.reason_time(line)
+    assert when is None or (when and not re.search(r"\s", when)), when
+
+
+def structured(fdp):
+    name = re.sub(r"\s", "", fdp.ConsumeUnicodeNoSurrogates(20)) or "n"
+    state = re.sub(r"\s", "", fdp.ConsumeUnicodeNoSurrogates(20)) or "IDLE"
+    reason = sanitise(fdp.ConsumeUnicodeNoSurrogates(300))
+    stamp = fdp.ConsumeBool()
+    comment = fdp.ConsumeBool()
+    if not reason or reason in ("(null)", "none") or TERMINATOR.search(" " + reason):
+        return
+    line = f"NodeName={name} " + HEAD.format(state=state) + f" Reason={reason}"
+    if stamp:
+        line += " [root@2026-11-29T19:01:02]"
+    if comment:
+        line += " Comment=x=y"
+    node = scontrol.parse_node_line(line)
+    assert (node.name, node.state, node.reason) == (name, state, reason), (line, node)
+    assert scontrol.reason_time(line) == ("2026-11-29T19:01:02" if stamp else None), line
+
+
+def TestOneInput(data: bytes) -> None:
+    if data[:1] == b"R":
+        structured(atheris.FuzzedDataProvider(data[1:]))
+        return
+    text = _common.text(data)
+    lines = text.splitlines()
+    nodes = scontrol.parse_show_nodes(text)
+    assert len(nodes) <= len(lines)
+    named = [line for line in lines if scontrol.parse_node_line(line) is not None]
+    for node, line in zip(nodes, named):
+        check_node(node, line)
+    # one line as given, newlines and all (callers may pass one line that is not split)
+    node = scontrol.parse_node_line(text)
+    if node is not None:
+        assert node.name and node.state
+    scontrol.reason_time(text)
+
+
+if __name__ == "__main__":
+    atheris.Setup(sys.argv, TestOneInput)
+    atheris.Fuzz()
