@@ -19,23 +19,42 @@ from __future__ import annotations
 
 import datetime
 import errno
+import functools
 import os
 import re
 import stat
 import time
-from typing import Iterable, Iterator, List, Optional, Tuple
+from typing import Iterable, Iterator, List, NamedTuple, Optional, Tuple
 
 from .model import KernelLogPosition, KernelLogRead, KernelLogWindow, XidEvent
 
-XID_RE = re.compile(
-    r"NVRM: Xid \(PCI:(?P<pci>[0-9a-fA-F]{1,8}:[0-9a-fA-F]{1,2}:[0-9a-fA-F]{1,2})(?:\.[0-7])?\):\s*(?P<xid>\d{1,5})\b")
-GPU_AT_RE = re.compile(r"NVRM: (?:The NVIDIA )?GPU (?:at )?(?:PCI:)?(?P<pci>[0-9a-fA-F]{4,8}:[0-9a-fA-F]{2}:[0-9a-fA-F]{2})")
 OFF_BUS = "fallen off the bus"
-KMSG_RE = re.compile(r"^(?P<pri>\d+),(?P<seq>\d+),(?P<usec>\d+),[^;]*;(?P<msg>.*)$")
-DMESG_RE = re.compile(r"^\s*\[\s*(?P<sec>\d+\.\d+)\]\s?(?P<msg>.*)$")
-DMESG_T_RE = re.compile(r"^\s*\[(?P<date>[A-Z][a-z]{2} [A-Z][a-z]{2} [ \d]\d \d\d:\d\d:\d\d \d{4})\]\s?(?P<msg>.*)$")
-ISO_RE = re.compile(r"^(?P<date>\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d(?:\.\d+)?(?:[+-]\d\d:?\d\d|Z)?)\s+(?P<msg>.*)$")
-SYSLOG_RE = re.compile(r"^(?P<mon>[A-Za-z]{3,4})\.? +(?P<day>\d{1,2}) (?P<hms>\d\d:\d\d:\d\d)\s+(?P<msg>.*)$")
+
+
+class _Patterns(NamedTuple):
+    xid: "re.Pattern[str]"
+    gpu_at: "re.Pattern[str]"
+    kmsg: "re.Pattern[str]"
+    dmesg: "re.Pattern[str]"
+    dmesg_t: "re.Pattern[str]"
+    iso: "re.Pattern[str]"
+    syslog: "re.Pattern[str]"
+
+
+@functools.lru_cache(maxsize=1)
+def patterns() -> _Patterns:
+    """Compiled on first use: the prolog imports this module only to note where the log ends."""
+    return _Patterns(
+        xid=re.compile(r"NVRM: Xid \(PCI:(?P<pci>[0-9a-fA-F]{1,8}:[0-9a-fA-F]{1,2}:[0-9a-fA-F]{1,2})(?:\.[0-7])?\):\s*(?P<xid>\d{1,5})\b"),
+        gpu_at=re.compile(r"NVRM: (?:The NVIDIA )?GPU (?:at )?(?:PCI:)?(?P<pci>[0-9a-fA-F]{4,8}:[0-9a-fA-F]{2}:[0-9a-fA-F]{2})"),
+        kmsg=re.compile(r"^(?P<pri>\d+),(?P<seq>\d+),(?P<usec>\d+),[^;]*;(?P<msg>.*)$"),
+        dmesg=re.compile(r"^\s*\[\s*(?P<sec>\d+\.\d+)\]\s?(?P<msg>.*)$"),
+        dmesg_t=re.compile(r"^\s*\[(?P<date>[A-Z][a-z]{2} [A-Z][a-z]{2} [ \d]\d \d\d:\d\d:\d\d \d{4})\]\s?(?P<msg>.*)$"),
+        iso=re.compile(r"^(?P<date>\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d(?:\.\d+)?(?:[+-]\d\d:?\d\d|Z)?)\s+(?P<msg>.*)$"),
+        syslog=re.compile(r"^(?P<mon>[A-Za-z]{3,4})\.? +(?P<day>\d{1,2}) (?P<hms>\d\d:\d\d:\d\d)\s+(?P<msg>.*)$"),
+    )
+
+
 MONTHS = {m: i for i, m in enumerate(
     ["jan", "feb", "mar", "apr", "may", "jun", "jul", "aug", "sep", "oct", "nov", "dec"], 1)}
 # journalctl prints month names in the locale; German and French abbreviations seen in the wild
@@ -53,20 +72,21 @@ def _pci(text: str) -> str:
 
 def _stamp(line: str, year: int) -> Tuple[str, Optional[float], Optional[float], Optional[int]]:
     """Split a line into (message, seconds since boot, epoch seconds, kmsg seq)."""
-    m = KMSG_RE.match(line)
+    p = patterns()
+    m = p.kmsg.match(line)
     if m:
         return m["msg"], int(m["usec"]) / 1e6, None, int(m["seq"])
-    m = DMESG_RE.match(line)
+    m = p.dmesg.match(line)
     if m:
         return m["msg"], float(m["sec"]), None, None
-    m = DMESG_T_RE.match(line)
+    m = p.dmesg_t.match(line)
     if m:
         try:
             parsed = time.strptime(m["date"], "%a %b %d %H:%M:%S %Y")
             return m["msg"], None, time.mktime(parsed), None
         except (ValueError, OverflowError):
             return m["msg"], None, None, None
-    m = ISO_RE.match(line)
+    m = p.iso.match(line)
     if m:
         try:
             stamp = datetime.datetime.fromisoformat(m["date"].replace("Z", "+00:00"))
@@ -75,7 +95,7 @@ def _stamp(line: str, year: int) -> Tuple[str, Optional[float], Optional[float],
             return m["msg"], None, stamp.timestamp(), None
         except (ValueError, OverflowError):
             return m["msg"], None, None, None
-    m = SYSLOG_RE.match(line)
+    m = p.syslog.match(line)
     if m:
         month = MONTHS.get(m["mon"].lower())
         if month is None:
@@ -95,6 +115,7 @@ def _stamp(line: str, year: int) -> Tuple[str, Optional[float], Optional[float],
 def parse_lines(lines: Iterable[str], year: Optional[int] = None) -> List[XidEvent]:
     """Every Xid and fallen-off-the-bus event in these lines (pure; never raises on input)."""
     year = year or time.localtime().tm_year
+    pats = patterns()
     events: List[XidEvent] = []
     # (pci, line number, times) of the last "The NVIDIA GPU X" line: newer drivers print the
     # fallen-off-the-bus message over three lines and only the first carries the time
@@ -104,12 +125,12 @@ def parse_lines(lines: Iterable[str], year: Optional[int] = None) -> List[XidEve
             continue
         line = raw[:MAX_LINE].rstrip("\r\n")
         msg, mono, wall, seq = _stamp(line, year)
-        m = XID_RE.search(msg)
+        m = pats.xid.search(msg)
         if m:
             events.append(XidEvent(pci=_pci(m["pci"]), xid=int(m["xid"]), message=_clean(msg),
                                    monotonic_s=mono, wallclock=wall, seq=seq))
             continue
-        gpu = GPU_AT_RE.search(msg)
+        gpu = pats.gpu_at.search(msg)
         if gpu:
             recent_gpu = (_pci(gpu["pci"]), number, mono, wall, seq)
         if OFF_BUS in msg and recent_gpu and number - recent_gpu[1] <= FALLEN_LOOKBACK:

@@ -48,6 +48,11 @@ def test_epilog_drains_the_node_whose_gpu_got_a_dbe_and_the_next_job_runs_on_a_h
     assert info["NodeList"] == "gpu-b"
     sinfo = c.cluster.sinfo_reasons()
     assert f"ecc.volatile_uncorrected=1 epilog job={job1}" in sinfo and "gpu-a" in sinfo
+    # the admin's view, from one scontrol call to the real controller
+    view = json.loads(c.check("gpu-b", "--cluster", "--json").stdout)
+    [row] = [r for r in view if r["node"] == "gpu-a"]
+    assert row["ours"] is True and (row["gpu"], row["serial"], row["check"], row["context"], row["job"]) == (
+        "2", serial(2), "ecc.volatile_uncorrected", "epilog", job1)
 
 
 def test_prolog_drains_a_node_that_is_already_bad_and_the_job_completes_elsewhere_without_release(gpu_cluster):
