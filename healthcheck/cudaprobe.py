@@ -10,8 +10,10 @@ host-to-device, reads both back and compares.  The parent never calls CUDA itsel
 it is safe and cheap.  A child past the deadline has its whole process group killed: a hung GPU
 costs that GPU its verdict, not the run.
 
-At --level quick the memset pattern is read back at evenly spread samples (4 MiB in all); at
---level full every byte is read back in 64 MiB chunks.
+At --level quick the memset pattern is read back at 32 evenly spread samples (1 MiB in all), and
+a 256 KiB non-constant block is written and read back; at --level full every byte is read back
+in 64 MiB chunks.  The buffers are small on purpose: each probe child is a fork, and the pages
+it touches are what it costs.
 """
 
 from __future__ import annotations
@@ -28,9 +30,10 @@ from .model import ProbeResult, ProbeStatus
 
 MIB = 1 << 20
 CHUNK = 64 * MIB  # host buffer for full read-back
-SAMPLES = 16  # read-back samples at --level quick
-SAMPLE_BYTES = 256 * 1024
-HTOD_BYTES = 1 * MIB
+SAMPLES = 32  # read-back samples at --level quick, evenly spread
+SAMPLE_BYTES = 32 * 1024
+HTOD_BYTES = 256 * 1024  # the non-constant block written and read back
+PAGE = 4096  # sample offsets stay page- (so pattern-word-) aligned
 PATTERN = 0x5AA5C33C  # alternating bits in every byte lane
 
 CU_RESULT_NAMES = {
@@ -110,9 +113,10 @@ def _probe_in_child(size: ProbeSize) -> Dict[str, object]:
         if size.full_fraction is not None:
             spans = [(off, min(CHUNK, nbytes - off)) for off in range(0, nbytes, CHUNK)]
         else:
-            step = max(SAMPLE_BYTES, (nbytes - SAMPLE_BYTES) // (SAMPLES - 1))
+            # aligned, or the pattern read at an odd offset would look like corruption
+            step = max(SAMPLE_BYTES, (nbytes - SAMPLE_BYTES) // (SAMPLES - 1) // PAGE * PAGE)
             spans = [(min(i * step, nbytes - SAMPLE_BYTES), SAMPLE_BYTES) for i in range(SAMPLES)]
-        longest = max(length for _, length in spans)
+        longest = max(max(length for _, length in spans), HTOD_BYTES)
         # Built once and compared with memcmp: at --level full a Python slice-and-compare per
         # chunk costs ~1.6 s of CPU per GiB, past the deadline on a 141 GiB board.
         expected = c.create_string_buffer(PATTERN.to_bytes(4, "little") * (longest // 4), longest)
@@ -131,10 +135,9 @@ def _probe_in_child(size: ProbeSize) -> Dict[str, object]:
         # a block that is not a constant: catches a copy path that returns stale or fixed data
         block = bytes((i * 7 + 13) & 0xFF for i in range(256)) * (HTOD_BYTES // 256)
         cuda.call(copy, "cuMemcpyHtoD_v2", c.c_uint64(ptr.value), block, c.c_size_t(HTOD_BYTES))
-        back = c.create_string_buffer(HTOD_BYTES)
-        cuda.call(copy, "cuMemcpyDtoH_v2", back, c.c_uint64(ptr.value), c.c_size_t(HTOD_BYTES))
-        if back.raw != block:
-            bad = _first_difference(back.raw, block)
+        cuda.call(copy, "cuMemcpyDtoH_v2", host, c.c_uint64(ptr.value), c.c_size_t(HTOD_BYTES))
+        if memcmp(host, block, HTOD_BYTES) != 0:
+            bad = _first_difference(host.raw[:HTOD_BYTES], block)
             return {"status": ProbeStatus.MISMATCH.value, "bytes": tested,
                     "detail": f"host-to-device block read back differs at byte {bad}"}
         tested += HTOD_BYTES

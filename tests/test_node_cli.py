@@ -202,3 +202,12 @@ def test_every_real_healthy_dump_replayed_comes_out_healthy(node, dump):
     assert result.rc == 0, (result.stdout, result.stderr)
     assert result.json["verdict"] == "pass"
     assert not result.checks("fail") and not result.checks("warn")
+
+
+@pytest.mark.parametrize("quick_mib", [1, 3, 100, 257, 1000])
+def test_quick_probe_of_any_size_reads_back_aligned_samples(node, quick_mib):
+    node.write_config(f"[probe]\nquick_mib = {quick_mib}")
+    result = node.run("--node", "--json", "--gpus", "0", scenario="gpus = 1\n")
+    [probe] = result.json["probes"]
+    assert probe["status"] == "ok", probe
+    assert result.rc == 0
