@@ -73,14 +73,21 @@ def build_parser() -> "argparse.ArgumentParser":
     return parser
 
 
+_FAST_FLAGS = {"--node", "--prolog", "--epilog", "--json", "--act"}
+
+
 def _fast_args(argv: List[str]) -> Optional["argparse.Namespace"]:
-    """What slurmd runs at every job start, without building the argparse parser (~3 ms)."""
-    if argv not in (["--prolog"], ["--epilog"]):
+    """The plain forms slurmd and HealthCheckProgram run (`--prolog`, `--node --act`, ...),
+    without building the argparse parser (~4 ms of every job start).  Anything else, including
+    every mistake, goes to argparse for its checks and messages."""
+    modes = [a for a in argv if a in ("--node", "--prolog", "--epilog")]
+    if len(modes) != 1 or len(set(argv)) != len(argv) or not set(argv) <= _FAST_FLAGS:
         return None
     from types import SimpleNamespace
 
-    return SimpleNamespace(node=False, prolog=argv == ["--prolog"], epilog=argv == ["--epilog"],  # type: ignore[return-value]
-                           version=False, history=None, cluster=False, json=False, act=False,
+    return SimpleNamespace(node=modes[0] == "--node", prolog=modes[0] == "--prolog",  # type: ignore[return-value]
+                           epilog=modes[0] == "--epilog", version=False, history=None,
+                           cluster=False, json="--json" in argv, act="--act" in argv,
                            config=None, gpus=None, level="quick")
 
 
@@ -149,14 +156,19 @@ def _run(mode: "Mode", args: "argparse.Namespace", gpus: Optional[tuple],
     loaded.append(config)
     request = RunRequest(mode=mode, environ=os.environ, level=args.level, act=args.act, gpus=gpus)
     outcome = run(request, config)
-    if args.json:
-        from .report import write_json
+    try:
+        if args.json:
+            from .report import write_json
 
-        write_json(outcome.report, sys.stdout)
-    elif mode is Mode.NODE:
-        from .report import write_table
+            write_json(outcome.report, sys.stdout)
+        elif mode is Mode.NODE:
+            from .report import write_table
 
-        write_table(outcome.report, sys.stdout, colour=sys.stdout.isatty())
+            write_table(outcome.report, sys.stdout, colour=sys.stdout.isatty())
+        sys.stdout.flush()
+    except BrokenPipeError:
+        # `gpu-healthcheck --node | head`: the reader left; the run itself still counts
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
     emit(outcome, config, mode)
     return outcome.exit_code
 
