@@ -16,8 +16,8 @@ from __future__ import annotations
 from typing import Callable, Dict, Iterable, Iterator, List, NamedTuple, Optional, Tuple
 
 from .config import Config
-from .model import (Action, Finding, GpuSnapshot, Mode, NodeSnapshot, ProbeStatus, Severity,
-                    XidEvent)
+from .model import (Action, Finding, GpuProcess, GpuSnapshot, Mode, NodeSnapshot, ProbeStatus,
+                    Severity, XidEvent)
 
 GpuCheck = Callable[[GpuSnapshot, NodeSnapshot, "CheckContext"], Iterable[Finding]]
 NodeCheck = Callable[[NodeSnapshot, "CheckContext"], Iterable[Finding]]
@@ -462,13 +462,9 @@ def check_processes_leftover(gpu: GpuSnapshot, node: NodeSnapshot, ctx: CheckCon
                  f"{label(gpu)}: in use by {who}{more}", value=len(gpu.processes))
 
 
-def _describe(proc: object) -> str:
-    pid = getattr(proc, "pid")
-    user = getattr(proc, "user", None) or "?"
-    command = getattr(proc, "command", None) or "?"
-    used = getattr(proc, "used_mib", None)
-    mem = f" {used} MiB" if used is not None else ""
-    return f"pid {pid} ({user}: {command[:40]}){mem}"
+def _describe(proc: GpuProcess) -> str:
+    mem = f" {proc.used_mib} MiB" if proc.used_mib is not None else ""
+    return f"pid {proc.pid} ({proc.user or '?'}: {(proc.command or '?')[:40]}){mem}"
 
 
 @gpu_check("thermal.slowdown")

@@ -13,7 +13,6 @@ the controller at every job start), so callers only come here when there is some
 
 from __future__ import annotations
 
-import os
 import re
 import shutil
 from typing import List, Mapping, Optional, Sequence
@@ -123,8 +122,3 @@ class Scontrol:
 
     def set_admin_comment(self, job_id: str, text: str) -> None:
         self._run(["update", f"JobId={job_id}", f"AdminComment={sanitise(text)}"])
-
-
-def local_node_name(environ: Mapping[str, str], configured: Optional[str] = None) -> str:
-    """The Slurm node name: SLURMD_NODENAME in prolog/epilog, else the short host name."""
-    return configured or environ.get("SLURMD_NODENAME") or os.uname().nodename.split(".")[0]
