@@ -13,6 +13,7 @@ that check (never a drain), and its traceback is returned for logging.
 
 from __future__ import annotations
 
+import functools
 from typing import Callable, Dict, Iterable, Iterator, List, NamedTuple, Optional, Tuple
 
 from .config import Config
@@ -597,7 +598,7 @@ def run_checks(node: NodeSnapshot, ctx: CheckContext) -> Tuple[List[Finding], Li
         for gpu in node.gpus:
             if gpu.lost is not None and spec.check_id != "gpu.lost":
                 continue
-            _guard(spec, gpu.index, lambda g=gpu: spec.fn(g, node, ctx), findings, crashes)
+            _guard(spec, gpu.index, functools.partial(spec.fn, gpu, node, ctx), findings, crashes)
     return findings, crashes
 
 

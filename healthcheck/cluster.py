@@ -59,8 +59,9 @@ def _fully_parsed(reason: str) -> bool:
     from .verdict import MAX_REASON_BYTES, REASON_RE
 
     m = REASON_RE.match(reason)
-    return bool(m) and (m.end() == len(reason.rstrip())
-                        or len(reason.encode()) >= MAX_REASON_BYTES - 5)
+    if m is None:
+        return False
+    return m.end() == len(reason.rstrip()) or len(reason.encode()) >= MAX_REASON_BYTES - 5
 
 
 def format_table(rows: List[Dict[str, Any]]) -> List[str]:

@@ -101,7 +101,7 @@ class Config(NamedTuple):
         return check_id not in self.checks.disabled
 
 
-_SECTIONS = {"drain": DrainConfig, "probe": ProbeConfig, "checks": ChecksConfig,
+_SECTIONS: Dict[str, Any] = {"drain": DrainConfig, "probe": ProbeConfig, "checks": ChecksConfig,
              "thresholds": Thresholds}
 _NON_NEGATIVE = {"scontrol_timeout_s", "nvml_timeout_s", "xid_window_s", "history_max_bytes", "expected_gpus",
                  "quick_mib", "timeout_s", "ecc_volatile_corrected", "retired_pages",

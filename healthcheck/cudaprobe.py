@@ -46,7 +46,7 @@ CU_RESULT_NAMES = {
 
 
 class ProbeTarget(NamedTuple):
-    index: int  # NVML index, for the result
+    index: int  # type: ignore[assignment]  # NVML index, for the result
     uuid: str  # GPU-<uuid>: how the child selects its device
 
 

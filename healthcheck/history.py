@@ -247,7 +247,7 @@ def _read(dfd: int, name: str, path: str) -> Optional[bytes]:
             return None
         raise
     try:
-        chunks = []
+        chunks: List[bytes] = []
         while True:
             chunk = os.read(fd, 1 << 20)
             if not chunk:

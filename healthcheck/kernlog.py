@@ -102,11 +102,11 @@ def _stamp(line: str, year: int) -> Tuple[str, Optional[float], Optional[float],
             return m["msg"], None, None, None
         try:
             parsed = time.strptime(f"{year} {month} {m['day']} {m['hms']}", "%Y %m %d %H:%M:%S")
-            stamp = time.mktime(parsed)
-            if stamp > time.time() + 86400:  # syslog dates carry no year: December's lines in January
+            epoch = time.mktime(parsed)
+            if epoch > time.time() + 86400:  # syslog dates carry no year: December's lines in January
                 parsed = time.strptime(f"{year - 1} {month} {m['day']} {m['hms']}", "%Y %m %d %H:%M:%S")
-                stamp = time.mktime(parsed)
-            return m["msg"], None, stamp, None
+                epoch = time.mktime(parsed)
+            return m["msg"], None, epoch, None
         except (ValueError, OverflowError):
             return m["msg"], None, None, None
     return line, None, None, None

@@ -63,7 +63,7 @@ class GpuProcess(NamedTuple):
 class GpuSnapshot(NamedTuple):
     """Everything NVML told us about one GPU.  None means "not available" (NOT_SUPPORTED)."""
 
-    index: int
+    index: int  # type: ignore[assignment]  # the NVML index; tuple.index is never used here
     uuid: Optional[str] = None
     serial: Optional[str] = None
     pci_bus_id: Optional[str] = None  # NVML form: 00000000:41:00.0
@@ -151,7 +151,7 @@ class ProbeStatus(str, enum.Enum):
 
 
 class ProbeResult(NamedTuple):
-    index: int
+    index: int  # type: ignore[assignment]  # NVML index, as in GpuSnapshot
     status: ProbeStatus
     cu_result: Optional[int] = None
     cu_name: Optional[str] = None
