@@ -118,7 +118,6 @@ class KernelLogPosition(NamedTuple):
     """Where a kernel-log read ended, so the epilog can read only what the job added."""
 
     source: str
-    seq: Optional[int] = None  # /dev/kmsg: next sequence number
     offset: Optional[int] = None  # regular file: byte offset
     inode: Optional[int] = None
     monotonic_s: Optional[float] = None
