@@ -124,8 +124,16 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     try:
         return _run(mode, args, gpus, loaded)
     except Terminated:
+        # A second SIGTERM must not interrupt the last log lines.
+        signal.signal(signal.SIGTERM, signal.SIG_IGN)
         print(f"gpu-healthcheck: {mode.value}: terminated by SIGTERM (PrologEpilogTimeout?); "
               f"probe children were killed", file=sys.stderr)
+        try:
+            from .sinks import emit_terminated
+
+            emit_terminated(mode.value, loaded[0] if loaded else None, os.environ)
+        except Exception:  # noqa: BLE001 - we are being stopped: nothing more to do
+            pass
         return 128 + signal.SIGTERM
     except Exception:  # noqa: BLE001 - the one place our own bugs are caught
         import traceback

@@ -113,6 +113,24 @@ def internal_error_record(mode: str, trace: str, now: float, node: Optional[str]
             "events": [{"kind": "internal-error", "priority": 2, "message": _clip(trace)}]}
 
 
+def terminated_record(mode: str, message: str, now: float, node: Optional[str],
+                      host: Optional[str], job_id: Optional[str]) -> Dict[str, Any]:
+    """The history line for a run stopped by SIGTERM before it could decide (pure)."""
+    record = internal_error_record(mode, message, now, node, host)
+    record.update(job_id=job_id, internal_error=False, terminated=True,
+                  events=[{"kind": "error", "priority": 2, "message": _clip(message)}])
+    return record
+
+
+def append_terminated(config: "Config", mode: str, message: str, node: Optional[str],
+                      job_id: Optional[str]) -> str:
+    path = config.history_path()
+    host = os.uname().nodename.split(".")[0]
+    append_line(path, encode(terminated_record(mode, message, time.time(), node or host, host,
+                                               job_id)), config.history_max_bytes)
+    return path
+
+
 def encode(record: Dict[str, Any]) -> bytes:
     """One line; default=str so a value of an unexpected type never loses the whole line."""
     return (json.dumps(record, sort_keys=True, default=str, separators=(",", ":")) + "\n").encode()
@@ -335,7 +353,8 @@ def _action_text(record: Dict[str, Any]) -> str:
 def format_table(records: Sequence[Dict[str, Any]]) -> Iterator[str]:
     rows = [("TIME", "MODE", "JOB", "VERDICT", "ACTION", "WORST FINDING")]
     for r in records:
-        verdict = "INTERNAL-ERROR" if r.get("internal_error") else str(r.get("verdict") or "?")
+        verdict = ("INTERNAL-ERROR" if r.get("internal_error") else "TERMINATED" if r.get("terminated")
+                   else str(r.get("verdict") or "?"))
         rows.append((str(r.get("time") or "?"), str(r.get("mode") or "?"),
                      str(r.get("job_id") or "-"), verdict, _action_text(r), _worst_finding(r)))
     widths = [max(len(row[i]) for row in rows) for i in range(5)]

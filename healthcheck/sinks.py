@@ -19,7 +19,7 @@ on: it costs one line on stderr naming the sink and its path.
 from __future__ import annotations
 
 import sys
-from typing import TYPE_CHECKING, Optional, Set, TextIO
+from typing import TYPE_CHECKING, Mapping, Optional, Set, TextIO
 
 if TYPE_CHECKING:
     from .config import Config
@@ -112,6 +112,37 @@ def emit_internal_error(mode: str, trace: str, config: Optional["Config"] = None
         from .history import append_internal_error
 
         append_internal_error(config, mode, trace)
+    except Exception as exc:  # noqa: BLE001 - see above
+        print(f"gpu-healthcheck: history sink failed: {config.history_path()}: "
+              f"{getattr(exc, 'strerror', None) or exc}", file=err)
+
+
+def emit_terminated(mode: str, config: Optional["Config"], environ: Mapping[str, str],
+                    err: Optional[TextIO] = None) -> None:
+    """SIGTERM (slurmd's PrologEpilogTimeout) stopped the run before it decided: one CRIT
+    journal entry and one history line, so the timeout is findable per node and job."""
+    err = err if err is not None else sys.stderr
+    config = config if config is not None else _config_for_crash()
+    node = config.node_name or environ.get("SLURMD_NODENAME")
+    job_id = environ.get("SLURM_JOB_ID")
+    message = (f"{mode} terminated by SIGTERM before it decided (PrologEpilogTimeout?); probe "
+               f"children killed, no action taken")
+    if config.journal:
+        try:
+            from .journal import send_events
+            from .runner import CRIT, LogEvent
+
+            fields = {"GPU_HEALTHCHECK_MODE": mode, "SLURMD_NODENAME": node or "",
+                      "SLURM_JOB_ID": job_id or ""}
+            problem = send_events([LogEvent("error", CRIT, message, fields)], mode).problem
+            if problem:
+                print(f"gpu-healthcheck: journal sink: {problem}", file=err)
+        except Exception as exc:  # noqa: BLE001 - we are being stopped: log what we can
+            print(f"gpu-healthcheck: journal sink failed: {exc}", file=err)
+    try:
+        from .history import append_terminated
+
+        append_terminated(config, mode, message, node, job_id)
     except Exception as exc:  # noqa: BLE001 - see above
         print(f"gpu-healthcheck: history sink failed: {config.history_path()}: "
               f"{getattr(exc, 'strerror', None) or exc}", file=err)

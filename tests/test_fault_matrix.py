@@ -331,6 +331,8 @@ def test_sigterm_from_slurmd_at_prolog_epilog_timeout_children_killed_pending_st
     assert proc.returncode == 128 + signal.SIGTERM and "terminated by SIGTERM" in err
     for pid in children:
         assert not Path(f"/proc/{pid}").exists() or Path(f"/proc/{pid}/stat").read_text().split()[2] == "Z"
+    [record] = history(node.state_dir)  # the timeout is findable per node and job
+    assert record["terminated"] is True and record["job_id"] == "4242" and record["mode"] == "prolog"
     # nothing half-written: no pending drain, no baseline, no temporary files
     assert not (node.state_dir / "pending-drain.json").exists()
     leftovers = [p for p in node.state_dir.rglob("*") if p.name.startswith(".")] if node.state_dir.exists() else []
