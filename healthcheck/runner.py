@@ -17,7 +17,7 @@ from typing import Any, Dict, List, Mapping, NamedTuple, Optional, Tuple
 from . import __version__
 from .checks import CheckContext, CheckCrash, run_checks
 from .config import Config
-from .model import (Baseline, Finding, GpuBaseline, JobContext, KernelLogWindow,
+from .model import (Baseline, Finding, GpuBaseline, GpuSnapshot, JobContext, KernelLogWindow,
                     Mode, NodeAction, NodeSnapshot, ProbeResult, ProbeStatus, Severity, Verdict)
 from .nvml import read_nvml
 from .slurmenv import job_from_env, map_job_gpus
@@ -71,7 +71,7 @@ def read_node(request: RunRequest, config: Config, host: str, store: StateStore,
     sysfs_gpus, sysfs_error = read_sysfs_gpus(config.sysfs_root)
     from .procinfo import with_owners
 
-    gpus = with_owners(nvml.gpus)
+    gpus = name_lost_gpu(with_owners(nvml.gpus), sysfs_gpus)
     selected: Optional[Tuple[int, ...]] = request.gpus
     if job is not None:
         if job.gpu_ids is not None:
@@ -99,6 +99,28 @@ def read_node(request: RunRequest, config: Config, host: str, store: StateStore,
     if mode is not Mode.EPILOG and config.probe.enabled and config.enabled("cuda.probe"):
         snapshot = snapshot._replace(probes=_probe(snapshot, config, request.level))
     return snapshot, selected
+
+
+def name_lost_gpu(gpus: Tuple[GpuSnapshot, ...],
+                  sysfs_gpus: Optional[Tuple[str, ...]]) -> Tuple[GpuSnapshot, ...]:
+    """A lost GPU that NVML can no longer identify gets its PCI address from sysfs, when that is
+    unambiguous (exactly one such GPU, exactly one NVIDIA function no other GPU accounts for),
+    so the drain reason still says which board to pull (pure)."""
+    from .nvml import normalise_pci
+
+    nameless = [g for g in gpus if g.lost is not None and not g.pci_bus_id]
+    if len(nameless) != 1 or not sysfs_gpus:
+        return gpus
+    try:
+        known = {normalise_pci(g.pci_bus_id) for g in gpus if g.pci_bus_id}
+        spare = [a for a in sysfs_gpus if normalise_pci(a) not in known]
+    except ValueError:
+        return gpus
+    if len(spare) != 1:
+        return gpus
+    domain, bus, device = normalise_pci(spare[0])
+    address = f"{domain:08X}:{bus:02X}:{device:02X}.0"
+    return tuple(g._replace(pci_bus_id=address) if g is nameless[0] else g for g in gpus)
 
 
 def _xid_window(mode: Mode, snapshot: NodeSnapshot, window_s: float) -> KernelLogWindow:

@@ -211,3 +211,13 @@ def test_quick_probe_of_any_size_reads_back_aligned_samples(node, quick_mib):
     [probe] = result.json["probes"]
     assert probe["status"] == "ok", probe
     assert result.rc == 0
+
+
+def test_a_lost_gpu_is_named_by_the_pci_function_sysfs_still_lists(node):
+    # the fake's default bus ids: GPU N at 00000000:(0x18 + 0x10 N):00.0
+    addresses = [f"0000:{0x18 + 0x10 * i:02x}:00.0" for i in range(8)]
+    make_sysfs(node.sysfs, nvidia=addresses, others=())
+    result = node.run("--node", "--json", scenario="gpus = 8\ngpu.5.lost = 1\n")
+    assert result.rc == 2
+    assert result.json["action"]["reason"] == "gpu-healthcheck: gpu5 pci=00000000:68:00.0 gpu.lost=GPU_IS_LOST node"
+    assert result.json["gpus"][5]["pci_bus_id"] == "00000000:68:00.0"
