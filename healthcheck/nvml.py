@@ -85,15 +85,19 @@ class _GpuReader:
             code = getattr(exc, "value", None)
             outcome = error_name(exc)
             if self.trace is not None:
-                self.trace.append((f"gpu{self.index} {name}", outcome))
+                self.trace.append((self._call(name, args), outcome))
             if code in GPU_FATAL:
                 raise _GpuLost(outcome) from None
             if code not in NOT_AVAILABLE:
                 self.errors.append((name, outcome))
             return None
         if self.trace is not None:
-            self.trace.append((f"gpu{self.index} {name}", repr(value)[:120]))
+            self.trace.append((self._call(name, args), _show(value)[:160]))
         return value
+
+    def _call(self, name: str, args: Tuple[Any, ...]) -> str:
+        extra = ", ".join(repr(a) for a in args[1:]) if name != "HandleByIndex" else ""
+        return f"gpu{self.index} {name}({extra})"
 
     def run(self) -> None:
         try:
@@ -174,6 +178,21 @@ class _GpuReader:
 
     def snapshot(self) -> GpuSnapshot:
         return GpuSnapshot(**self.fields, query_errors=tuple(self.errors))
+
+
+def _show(value: Any) -> str:
+    """A traced NVML result as a person reads it: ctypes structures by field (tests/gpu/validate)."""
+    fields = getattr(value, "_fields_", None)
+    if fields:
+        return "{" + ", ".join(f"{f[0]}={_show(getattr(value, f[0]))}" for f in fields
+                               if not f[0].startswith("reserved")) + "}"
+    if hasattr(value, "_length_") and hasattr(value, "__len__"):  # a ctypes array
+        return "[" + ", ".join(_show(v) for v in value) + "]"
+    if isinstance(value, bytes):
+        return repr(value.decode("utf-8", "replace"))
+    if type(value).__name__.startswith("LP_"):
+        return "<handle>"
+    return repr(value)
 
 
 def _text(value: Any) -> Optional[str]:
