@@ -30,7 +30,7 @@ def test_validate_passes_on_a_healthy_node(tmp_path, fakegpu):
     assert done.returncode == 0, done.stdout + done.stderr
     assert doc["ok"] and doc["problems"] == []
     assert [m["rc"] for m in doc["modes"]] == [0, 0, 0, 0]
-    calls = {c["call"] for c in doc["nvml"]["calls"]}
+    calls = {f'{c["call"].split(" ")[0]} {c["function"]}' for c in doc["nvml"]["calls"]}
     assert {"gpu0 UUID", "gpu1 TotalEccErrors", "gpu1 ComputeRunningProcesses"} <= calls
     assert "gpu0 MemoryInfo" in done.stdout and "== OK" in done.stdout
 
@@ -49,5 +49,5 @@ def test_validate_accepts_not_supported_but_not_other_errors(tmp_path, fakegpu):
     done, doc = _validate(tmp_path, fakegpu, "gpus = 1\ngpu.*.memory.total_mib = 300\n"
                                              "gpu.0.unsupported = Serial,EccMode\n")
     assert done.returncode == 0, done.stdout + done.stderr
-    kinds = {c["call"]: c["kind"] for c in doc["nvml"]["calls"]}
+    kinds = {f'{c["call"].split(" ")[0]} {c["function"]}': c["kind"] for c in doc["nvml"]["calls"]}
     assert kinds["gpu0 Serial"] == "not available"
