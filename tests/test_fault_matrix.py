@@ -85,9 +85,7 @@ def test_nvml_hangs_on_one_gpu_bounded_by_the_deadline_fail_that_gpu(c):
     path = c.wd / "config" / "gpu-a.toml"
     path.write_text(path.read_text().replace("scontrol_timeout_s = 10\n", "scontrol_timeout_s = 10\nnvml_timeout_s = 2\n"))
     c.scenario("gpu-a").write_text(HEALTHY + "gpu.1.nvml.hang_s = 3600\n")
-    started = time.monotonic()
-    result = prolog(c, timeout=60)
-    assert time.monotonic() - started < 45
+    result = prolog(c, timeout=60)  # an hour-long hang: returning before this timeout is the proof
     assert result.returncode == 1
     findings = json.loads(result.stdout)["findings"]
     assert [(f["check"], f["gpu"], f["value"]) for f in findings] == [("gpu.lost", 1, "TIMEOUT")]
@@ -99,9 +97,7 @@ def test_cuda_probe_hangs_or_crashes_bounded_fail_that_gpu(c, fault, value):
     path = c.wd / "config" / "gpu-a.toml"
     path.write_text(path.read_text().replace("timeout_s = 20", "timeout_s = 3"))
     c.scenario("gpu-a").write_text(HEALTHY + f"gpu.0.{fault}\n")
-    started = time.monotonic()
-    result = prolog(c, timeout=60)
-    assert time.monotonic() - started < 45
+    result = prolog(c, timeout=60)  # an hour-long hang: returning before this timeout is the proof
     assert result.returncode == 1
     findings = json.loads(result.stdout)["findings"]
     assert [(f["check"], f["gpu"], f["value"]) for f in findings] == [("cuda.probe", 0, value)]

@@ -1,6 +1,5 @@
 """`gpu-healthcheck --node` through the real CLI, real pynvml and ctypes, on the fake GPUs."""
 
-import time
 from pathlib import Path
 
 import pytest
@@ -116,15 +115,13 @@ def test_corrupt_read_back_fails_that_gpu(node):
 
 def test_probe_hanging_for_an_hour_ends_by_the_deadline_and_fails_that_gpu_only(node):
     node.write_config("[probe]\ntimeout_s = 3")
-    started = time.monotonic()
+    # the hang lasts an hour: the run returning before node.run's 60 s timeout is the proof
     result = node.run("--node", "--json", scenario=HEALTHY + "gpu.6.cuda.hang_s = 3600\n", timeout=60)
-    elapsed = time.monotonic() - started
     assert result.rc == 2
     [finding] = result.json["findings"]
     assert (finding["check"], finding["gpu"], finding["value"]) == ("cuda.probe", 6, "timeout")
     statuses = {p["gpu"]: p["status"] for p in result.json["probes"]}
     assert statuses.pop(6) == "timeout" and set(statuses.values()) == {"ok"}
-    assert elapsed < 60  # the subprocess timeout would have fired first; the run itself ended
 
 
 def test_probe_child_killed_by_a_signal_fails_that_gpu(node):

@@ -9,7 +9,6 @@ import os
 import stat
 import subprocess
 import sys
-import time
 
 
 
@@ -106,9 +105,7 @@ def test_scontrol_non_zero_keeps_a_pending_drain(node, tmp_path):
 def test_scontrol_hanging_keeps_a_pending_drain_within_the_timeout(node, tmp_path):
     hanging = stub(tmp_path, "scontrol", "exec sleep 3600")
     node.write_config(f'scontrol = "{hanging}"\nscontrol_timeout_s = 1')
-    started = time.monotonic()
     result = node.run("--prolog", scenario="gpus = 8\ngpu.0.ecc.volatile.uncorrected = 1\n", env=JOB)
-    assert time.monotonic() - started < 20
     assert result.rc == 1 and "no answer within 1 s" in result.stderr
     assert pending(node) is not None
 
