@@ -137,14 +137,3 @@ def send_events(events: Sequence["LogEvent"], mode: Optional[str] = None,
             return result
         result.sent += 1
     return result
-
-
-def send_internal_error(mode: str, trace: str, socket_path: str = JOURNAL_SOCKET,
-                        sendv: Optional[Sendv] = None) -> Optional[str]:
-    """One CRIT entry with the internal-error MESSAGE_ID; returns the problem, or None."""
-    from .runner import LogEvent
-
-    message = (f"gpu-healthcheck: INTERNAL ERROR in {mode} (a bug in gpu-healthcheck, not a node "
-               f"fault; no action taken)\n{trace}")
-    event = LogEvent(INTERNAL_ERROR, CRIT, message, {"GPU_HEALTHCHECK_MODE": mode})
-    return send_events([event], mode, socket_path, sendv).problem

@@ -252,41 +252,20 @@ def render(state: Mapping[str, Any]) -> str:
 # --- files -------------------------------------------------------------------------------
 
 def write_textfile(path: str, text: str) -> None:
-    """Replace path atomically with text, mode 0644, without touching the directory's mode.
-
-    state.atomic_write is not used: it makes its directory 0700, and node_exporter (not root)
-    must read this one.  The temp name does not end in .prom, so node_exporter ignores it.
+    """Replace path atomically with text, mode 0644, without touching the directory's mode
+    (node_exporter, not root, must read it).
 
     Raises:
         MetricsError: the directory is missing, a symlink, or the write fails.
     """
+    from .state import atomic_write
+
     directory, name = os.path.split(os.path.abspath(path))
     try:
-        dfd = os.open(directory, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW)
+        atomic_write(directory, name, text.encode("utf-8"), file_mode=0o644, private_dir=False)
     except OSError as exc:
-        raise MetricsError(exc.errno, f"cannot open directory {directory}: {exc.strerror} "
-                                      f"(it must exist; a symlink is refused)") from None
-    tmp = f".{name}.{os.getpid()}.{time.monotonic_ns()}.tmp"
-    try:
-        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC,
-                     0o644, dir_fd=dfd)
-        try:
-            os.fchmod(fd, 0o644)  # the umask of slurmd's children may be 077
-            view = memoryview(text.encode("utf-8"))
-            while view:
-                view = view[os.write(fd, view):]
-            os.fsync(fd)
-        finally:
-            os.close(fd)
-        os.rename(tmp, name, src_dir_fd=dfd, dst_dir_fd=dfd)
-    except OSError as exc:
-        try:
-            os.unlink(tmp, dir_fd=dfd)
-        except OSError:
-            pass  # never created, or already renamed
-        raise MetricsError(exc.errno, f"cannot write {path}: {exc.strerror or exc}") from None
-    finally:
-        os.close(dfd)
+        raise MetricsError(exc.errno, f"cannot write {path}: {exc.strerror or exc} (its directory "
+                                      f"must exist; a symlink is refused)") from None
 
 
 def _update_and_write(state_dir: str, metrics_file: str, outcome: "RunOutcome", mode: str,

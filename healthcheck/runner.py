@@ -23,8 +23,8 @@ from .nvml import read_nvml
 from .slurmenv import job_from_env, map_job_gpus
 from .state import PendingDrain, StateStore
 from .sysfs import read_sysfs_gpus
-from .verdict import (DrainDecision, decide_drain, drain_reason, epilog_exit, may_resume,
-                      node_exit, prolog_exit, verdict_of)
+from .verdict import (DrainDecision, decide_drain, drain_reason, epilog_exit, is_ours,
+                      may_resume, node_exit, prolog_exit, verdict_of)
 
 # journald priorities (syslog levels)
 CRIT, ERR, WARNING, NOTICE, INFO = 2, 3, 4, 5, 6
@@ -216,7 +216,7 @@ def _drain(effects: _Effects, store: StateStore, node: str, reason: str, mode: M
             return NodeAction("drain", reason)
         decision = decide_drain(this, nodes, effects.config.drain.max_fraction)
         if decision is DrainDecision.REFUSED:
-            ours = sum(1 for n in nodes if n.drained and (n.reason or "").startswith("gpu-healthcheck:"))
+            ours = sum(1 for n in nodes if n.drained and is_ours(n.reason))
             message = (f"drain of {node} refused: {ours} of {len(nodes)} nodes already drained by "
                        f"gpu-healthcheck, drain.max_fraction = {effects.config.drain.max_fraction}; "
                        f"would have drained with: {reason}")
@@ -372,13 +372,8 @@ def _maybe_resume(effects: _Effects, node: str, findings: List[Finding], snapsho
 
 def _write_baseline(store: StateStore, snapshot: NodeSnapshot, job_id: str, config: Config,
                     events: List[LogEvent]) -> None:
-    gpus = tuple(GpuBaseline(uuid=g.uuid, ecc_volatile_uncorrected=g.ecc_volatile_uncorrected,
-                             ecc_volatile_corrected=g.ecc_volatile_corrected,
-                             ecc_aggregate_uncorrected=g.ecc_aggregate_uncorrected,
-                             ecc_aggregate_corrected=g.ecc_aggregate_corrected,
-                             retired_dbe=g.retired_dbe, retired_sbe=g.retired_sbe,
-                             remap_uncorrectable=g.remap_uncorrectable,
-                             remap_correctable=g.remap_correctable, remap_pending=g.remap_pending)
+    # a baseline field is the snapshot field of the same name
+    gpus = tuple(GpuBaseline(**{name: getattr(g, name) for name in GpuBaseline._fields})
                  for g in snapshot.gpus if g.uuid and g.lost is None)
     from .kernlog import position_now
 

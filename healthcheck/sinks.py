@@ -19,7 +19,7 @@ on: it costs one line on stderr naming the sink and its path.
 from __future__ import annotations
 
 import sys
-from typing import TYPE_CHECKING, Mapping, Optional, Set, TextIO
+from typing import TYPE_CHECKING, Callable, List, Mapping, Optional, Set, TextIO
 
 if TYPE_CHECKING:
     from .config import Config
@@ -73,79 +73,78 @@ def emit(outcome: "RunOutcome", config: "Config", mode: "Mode", err: Optional[Te
     except (OSError, ValueError):
         pass  # stderr closed: there is nowhere left to say so
 
-    try:
-        from .history import append_run
+    _guarded(err, "history", config.history_path(), lambda: _run_history(config, outcome))
+    if config.metrics_file:
+        from .metrics import write_metrics
 
-        append_run(config, outcome)
-    except Exception as exc:  # noqa: BLE001 - see above
-        print(f"gpu-healthcheck: history sink failed: {config.history_path()}: "
+        _guarded(err, "metrics", config.metrics_file,
+                 lambda: write_metrics(config, outcome, mode_name))
+
+
+def _run_history(config: "Config", outcome: "RunOutcome") -> List[str]:
+    from .history import append_run
+
+    append_run(config, outcome)
+    return []
+
+
+def _guarded(err: TextIO, sink: str, where: str, call: Callable[[], List[str]]) -> None:
+    """Run one sink: its notes and its failure each cost one stderr line naming the sink and
+    the path, never an exception and never the exit code, which slurmd acts on."""
+    try:
+        for note in call():
+            print(f"gpu-healthcheck: {sink} sink: {note}", file=err)
+    except Exception as exc:  # noqa: BLE001 - a sink must not change slurmd's exit code
+        print(f"gpu-healthcheck: {sink} sink failed: {where}: "
               f"{getattr(exc, 'strerror', None) or exc}", file=err)
 
-    if config.metrics_file:
-        try:
-            from .metrics import write_metrics
 
-            for note in write_metrics(config, outcome, mode_name):
-                print(f"gpu-healthcheck: metrics sink: {note}", file=err)
-        except Exception as exc:  # noqa: BLE001 - see above
-            print(f"gpu-healthcheck: metrics sink failed: {config.metrics_file}: "
-                  f"{getattr(exc, 'strerror', None) or exc}", file=err)
+def _last_word(mode: str, config: "Config", event: "LogEvent", history: Callable[[], object],
+               err: TextIO) -> None:
+    """One CRIT journal entry and one history line for a run that ended without a verdict."""
+    if config.journal:
+        from .journal import send_events
+
+        _guarded(err, "journal", "journald",
+                 lambda: [p for p in (send_events([event], mode).problem,) if p])
+
+    def write() -> List[str]:
+        history()
+        return []
+
+    _guarded(err, "history", config.history_path(), write)
 
 
 def emit_internal_error(mode: str, trace: str, config: Optional["Config"] = None,
                         err: Optional[TextIO] = None) -> None:
     """Our own code failed (stderr already has the traceback): a CRIT journal entry with the
     internal-error MESSAGE_ID and a history line, best effort; never raises."""
-    err = err if err is not None else sys.stderr
-    if config is None:
-        config = _config_for_crash()
-    if config.journal:
-        try:
-            from .journal import send_internal_error
+    from .history import append_internal_error
+    from .journal import INTERNAL_ERROR
+    from .runner import CRIT, LogEvent
 
-            problem = send_internal_error(mode, trace)
-            if problem:
-                print(f"gpu-healthcheck: journal sink: {problem}", file=err)
-        except Exception as exc:  # noqa: BLE001 - reporting a bug must not become a second bug
-            print(f"gpu-healthcheck: journal sink failed: {exc}", file=err)
-    try:
-        from .history import append_internal_error
-
-        append_internal_error(config, mode, trace)
-    except Exception as exc:  # noqa: BLE001 - see above
-        print(f"gpu-healthcheck: history sink failed: {config.history_path()}: "
-              f"{getattr(exc, 'strerror', None) or exc}", file=err)
+    cfg = config if config is not None else _config_for_crash()
+    message = (f"gpu-healthcheck: INTERNAL ERROR in {mode} (a bug in gpu-healthcheck, not a node "
+               f"fault; no action taken)\n{trace}")
+    _last_word(mode, cfg, LogEvent(INTERNAL_ERROR, CRIT, message, {"GPU_HEALTHCHECK_MODE": mode}),
+               lambda: append_internal_error(cfg, mode, trace), err or sys.stderr)
 
 
 def emit_terminated(mode: str, config: Optional["Config"], environ: Mapping[str, str],
                     err: Optional[TextIO] = None) -> None:
     """SIGTERM (slurmd's PrologEpilogTimeout) stopped the run before it decided: one CRIT
     journal entry and one history line, so the timeout is findable per node and job."""
-    err = err if err is not None else sys.stderr
-    config = config if config is not None else _config_for_crash()
-    node = config.node_name or environ.get("SLURMD_NODENAME")
+    from .history import append_terminated
+    from .runner import CRIT, LogEvent
+
+    cfg = config if config is not None else _config_for_crash()
+    node = cfg.node_name or environ.get("SLURMD_NODENAME")
     job_id = environ.get("SLURM_JOB_ID")
     message = (f"{mode} terminated by SIGTERM before it decided (PrologEpilogTimeout?); probe "
                f"children killed, no action taken")
-    if config.journal:
-        try:
-            from .journal import send_events
-            from .runner import CRIT, LogEvent
-
-            fields = {"GPU_HEALTHCHECK_MODE": mode, "SLURMD_NODENAME": node or "",
-                      "SLURM_JOB_ID": job_id or ""}
-            problem = send_events([LogEvent("error", CRIT, message, fields)], mode).problem
-            if problem:
-                print(f"gpu-healthcheck: journal sink: {problem}", file=err)
-        except Exception as exc:  # noqa: BLE001 - we are being stopped: log what we can
-            print(f"gpu-healthcheck: journal sink failed: {exc}", file=err)
-    try:
-        from .history import append_terminated
-
-        append_terminated(config, mode, message, node, job_id)
-    except Exception as exc:  # noqa: BLE001 - see above
-        print(f"gpu-healthcheck: history sink failed: {config.history_path()}: "
-              f"{getattr(exc, 'strerror', None) or exc}", file=err)
+    fields = {"GPU_HEALTHCHECK_MODE": mode, "SLURMD_NODENAME": node or "", "SLURM_JOB_ID": job_id or ""}
+    _last_word(mode, cfg, LogEvent("error", CRIT, message, fields),
+               lambda: append_terminated(cfg, mode, message, node, job_id), err or sys.stderr)
 
 
 def _config_for_crash() -> "Config":

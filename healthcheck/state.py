@@ -56,17 +56,25 @@ def open_private_dir(path: str, create: bool) -> int:
 
 
 def atomic_write(directory: str, name: str, data: bytes, create_dir: bool = True,
-                 durable: bool = True) -> None:
-    """Write directory/name atomically, never following a symlink, mode 0600.
+                 durable: bool = True, file_mode: int = 0o600, private_dir: bool = True) -> None:
+    """Write directory/name atomically (temp file + rename), never following a symlink.
 
     durable=False skips the fsync: after a power loss the file may be missing or empty, which
     its reader must treat as absent (a baseline: the epilog falls back to absolute counters).
+    private_dir=False writes into an existing directory that is not ours to create or chmod
+    (node_exporter's textfile directory, which a non-root exporter must read); the temporary
+    name starts with a dot, which node_exporter ignores.
     """
-    dfd = open_private_dir(directory, create_dir)
+    if private_dir:
+        dfd = open_private_dir(directory, create_dir)
+    else:
+        dfd = os.open(directory, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW)
     tmp = f".{name}.{os.getpid()}.{time.monotonic_ns()}.tmp"
     try:
-        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o600, dir_fd=dfd)
+        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC,
+                     file_mode, dir_fd=dfd)
         try:
+            os.fchmod(fd, file_mode)  # the umask of slurmd's children may be 077
             view = memoryview(data)
             while view:
                 view = view[os.write(fd, view):]
