@@ -76,15 +76,20 @@ def _writer(path: str, who: int, count: int) -> None:
         append_line(path, encode({"who": who, "n": n, "pad": "y" * 3000}), 1 << 30)
 
 
-def test_sixteen_concurrent_writers_lose_and_interleave_nothing(tmp_path):
-    path = str(tmp_path / "history.jsonl")
+def _all_at_once(jobs) -> None:
+    """Run every (function, args) in its own forked process at once; each must exit 0."""
     ctx = multiprocessing.get_context("fork")
-    procs = [ctx.Process(target=_writer, args=(path, who, 40)) for who in range(16)]
+    procs = [ctx.Process(target=fn, args=args) for fn, args in jobs]
     for p in procs:
         p.start()
     for p in procs:
         p.join(60)
         assert p.exitcode == 0
+
+
+def test_sixteen_concurrent_writers_lose_and_interleave_nothing(tmp_path):
+    path = str(tmp_path / "history.jsonl")
+    _all_at_once([(_writer, (path, who, 40)) for who in range(16)])
     records, notes = read_history(path)
     assert notes == []
     assert sorted((r["who"], r["n"]) for r in records) == [(w, n) for w in range(16) for n in range(40)]
@@ -93,18 +98,12 @@ def test_sixteen_concurrent_writers_lose_and_interleave_nothing(tmp_path):
 def test_concurrent_writers_with_rotation_keep_whole_lines_and_the_bound(tmp_path):
     path = str(tmp_path / "history.jsonl")
     max_bytes = 40_000
-    ctx = multiprocessing.get_context("fork")
 
     def rotating_writer(who: int) -> None:
         for n in range(60):
             append_line(path, encode({"who": who, "n": n, "pad": "z" * 1000}), max_bytes)
 
-    procs = [ctx.Process(target=rotating_writer, args=(who,)) for who in range(16)]
-    for p in procs:
-        p.start()
-    for p in procs:
-        p.join(60)
-        assert p.exitcode == 0
+    _all_at_once([(rotating_writer, (who,)) for who in range(16)])
     records, notes = read_history(path)
     assert notes == [] and records
     assert os.path.getsize(path) <= max_bytes and os.path.getsize(path + ".1") <= max_bytes

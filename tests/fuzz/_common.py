@@ -13,6 +13,7 @@ backtracking bugs need; the corpora hold seeds in this form (files named rle-*).
 """
 
 import os
+import re
 import sys
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
@@ -43,3 +44,18 @@ def rle(plain: bytes) -> bytes:
 def text(data: bytes) -> str:
     """Fuzz bytes as the readers see them: UTF-8 with errors replaced, at most MAX_INPUT."""
     return expand(data).decode("utf-8", "replace")
+
+
+# `scontrol -o show nodes` fields before Reason on Slurm 22.05 (tests/test_cluster_view.py), for
+# the scontrol target and tests/test_properties.py
+HEAD = ("Arch=x86_64 CoresPerSocket=1 CPUAlloc=0 CPUEfctv=16 CPUTot=16 CPULoad=0.50 "
+        "AvailableFeatures=(null) ActiveFeatures=(null) Gres=gpu:8 NodeAddr=vm NodeHostName=vm "
+        "Version=22.05.8 OS=Linux 6.1.0 #1 SMP RealMemory=1000 AllocMem=0 FreeMem=1000 Sockets=16 "
+        "Boards=1 State={state} ThreadsPerCore=1 TmpDisk=0 Weight=1 Owner=N/A MCS_label=N/A "
+        "Partitions=gpu BootTime=2026-11-29T18:00:00 SlurmdStartTime=2026-11-29T18:50:00 "
+        "LastBusyTime=2026-11-29T18:55:00 CfgTRES=cpu=16,mem=1000M,billing=16,gres/gpu=8 AllocTRES= "
+        "CapWatts=n/a CurrentWatts=0 AveWatts=0 ExtSensorsJoules=n/s ExtSensorsWatts=0 "
+        "ExtSensorsTemp=n/s")
+# Slurm prints a reason unescaped, so these inside one are read as its end: a known limit.
+TERMINATOR = re.compile(r"\s(?:Comment|Extra|ExtSensors\w*|CurrentWatts|Partitions|AllocTRES|CfgTRES)="
+                        r"|\[[^\]@\s]+@[^\]\s]+\]")

@@ -19,17 +19,7 @@ with atheris.instrument_imports():
     from healthcheck import scontrol
     from healthcheck.verdict import sanitise
 
-HEAD = ("Arch=x86_64 CoresPerSocket=1 CPUAlloc=0 CPUEfctv=16 CPUTot=16 CPULoad=0.50 "
-        "AvailableFeatures=(null) ActiveFeatures=(null) Gres=gpu:8 NodeAddr=vm NodeHostName=vm "
-        "Version=22.05.8 OS=Linux 6.1.0 #1 SMP RealMemory=1000 AllocMem=0 FreeMem=1000 Sockets=16 "
-        "Boards=1 State={state} ThreadsPerCore=1 TmpDisk=0 Weight=1 Owner=N/A MCS_label=N/A "
-        "Partitions=gpu BootTime=2026-11-29T18:00:00 SlurmdStartTime=2026-11-29T18:50:00 "
-        "LastBusyTime=2026-11-29T18:55:00 CfgTRES=cpu=16,mem=1000M,billing=16,gres/gpu=8 AllocTRES= "
-        "CapWatts=n/a CurrentWatts=0 AveWatts=0 ExtSensorsJoules=n/s ExtSensorsWatts=0 "
-        "ExtSensorsTemp=n/s")
-# what legitimately ends a reason early, or is read as "no reason"
-TERMINATOR = re.compile(r"\s(?:Comment|Extra|ExtSensors\w*|CurrentWatts|Partitions|AllocTRES|CfgTRES)="
-                        r"|\[[^\]@\s]+@[^\]\s]+\]")
+from _common import HEAD, TERMINATOR  # noqa: E402
 
 
 def check_node(node, line):
