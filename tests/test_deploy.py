@@ -130,9 +130,11 @@ def test_rpm_ships_entry_points_config_units_state_dir_and_package(
 
     sitelib = _sitelib(rpm_files)
     assert re.fullmatch(r"/usr/lib/python3\.\d+/site-packages", sitelib), sitelib
-    modules = sorted(p.name for p in (ROOT / "healthcheck").glob("*.py"))
-    shipped = sorted(Path(f).name for f in rpm_files
-                     if f.startswith(f"{sitelib}/healthcheck/") and f.endswith(".py"))
+    package = ROOT / "healthcheck"
+    modules = sorted(str(p.relative_to(package)) for p in package.rglob("*.py"))
+    prefix = f"{sitelib}/healthcheck/"
+    shipped = sorted(f[len(prefix):] for f in rpm_files
+                     if f.startswith(prefix) and f.endswith(".py"))
     assert shipped == modules
     assert f"{sitelib}/gpu_healthcheck-{__version__}.dist-info/entry_points.txt" in rpm_files
 

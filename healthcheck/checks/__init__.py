@@ -1,0 +1,16 @@
+"""The check catalogue: small pure functions of a NodeSnapshot, each under its stable id.
+
+    findings, crashes = run_checks(snapshot, CheckContext(config, Mode.NODE))
+
+Checks live in one module per domain and register into one registry (`registry.CATALOGUE`);
+the id is the JSON `check` field and the name used in `[checks] disabled`.  Each docstring says
+what the check catches, why its threshold, and the nvidia-smi command that shows the same thing.
+The import order below is the order checks run and findings are listed.
+"""
+
+from __future__ import annotations
+
+from . import node, xid, slurm, ecc, processes, board, probe  # noqa: F401  (registration)
+from .registry import CATALOGUE, CheckContext, CheckCrash, CheckSpec, label, run_checks
+
+__all__ = ["CATALOGUE", "CheckContext", "CheckCrash", "CheckSpec", "label", "run_checks"]

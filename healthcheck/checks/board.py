@@ -1,0 +1,86 @@
+"""The board's environment: temperature, clock slowdowns, the PCIe link, persistence mode."""
+
+from __future__ import annotations
+
+from typing import Iterator
+
+from ..model import Finding, GpuSnapshot, NodeSnapshot, Severity
+from .registry import CheckContext, finding as _f, gpu_check, label
+
+
+@gpu_check("thermal.slowdown")
+def check_thermal_slowdown(gpu: GpuSnapshot, node: NodeSnapshot, ctx: CheckContext) -> Iterator[Finding]:
+    """Temperature at or above the GPU's own slowdown threshold (minus `thresholds.thermal_margin_c`).
+
+    The GPU throttles its clocks there; a job runs, slowly.  Check the cooling.
+    nvidia-smi equivalent: `nvidia-smi -q -d TEMPERATURE`, "GPU Slowdown Temp".
+    """
+    temp, slowdown = gpu.temperature_c, gpu.temperature_slowdown_c
+    if temp is None or slowdown is None:
+        return
+    limit = slowdown - ctx.config.thresholds.thermal_margin_c
+    if temp >= limit:
+        yield _f("thermal.slowdown", Severity.WARN, gpu,
+                 f"{label(gpu)}: {temp} C, slowdown at {slowdown} C; check the cooling",
+                 value=temp, threshold=limit)
+
+
+HW_SLOWDOWN_BITS = {0x8: "HW_SLOWDOWN", 0x20: "SW_THERMAL", 0x40: "HW_THERMAL",
+                    0x80: "HW_POWER_BRAKE"}
+
+
+@gpu_check("clocks.hw_slowdown")
+def check_clocks_hw_slowdown(gpu: GpuSnapshot, node: NodeSnapshot, ctx: CheckContext) -> Iterator[Finding]:
+    """Clocks held down by hardware or thermal protection (not by idleness or power capping).
+
+    HW slowdown, HW/SW thermal slowdown and power brake point at cooling, power supply or a
+    failing board; jobs run slowly.  Warn.
+    nvidia-smi equivalent: `nvidia-smi -q -d PERFORMANCE`, "Clocks Event Reasons".
+    """
+    reasons = gpu.clocks_event_reasons
+    if not reasons:
+        return
+    active = [name for bit, name in HW_SLOWDOWN_BITS.items() if reasons & bit]
+    if active:
+        yield _f("clocks.hw_slowdown", Severity.WARN, gpu,
+                 f"{label(gpu)}: clocks slowed by {', '.join(active)}; check cooling and power",
+                 value=",".join(active), threshold="none")
+
+
+@gpu_check("pcie.width_degraded")
+def check_pcie_width_degraded(gpu: GpuSnapshot, node: NodeSnapshot, ctx: CheckContext) -> Iterator[Finding]:
+    """The PCIe link runs narrower than the GPU's maximum width.
+
+    On an SXM board a narrower link means a bad riser, slot or cable and slow host transfers;
+    but a PCIe card in an x8 slot is healthy (real T4 and Quadro boards report x8 of x16).  So
+    it is info by default, and warns below `thresholds.pcie_width_min` where a site sets it.
+    nvidia-smi equivalent: `nvidia-smi -q -d PCI`, Link Width Current vs Max.
+    """
+    current, maximum = gpu.pcie_width_current, gpu.pcie_width_max
+    if current is None or maximum is None or not 0 < current < maximum:
+        return
+    minimum = ctx.config.thresholds.pcie_width_min
+    if current < minimum:
+        yield _f("pcie.width_degraded", Severity.WARN, gpu,
+                 f"{label(gpu)}: PCIe link x{current}, below pcie_width_min x{minimum} (the GPU "
+                 f"supports x{maximum}); reseat or check the slot", value=current, threshold=minimum)
+    else:
+        yield _f("pcie.width_degraded", Severity.INFO, gpu,
+                 f"{label(gpu)}: PCIe link x{current} of x{maximum}", value=current,
+                 threshold=maximum)
+
+
+@gpu_check("persistence_mode")
+def check_persistence_mode(gpu: GpuSnapshot, node: NodeSnapshot, ctx: CheckContext) -> Iterator[Finding]:
+    """Persistence mode is off.
+
+    Without it the driver may unload between jobs: each job pays the initialisation and the
+    volatile ECC counters reset (the epilog then relies on aggregate counters, which it diffs).
+    A configuration choice, not a fault: info.
+    nvidia-smi equivalent: `nvidia-smi -q`, "Persistence Mode".
+    """
+    if gpu.persistence_mode is False:
+        yield _f("persistence_mode", Severity.INFO, gpu,
+                 f"{label(gpu)}: persistence mode is off; consider nvidia-persistenced",
+                 value="disabled", threshold="enabled")
+

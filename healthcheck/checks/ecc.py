@@ -1,0 +1,166 @@
+"""Memory health: ECC mode and counters, retired pages, row remapping, the driver's recovery action."""
+
+from __future__ import annotations
+
+from typing import Iterator
+
+from ..model import Action, Finding, GpuSnapshot, Mode, NodeSnapshot, Severity
+from .registry import CheckContext, delta, finding as _f, gpu_check, label
+
+
+@gpu_check("ecc.mode")
+def check_ecc_mode(gpu: GpuSnapshot, node: NodeSnapshot, ctx: CheckContext) -> Iterator[Finding]:
+    """ECC is disabled, or a mode change is pending until the next GPU reset.
+
+    Without ECC, memory errors silently corrupt results; a pending change means the running mode
+    is not the configured one.  Boards without ECC (consumer) are not reported.
+    nvidia-smi equivalent: `nvidia-smi -q -d ECC` ("Current" / "Pending").
+    """
+    if gpu.ecc_mode_current is None:
+        return
+    if not gpu.ecc_mode_current:
+        yield _f("ecc.mode", Severity.WARN, gpu, f"{label(gpu)}: ECC is disabled; enable it "
+                 f"(nvidia-smi -e 1) and reset the GPU", value="disabled", threshold="enabled")
+    if gpu.ecc_mode_pending is not None and gpu.ecc_mode_pending != gpu.ecc_mode_current:
+        pending = "enabled" if gpu.ecc_mode_pending else "disabled"
+        yield _f("ecc.mode", Severity.WARN, gpu, f"{label(gpu)}: ECC change to {pending} is "
+                 f"pending until the GPU is reset", value=f"pending_{pending}",
+                 action=Action.RESET)
+
+
+@gpu_check("ecc.volatile_uncorrected")
+def check_ecc_volatile_uncorrected(gpu: GpuSnapshot, node: NodeSnapshot, ctx: CheckContext) -> Iterator[Finding]:
+    """Uncorrectable (double-bit) ECC errors since the driver loaded: fail when > 0.
+
+    One is enough: the data of whatever ran is suspect and CUDA raises
+    cudaErrorECCUncorrectable until the GPU is reset.  This is the incident's fault.
+    nvidia-smi equivalent: `nvidia-smi -q -d ECC`, Volatile, DRAM Uncorrectable.
+    """
+    count = gpu.ecc_volatile_uncorrected
+    if not count:
+        return
+    base = node.baseline.for_uuid(gpu.uuid) if node.baseline else None
+    new = delta(count, base.ecc_volatile_uncorrected if base else None)
+    during = f" ({new} new during job)" if new else ""
+    yield _f("ecc.volatile_uncorrected", Severity.FAIL, gpu,
+             f"{label(gpu)}: {count} volatile uncorrected ECC errors{during}, limit 0. "
+             f"Drain; reset the GPU.", value=count, threshold=0, action=Action.RESET)
+
+
+@gpu_check("ecc.volatile_corrected")
+def check_ecc_volatile_corrected(gpu: GpuSnapshot, node: NodeSnapshot, ctx: CheckContext) -> Iterator[Finding]:
+    """Corrected (single-bit) ECC errors since the driver loaded, above `thresholds.ecc_volatile_corrected`.
+
+    Each is harmless, but a high rate predicts row remapping or page retirement; warn only.
+    nvidia-smi equivalent: `nvidia-smi -q -d ECC`, Volatile, DRAM Correctable.
+    """
+    limit = ctx.config.thresholds.ecc_volatile_corrected
+    count = gpu.ecc_volatile_corrected
+    if count is not None and count > limit:
+        yield _f("ecc.volatile_corrected", Severity.WARN, gpu,
+                 f"{label(gpu)}: {count} volatile corrected ECC errors, limit {limit}; watch for "
+                 f"row remaps", value=count, threshold=limit)
+
+
+@gpu_check("ecc.aggregate_uncorrected")
+def check_ecc_aggregate_uncorrected(gpu: GpuSnapshot, node: NodeSnapshot, ctx: CheckContext) -> Iterator[Finding]:
+    """Uncorrectable ECC errors over the board's life: history (info), not a present fault.
+
+    In the epilog, growth since the prolog's baseline means the job hit a DBE even where the
+    volatile counter was reset by a driver reload: that fails.
+    nvidia-smi equivalent: `nvidia-smi -q -d ECC`, Aggregate, DRAM Uncorrectable.
+    """
+    count = gpu.ecc_aggregate_uncorrected
+    if not count:
+        return
+    base = node.baseline.for_uuid(gpu.uuid) if node.baseline else None
+    new = delta(count, base.ecc_aggregate_uncorrected if base else None)
+    if ctx.mode is Mode.EPILOG and new and new > 0:
+        yield _f("ecc.aggregate_uncorrected", Severity.FAIL, gpu,
+                 f"{label(gpu)}: {new} uncorrected ECC errors during the job ({count} in the "
+                 f"board's life). Drain; reset the GPU.", value=new, threshold=0,
+                 action=Action.RESET)
+        return
+    yield _f("ecc.aggregate_uncorrected", Severity.INFO, gpu,
+             f"{label(gpu)}: {count} uncorrected ECC errors in the board's life (history)",
+             value=count)
+
+
+@gpu_check("retired_pages.pending")
+def check_retired_pages_pending(gpu: GpuSnapshot, node: NodeSnapshot, ctx: CheckContext) -> Iterator[Finding]:
+    """A page retirement waits for the next GPU reset (pre-Ampere boards).
+
+    Until then the bad page stays in use; warn and ask for a reset.
+    nvidia-smi equivalent: `nvidia-smi -q -d PAGE_RETIREMENT`, Pending Page Blacklist.
+    """
+    if gpu.retired_pending:
+        yield _f("retired_pages.pending", Severity.WARN, gpu,
+                 f"{label(gpu)}: page retirement pending; reset the GPU to apply it",
+                 value=True, threshold=False, action=Action.RESET)
+
+
+@gpu_check("retired_pages.count")
+def check_retired_pages_count(gpu: GpuSnapshot, node: NodeSnapshot, ctx: CheckContext) -> Iterator[Finding]:
+    """Retired pages in total at or above `thresholds.retired_pages` (NVIDIA's RMA limit, 60).
+
+    Below the limit retirement is the GPU healing itself (info when any DBE page is retired).
+    nvidia-smi equivalent: `nvidia-smi -q -d PAGE_RETIREMENT`.
+    """
+    if gpu.retired_sbe is None and gpu.retired_dbe is None:
+        return
+    total = (gpu.retired_sbe or 0) + (gpu.retired_dbe or 0)
+    limit = ctx.config.thresholds.retired_pages
+    if total >= limit:
+        yield _f("retired_pages.count", Severity.FAIL, gpu,
+                 f"{label(gpu)}: {total} retired pages, limit {limit}: RMA the GPU",
+                 value=total, threshold=limit, action=Action.RMA)
+    elif gpu.retired_dbe:
+        yield _f("retired_pages.count", Severity.INFO, gpu,
+                 f"{label(gpu)}: {total} retired pages ({gpu.retired_dbe} for DBEs), limit {limit}",
+                 value=total, threshold=limit)
+
+
+@gpu_check("remap.pending")
+def check_remap_pending(gpu: GpuSnapshot, node: NodeSnapshot, ctx: CheckContext) -> Iterator[Finding]:
+    """A row remap waits for the next GPU reset (Ampere and later).
+
+    The GPU works, but the bad row stays in use until reset; warn and ask for a reset.
+    nvidia-smi equivalent: `nvidia-smi -q -d ROW_REMAPPER`, Pending.
+    """
+    if gpu.remap_pending:
+        yield _f("remap.pending", Severity.WARN, gpu,
+                 f"{label(gpu)}: row remap pending; reset the GPU to apply it",
+                 value=True, threshold=False, action=Action.RESET)
+
+
+@gpu_check("remap.failure")
+def check_remap_failure(gpu: GpuSnapshot, node: NodeSnapshot, ctx: CheckContext) -> Iterator[Finding]:
+    """A row remap failed: the bank has no spare rows left.  NVIDIA's RMA criterion.
+
+    nvidia-smi equivalent: `nvidia-smi -q -d ROW_REMAPPER`, Remapping Failure Occurred.
+    """
+    if gpu.remap_failure:
+        yield _f("remap.failure", Severity.FAIL, gpu,
+                 f"{label(gpu)}: row remapping failed; RMA the GPU", value=True, threshold=False,
+                 action=Action.RMA)
+
+
+RECOVERY_ACTIONS = {1: ("GPU_RESET", Action.RESET), 2: ("NODE_REBOOT", Action.REBOOT),
+                    3: ("DRAIN_P2P", Action.DRAIN), 4: ("DRAIN_AND_RESET", Action.RESET)}
+
+
+@gpu_check("recovery_action")
+def check_recovery_action(gpu: GpuSnapshot, node: NodeSnapshot, ctx: CheckContext) -> Iterator[Finding]:
+    """The driver itself says the GPU needs recovery (NVML_FI_DEV_GET_GPU_RECOVERY_ACTION).
+
+    Anything but NONE fails, naming the driver's action.  Older drivers lack the field.
+    nvidia-smi equivalent: `nvidia-smi -q`, "GPU Recovery Action".
+    """
+    value = gpu.recovery_action
+    if not value:
+        return
+    name, action = RECOVERY_ACTIONS.get(value, (f"ACTION_{value}", Action.DRAIN))
+    yield _f("recovery_action", Severity.FAIL, gpu,
+             f"{label(gpu)}: the driver asks for recovery action {name}", value=name,
+             threshold="NONE", action=action)
+

@@ -1,0 +1,88 @@
+"""Node-wide checks: the driver, the GPU count, GPUs that NVML has lost."""
+
+from __future__ import annotations
+
+from typing import Iterator
+
+from ..model import Action, Finding, GpuSnapshot, NodeSnapshot, Severity
+from .registry import CheckContext, finding as _f, gpu_check, label, node_check
+
+
+@node_check("nvml.init")
+def check_nvml_init(node: NodeSnapshot, ctx: CheckContext) -> Iterator[Finding]:
+    """NVML could not initialise: the driver is not loaded, or library and kernel module differ.
+
+    Either way no job can use the GPUs, so it is a node fault (drain), except where the library
+    is absent and sysfs lists no NVIDIA device: a node without GPUs is healthy.
+    nvidia-smi equivalent: `nvidia-smi` printing "couldn't communicate with the NVIDIA driver".
+    """
+    error = node.nvml_error
+    if error is None:
+        return
+    if error == "LIBRARY_NOT_FOUND":
+        if node.sysfs_gpus == ():
+            yield _f("nvml.init", Severity.INFO, None,
+                     "no GPUs: libnvidia-ml.so.1 is absent and sysfs lists no NVIDIA device",
+                     value=error)
+            return
+        if node.sysfs_gpus is None:
+            yield _f("nvml.init", Severity.UNKNOWN, None,
+                     f"libnvidia-ml.so.1 is absent and sysfs could not be read "
+                     f"({node.sysfs_error}): cannot tell whether this node has GPUs", value=error)
+            return
+        yield _f("nvml.init", Severity.FAIL, None,
+                 f"libnvidia-ml.so.1 is absent but sysfs lists {len(node.sysfs_gpus)} NVIDIA "
+                 f"GPU(s): install the driver", value=error, action=Action.DRAIN)
+        return
+    action = Action.REBOOT if error == "LIB_RM_VERSION_MISMATCH" else Action.DRAIN
+    hint = ("the driver library and kernel module versions differ: reboot"
+            if action is Action.REBOOT else "check the NVIDIA driver (dmesg, nvidia-smi)")
+    yield _f("nvml.init", Severity.FAIL, None, f"NVML failed to initialise: {error}; {hint}",
+             value=error, action=action)
+
+
+@node_check("gpu.count")
+def check_gpu_count(node: NodeSnapshot, ctx: CheckContext) -> Iterator[Finding]:
+    """Fewer GPUs than the node should have: one fell off the bus, or was never initialised.
+
+    sysfs listing more NVIDIA GPUs than NVML reports means a GPU the driver lost (fail: reboot).
+    NVML reporting more than sysfs is no fault (simulated GPUs have no PCI device).  With
+    `expected_gpus` set, fewer GPUs in NVML fail; more only warn.
+    nvidia-smi equivalent: `nvidia-smi -L | wc -l` against `lspci -d 10de: | wc -l`.
+    """
+    if node.nvml_error is not None:
+        return
+    count = len(node.gpus)
+    if node.sysfs_gpus is not None and len(node.sysfs_gpus) > count:
+        yield _f("gpu.count", Severity.FAIL, None,
+                 f"sysfs lists {len(node.sysfs_gpus)} NVIDIA GPUs but NVML reports {count}: a GPU "
+                 f"fell off the bus; reboot (power-cycle) the node", value=count,
+                 threshold=len(node.sysfs_gpus), action=Action.REBOOT)
+    expected = ctx.config.expected_gpus
+    if expected is not None and count < expected:
+        yield _f("gpu.count", Severity.FAIL, None,
+                 f"NVML reports {count} GPUs, expected {expected}: a GPU is missing; reboot the "
+                 f"node and check the GPUs", value=count, threshold=expected, action=Action.REBOOT)
+    elif expected is not None and count > expected:
+        yield _f("gpu.count", Severity.WARN, None,
+                 f"NVML reports {count} GPUs, more than expected_gpus = {expected}: fix the "
+                 f"config", value=count, threshold=expected)
+
+
+@gpu_check("gpu.lost")
+def check_gpu_lost(gpu: GpuSnapshot, node: NodeSnapshot, ctx: CheckContext) -> Iterator[Finding]:
+    """NVML answers GPU_IS_LOST, RESET_REQUIRED or UNKNOWN for this GPU, or its calls hang.
+
+    The GPU cannot run a job until it is reset (often only a reboot brings it back).
+    nvidia-smi equivalent: "Unable to determine the device handle for GPU ...: GPU is lost".
+    """
+    if gpu.lost is None:
+        return
+    if gpu.lost == "TIMEOUT":
+        message = (f"{label(gpu)}: NVML calls did not return within "
+                   f"{ctx.config.nvml_timeout_s:g} s; reset the GPU or reboot")
+    else:
+        message = f"{label(gpu)}: NVML reports {gpu.lost}; reset the GPU or reboot the node"
+    yield _f("gpu.lost", Severity.FAIL, gpu, message, value=gpu.lost,
+             action=Action.REBOOT if gpu.lost == "GPU_IS_LOST" else Action.RESET)
+

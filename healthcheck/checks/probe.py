@@ -1,0 +1,41 @@
+"""The CUDA allocation probe's result, judged."""
+
+from __future__ import annotations
+
+from typing import Iterator
+
+from ..model import Action, Finding, GpuSnapshot, NodeSnapshot, ProbeStatus, Severity
+from .registry import CheckContext, finding as _f, gpu_check, label
+
+
+@gpu_check("cuda.probe")
+def check_cuda_probe(gpu: GpuSnapshot, node: NodeSnapshot, ctx: CheckContext) -> Iterator[Finding]:
+    """A real CUDA context could not allocate, write and read back memory on the GPU.
+
+    Catches what NVML does not show: a GPU that initialises but cannot allocate
+    (ECC_UNCORRECTABLE, OUT_OF_MEMORY from a leaked context), corrupts data, or hangs.
+    Fails the GPU; the probe has a deadline and its child is killed past it.
+    nvidia-smi equivalent: none (dcgmi diag -r 1 comes closest).
+    """
+    for probe in node.probes:
+        if probe.index != gpu.index:
+            continue
+        if probe.status is ProbeStatus.OK:
+            return
+        if probe.status is ProbeStatus.NOT_RUN:
+            yield _f("cuda.probe", Severity.UNKNOWN, gpu, f"{label(gpu)}: CUDA probe not run: "
+                     f"{probe.detail}", value=probe.status.value)
+            return
+        value = probe.cu_name or probe.status.value
+        action = Action.REBOOT if probe.cu_result == 802 else (
+            Action.RMA if probe.status is ProbeStatus.MISMATCH else Action.RESET)
+        if probe.cu_result == 802:
+            hint = "start nvidia-fabricmanager or reboot"
+        elif probe.status is ProbeStatus.MISMATCH:
+            hint = "GPU memory returned wrong data: drain; RMA if it recurs after a reset"
+        else:
+            hint = "reset the GPU"
+        yield _f("cuda.probe", Severity.FAIL, gpu,
+                 f"{label(gpu)}: CUDA probe {probe.status.value}: {probe.detail}; {hint}",
+                 value=value, threshold="ok", action=action)
+

@@ -1,0 +1,129 @@
+"""The registry every check module registers into, the helpers checks share, and the runner.
+
+A GPU check is `fn(gpu, node, ctx) -> Iterable[Finding]` and runs for every GPU NVML reported
+(lost GPUs only get `gpu.lost`); a node check is `fn(node, ctx)`.  One guard surrounds every
+check: an exception inside a check becomes an `unknown` finding for that check (never a drain),
+and its traceback is returned for logging.
+"""
+
+from __future__ import annotations
+
+import functools
+from typing import Callable, Dict, Iterable, List, NamedTuple, Optional, Tuple
+
+from ..config import Config
+from ..model import Action, Finding, GpuSnapshot, Mode, NodeSnapshot, Severity
+
+GpuCheck = Callable[[GpuSnapshot, NodeSnapshot, "CheckContext"], Iterable[Finding]]
+NodeCheck = Callable[[NodeSnapshot, "CheckContext"], Iterable[Finding]]
+
+class CheckContext(NamedTuple):
+    config: Config
+    mode: Mode
+    level: str = "quick"
+    # Set by the --gpus or the job's GPUs: the checks that belong to "the GPUs under test"
+    # (leftover processes, leaked memory, the CUDA probe) consider only these.
+    selected: Optional[Tuple[int, ...]] = None
+
+    def is_selected(self, index: int) -> bool:
+        return self.selected is None or index in self.selected
+
+
+class CheckSpec(NamedTuple):
+    check_id: str
+    scope: str  # "gpu" | "node"
+    fn: Callable[..., Iterable[Finding]]
+
+
+CATALOGUE: Dict[str, CheckSpec] = {}
+
+
+def _register(check_id: str, scope: str) -> Callable[[Callable[..., Iterable[Finding]]], Callable[..., Iterable[Finding]]]:
+    def wrap(fn: Callable[..., Iterable[Finding]]) -> Callable[..., Iterable[Finding]]:
+        assert check_id not in CATALOGUE, check_id
+        CATALOGUE[check_id] = CheckSpec(check_id, scope, fn)
+        return fn
+    return wrap
+
+
+def gpu_check(check_id: str) -> Callable[[GpuCheck], GpuCheck]:
+    return _register(check_id, "gpu")  # type: ignore[return-value]
+
+
+def node_check(check_id: str) -> Callable[[NodeCheck], NodeCheck]:
+    return _register(check_id, "node")  # type: ignore[return-value]
+
+
+def label(gpu: GpuSnapshot) -> str:
+    """How a message names a GPU: "GPU 3 (00000000:41:00.0, SN 1650522003820)"."""
+    parts = [gpu.pci_bus_id or "PCI unknown"]
+    if gpu.serial:
+        parts.append(f"SN {gpu.serial}")
+    elif gpu.uuid:
+        parts.append(gpu.uuid)
+    return f"GPU {gpu.index} ({', '.join(parts)})"
+
+
+def finding(check: str, severity: Severity, gpu: Optional[GpuSnapshot], message: str,
+            value: object = None, threshold: object = None, action: Action = Action.NONE) -> Finding:
+    return Finding(check=check, severity=severity, message=message,
+                   gpu=None if gpu is None else gpu.index, value=value,  # type: ignore[arg-type]
+                   threshold=threshold, action=action)  # type: ignore[arg-type]
+
+
+
+def delta(now: Optional[int], before: Optional[int]) -> Optional[int]:
+    """How much a counter grew since the baseline; None when either side is unknown."""
+    if now is None or before is None:
+        return None
+    return now - before
+
+
+def gpu_at(node: NodeSnapshot, pci: str) -> Optional[GpuSnapshot]:
+    """The GPU at a PCI address from a log line, or None when NVML does not know it."""
+    from ..nvml import gpu_by_pci
+
+    try:
+        return gpu_by_pci(node.gpus, pci)
+    except ValueError:
+        return None
+
+
+# --- running the catalogue ---------------------------------------------------------------
+
+class CheckCrash(NamedTuple):
+    check: str
+    gpu: Optional[int]
+    traceback: str
+
+
+def run_checks(node: NodeSnapshot, ctx: CheckContext) -> Tuple[List[Finding], List[CheckCrash]]:
+    """All enabled checks over the snapshot; a check that raises becomes an unknown finding."""
+    findings: List[Finding] = []
+    crashes: List[CheckCrash] = []
+    for spec in CATALOGUE.values():
+        if not ctx.config.enabled(spec.check_id):
+            continue
+        if spec.scope == "node":
+            _guard(spec, None, lambda: spec.fn(node, ctx), findings, crashes)
+            continue
+        for gpu in node.gpus:
+            if gpu.lost is not None and spec.check_id != "gpu.lost":
+                continue
+            _guard(spec, gpu.index, functools.partial(spec.fn, gpu, node, ctx), findings, crashes)
+    return findings, crashes
+
+
+def _guard(spec: CheckSpec, gpu: Optional[int], call: Callable[[], Iterable[Finding]],
+           findings: List[Finding], crashes: List[CheckCrash]) -> None:
+    try:
+        findings.extend(list(call()))
+    except Exception as exc:  # noqa: BLE001 - a bug in one check must never drain or crash
+        import traceback
+
+        crashes.append(CheckCrash(spec.check_id, gpu, traceback.format_exc()))
+        where = f" on GPU {gpu}" if gpu is not None else ""
+        findings.append(Finding(check=spec.check_id, severity=Severity.UNKNOWN, gpu=gpu,
+                                message=f"check {spec.check_id}{where} failed in gpu-healthcheck "
+                                        f"itself ({type(exc).__name__}: {exc}); see the log",
+                                value="internal_error"))
