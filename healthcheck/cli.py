@@ -1,4 +1,4 @@
-"""Command line: `gpu-healthcheck --node | --prolog | --epilog | --version` (CONTRACTS §1).
+"""Command line: `gpu-healthcheck --node | --prolog | --epilog | --list-checks | ...` (CONTRACTS §1).
 
     main(["--node", "--json"]) -> exit code
 
@@ -28,6 +28,7 @@ exit status:
   --node    0 healthy, 1 warning, 2 failure (the node must not run jobs), 3 unknown
   --prolog  non-zero exactly when the job must not start on this node
   --epilog  non-zero exactly when it drained the node
+  --check-config  0 valid, 1 invalid (each error names the file and key)
 
 configuration: /etc/gpu-healthcheck/config.toml, or $GPU_HEALTHCHECK_CONFIG, or --config.
 Slurm: Prolog=/usr/libexec/gpu-healthcheck/gpu-healthcheck-prolog (see deploy/slurm/).
@@ -61,6 +62,10 @@ def build_parser() -> "argparse.ArgumentParser":
                       help="print the last N verdicts of this node (default 20)")
     what.add_argument("--cluster", action="store_true", help="list the nodes drained by "
                       "gpu-healthcheck (one scontrol call), with their reasons in columns")
+    what.add_argument("--list-checks", action="store_true", help="list every check: id (for "
+                      "[checks] disabled), severity, action, threshold key, what it catches")
+    what.add_argument("--check-config", action="store_true", help="validate the configuration "
+                      "and print each key's effective value and where it came from")
     what.add_argument("--version", action="store_true", help="print the version and exit")
     parser.add_argument("--json", action="store_true", help="print one JSON document")
     parser.add_argument("--act", action="store_true", help="with --node: drain on failure, "
@@ -87,7 +92,8 @@ def _fast_args(argv: List[str]) -> Optional["argparse.Namespace"]:
 
     return SimpleNamespace(node=modes[0] == "--node", prolog=modes[0] == "--prolog",  # type: ignore[return-value]
                            epilog=modes[0] == "--epilog", version=False, history=None,
-                           cluster=False, json="--json" in argv, act="--act" in argv,
+                           cluster=False, list_checks=False, check_config=False,
+                           json="--json" in argv, act="--act" in argv,
                            config=None, gpus=None, level="quick")
 
 
@@ -109,6 +115,14 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     if args.version:
         print(f"gpu-healthcheck {__version__}")
         return 0
+    if args.list_checks:
+        from .admin import list_checks
+
+        return list_checks(args.json, sys.stdout)
+    if args.check_config:
+        from .admin import check_config
+
+        return check_config(args.config, os.environ, args.json, sys.stdout, sys.stderr)
     if args.history is not None or args.cluster:
         return _admin_view(args)
     from .model import Mode

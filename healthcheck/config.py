@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import os
 import stat
-from typing import Any, Dict, List, Mapping, NamedTuple, Optional, Tuple
+from typing import Any, Dict, FrozenSet, List, Mapping, NamedTuple, Optional, Tuple
 
 DEFAULT_CONFIG_PATH = "/etc/gpu-healthcheck/config.toml"
 CONFIG_ENV = "GPU_HEALTHCHECK_CONFIG"
@@ -169,21 +169,36 @@ def _build(path: str, cls: Any, table: Mapping[str, Any], prefix: str) -> Any:
     return cls(**values)
 
 
-def parse_config(text: str, path: str = "<config>") -> Config:
-    """Parse TOML text into a Config (pure: no file access)."""
+def _load_toml(text: str, path: str) -> Dict[str, Any]:
     try:
         import tomllib  # type: ignore[import-not-found]
     except ModuleNotFoundError:  # Python < 3.11
         import tomli as tomllib  # type: ignore[no-redef]
     try:
-        table = tomllib.loads(text)
+        table: Dict[str, Any] = tomllib.loads(text)
     except (ValueError, RecursionError) as exc:
         # TOMLDecodeError is a ValueError; tomllib also lets out a plain ValueError for an
         # integer of more than 4300 digits (Python's int() limit) and a RecursionError for
         # arrays nested a few hundred deep, both found by tests/fuzz/fuzz_config.py: they
         # must be a ConfigError, not a traceback in the prolog.
         raise ConfigError(path, None, f"not valid TOML: {exc}") from None
-    config: Config = _build(path, Config, table, "")
+    return table
+
+
+def keys_set(text: str, path: str = "<config>") -> FrozenSet[str]:
+    """The dotted keys a config text sets, e.g. {"state_dir", "thresholds.retired_pages"}."""
+    keys: set = set()
+    for key, value in _load_toml(text, path).items():
+        if key in _SECTIONS and isinstance(value, dict):
+            keys.update(f"{key}.{sub}" for sub in value)
+        else:
+            keys.add(key)
+    return frozenset(keys)
+
+
+def parse_config(text: str, path: str = "<config>") -> Config:
+    """Parse TOML text into a Config (pure: no file access)."""
+    config: Config = _build(path, Config, _load_toml(text, path), "")
     unknown_checks = [c for c in config.checks.disabled if not _known_check(c)]
     if unknown_checks:
         raise ConfigError(path, "checks.disabled", f"unknown check id(s): {', '.join(unknown_checks)}")
@@ -233,25 +248,55 @@ def load_config(cli_path: Optional[str], environ: Mapping[str, str]) -> Config:
         ConfigError: unreadable, invalid TOML, unknown key, wrong type.
     """
     path, explicit = config_path(cli_path, environ)
+    found = read_config_file(path, explicit)
+    if found is None:
+        return Config()
+    st, text = found
+    problem = unsafe_ownership(st, os.geteuid() == 0)
+    if problem:
+        return Config(source=path, warnings=(
+            f"{path}: refused: {problem}; running with built-in defaults",))
+    return parse_config(text, path)
+
+
+def read_config_file(path: str, explicit: bool) -> Optional[Tuple[os.stat_result, str]]:
+    """The file's status and text; None when the default path is absent (defaults apply).
+
+    Raises:
+        ConfigError: a named file that is missing, unreadable or not UTF-8.
+    """
     try:
         with open(path, "rb") as handle:
             st = os.fstat(handle.fileno())
-            problem = unsafe_ownership(st, os.geteuid() == 0)
-            if problem:
-                return Config(source=path, warnings=(
-                    f"{path}: refused: {problem}; running with built-in defaults",))
             raw = handle.read()
     except FileNotFoundError:
         if explicit:
             raise ConfigError(path, None, "no such file") from None
-        return Config()
+        return None
     except OSError as exc:
         raise ConfigError(path, None, f"cannot read: {exc.strerror or exc}") from None
     try:
-        text = raw.decode("utf-8")
+        return st, raw.decode("utf-8")
     except UnicodeDecodeError as exc:
         raise ConfigError(path, None, f"not UTF-8: {exc}") from None
-    return parse_config(text, path)
+
+
+# What a key left unset (None) means, for --check-config.
+UNSET_MEANS = {
+    "scontrol": "found on PATH, else /usr/bin/scontrol",
+    "node_name": "$SLURMD_NODENAME, else the short hostname",
+    "expected_gpus": "not checked: sysfs and NVML are compared instead",
+    "history_file": "<state_dir>/history.jsonl",
+    "metrics_file": "no node_exporter textfile",
+}
+
+
+def config_value(config: Config, key: str) -> Any:
+    """The value of a dotted key, e.g. config_value(c, "thresholds.retired_pages")."""
+    value: Any = config
+    for part in key.split("."):
+        value = getattr(value, part)
+    return value
 
 
 def describe_schema() -> List[Tuple[str, str, str]]:

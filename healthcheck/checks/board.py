@@ -4,11 +4,12 @@ from __future__ import annotations
 
 from typing import Iterator
 
-from ..model import Finding, GpuSnapshot, NodeSnapshot, Severity
+from ..model import Action, Finding, GpuSnapshot, NodeSnapshot, Severity
 from .registry import CheckContext, finding as _f, gpu_check, label
 
 
-@gpu_check("thermal.slowdown")
+@gpu_check("thermal.slowdown", severity=Severity.WARN, action=Action.NONE,
+           threshold_key="thresholds.thermal_margin_c")
 def check_thermal_slowdown(gpu: GpuSnapshot, node: NodeSnapshot, ctx: CheckContext) -> Iterator[Finding]:
     """Temperature at or above the GPU's own slowdown threshold (minus `thresholds.thermal_margin_c`).
 
@@ -29,7 +30,7 @@ HW_SLOWDOWN_BITS = {0x8: "HW_SLOWDOWN", 0x20: "SW_THERMAL", 0x40: "HW_THERMAL",
                     0x80: "HW_POWER_BRAKE"}
 
 
-@gpu_check("clocks.hw_slowdown")
+@gpu_check("clocks.hw_slowdown", severity=Severity.WARN, action=Action.NONE)
 def check_clocks_hw_slowdown(gpu: GpuSnapshot, node: NodeSnapshot, ctx: CheckContext) -> Iterator[Finding]:
     """Clocks held down by hardware or thermal protection (not by idleness or power capping).
 
@@ -47,7 +48,8 @@ def check_clocks_hw_slowdown(gpu: GpuSnapshot, node: NodeSnapshot, ctx: CheckCon
                  value=",".join(active), threshold="none")
 
 
-@gpu_check("pcie.width_degraded")
+@gpu_check("pcie.width_degraded", severity=Severity.WARN, action=Action.NONE,
+           threshold_key="thresholds.pcie_width_min")
 def check_pcie_width_degraded(gpu: GpuSnapshot, node: NodeSnapshot, ctx: CheckContext) -> Iterator[Finding]:
     """The PCIe link runs narrower than the GPU's maximum width.
 
@@ -70,7 +72,7 @@ def check_pcie_width_degraded(gpu: GpuSnapshot, node: NodeSnapshot, ctx: CheckCo
                  threshold=maximum)
 
 
-@gpu_check("persistence_mode")
+@gpu_check("persistence_mode", severity=Severity.INFO, action=Action.NONE)
 def check_persistence_mode(gpu: GpuSnapshot, node: NodeSnapshot, ctx: CheckContext) -> Iterator[Finding]:
     """Persistence mode is off.
 

@@ -8,7 +8,7 @@ from ..model import Action, Finding, GpuSnapshot, Mode, NodeSnapshot, Severity
 from .registry import CheckContext, delta, finding as _f, gpu_check, label
 
 
-@gpu_check("ecc.mode")
+@gpu_check("ecc.mode", severity=Severity.WARN, action=Action.RESET)
 def check_ecc_mode(gpu: GpuSnapshot, node: NodeSnapshot, ctx: CheckContext) -> Iterator[Finding]:
     """ECC is disabled, or a mode change is pending until the next GPU reset.
 
@@ -28,7 +28,7 @@ def check_ecc_mode(gpu: GpuSnapshot, node: NodeSnapshot, ctx: CheckContext) -> I
                  action=Action.RESET)
 
 
-@gpu_check("ecc.volatile_uncorrected")
+@gpu_check("ecc.volatile_uncorrected", severity=Severity.FAIL, action=Action.RESET)
 def check_ecc_volatile_uncorrected(gpu: GpuSnapshot, node: NodeSnapshot, ctx: CheckContext) -> Iterator[Finding]:
     """Uncorrectable (double-bit) ECC errors since the driver loaded: fail when > 0.
 
@@ -47,7 +47,8 @@ def check_ecc_volatile_uncorrected(gpu: GpuSnapshot, node: NodeSnapshot, ctx: Ch
              f"Drain; reset the GPU.", value=count, threshold=0, action=Action.RESET)
 
 
-@gpu_check("ecc.volatile_corrected")
+@gpu_check("ecc.volatile_corrected", severity=Severity.WARN, action=Action.NONE,
+           threshold_key="thresholds.ecc_volatile_corrected")
 def check_ecc_volatile_corrected(gpu: GpuSnapshot, node: NodeSnapshot, ctx: CheckContext) -> Iterator[Finding]:
     """Corrected (single-bit) ECC errors since the driver loaded, above `thresholds.ecc_volatile_corrected`.
 
@@ -62,7 +63,7 @@ def check_ecc_volatile_corrected(gpu: GpuSnapshot, node: NodeSnapshot, ctx: Chec
                  f"row remaps", value=count, threshold=limit)
 
 
-@gpu_check("ecc.aggregate_uncorrected")
+@gpu_check("ecc.aggregate_uncorrected", severity=Severity.FAIL, action=Action.RESET)
 def check_ecc_aggregate_uncorrected(gpu: GpuSnapshot, node: NodeSnapshot, ctx: CheckContext) -> Iterator[Finding]:
     """Uncorrectable ECC errors over the board's life: history (info), not a present fault.
 
@@ -86,7 +87,7 @@ def check_ecc_aggregate_uncorrected(gpu: GpuSnapshot, node: NodeSnapshot, ctx: C
              value=count)
 
 
-@gpu_check("retired_pages.pending")
+@gpu_check("retired_pages.pending", severity=Severity.WARN, action=Action.RESET)
 def check_retired_pages_pending(gpu: GpuSnapshot, node: NodeSnapshot, ctx: CheckContext) -> Iterator[Finding]:
     """A page retirement waits for the next GPU reset (pre-Ampere boards).
 
@@ -99,7 +100,8 @@ def check_retired_pages_pending(gpu: GpuSnapshot, node: NodeSnapshot, ctx: Check
                  value=True, threshold=False, action=Action.RESET)
 
 
-@gpu_check("retired_pages.count")
+@gpu_check("retired_pages.count", severity=Severity.FAIL, action=Action.RMA,
+           threshold_key="thresholds.retired_pages")
 def check_retired_pages_count(gpu: GpuSnapshot, node: NodeSnapshot, ctx: CheckContext) -> Iterator[Finding]:
     """Retired pages in total at or above `thresholds.retired_pages` (NVIDIA's RMA limit, 60).
 
@@ -120,7 +122,7 @@ def check_retired_pages_count(gpu: GpuSnapshot, node: NodeSnapshot, ctx: CheckCo
                  value=total, threshold=limit)
 
 
-@gpu_check("remap.pending")
+@gpu_check("remap.pending", severity=Severity.WARN, action=Action.RESET)
 def check_remap_pending(gpu: GpuSnapshot, node: NodeSnapshot, ctx: CheckContext) -> Iterator[Finding]:
     """A row remap waits for the next GPU reset (Ampere and later).
 
@@ -133,7 +135,7 @@ def check_remap_pending(gpu: GpuSnapshot, node: NodeSnapshot, ctx: CheckContext)
                  value=True, threshold=False, action=Action.RESET)
 
 
-@gpu_check("remap.failure")
+@gpu_check("remap.failure", severity=Severity.FAIL, action=Action.RMA)
 def check_remap_failure(gpu: GpuSnapshot, node: NodeSnapshot, ctx: CheckContext) -> Iterator[Finding]:
     """A row remap failed: the bank has no spare rows left.  NVIDIA's RMA criterion.
 
@@ -149,7 +151,7 @@ RECOVERY_ACTIONS = {1: ("GPU_RESET", Action.RESET), 2: ("NODE_REBOOT", Action.RE
                     3: ("DRAIN_P2P", Action.DRAIN), 4: ("DRAIN_AND_RESET", Action.RESET)}
 
 
-@gpu_check("recovery_action")
+@gpu_check("recovery_action", severity=Severity.FAIL, action=Action.RESET)
 def check_recovery_action(gpu: GpuSnapshot, node: NodeSnapshot, ctx: CheckContext) -> Iterator[Finding]:
     """The driver itself says the GPU needs recovery (NVML_FI_DEV_GET_GPU_RECOVERY_ACTION).
 

@@ -8,7 +8,7 @@ from ..model import Action, Finding, GpuSnapshot, NodeSnapshot, Severity
 from .registry import CheckContext, finding as _f, gpu_check, label, node_check
 
 
-@node_check("nvml.init")
+@node_check("nvml.init", severity=Severity.FAIL, action=Action.DRAIN)
 def check_nvml_init(node: NodeSnapshot, ctx: CheckContext) -> Iterator[Finding]:
     """NVML could not initialise: the driver is not loaded, or library and kernel module differ.
 
@@ -41,7 +41,8 @@ def check_nvml_init(node: NodeSnapshot, ctx: CheckContext) -> Iterator[Finding]:
              value=error, action=action)
 
 
-@node_check("gpu.count")
+@node_check("gpu.count", severity=Severity.FAIL, action=Action.REBOOT,
+            threshold_key="expected_gpus")
 def check_gpu_count(node: NodeSnapshot, ctx: CheckContext) -> Iterator[Finding]:
     """Fewer GPUs than the node should have: one fell off the bus, or was never initialised.
 
@@ -69,7 +70,8 @@ def check_gpu_count(node: NodeSnapshot, ctx: CheckContext) -> Iterator[Finding]:
                  f"config", value=count, threshold=expected)
 
 
-@gpu_check("gpu.lost")
+@gpu_check("gpu.lost", severity=Severity.FAIL, action=Action.REBOOT,
+           threshold_key="nvml_timeout_s")
 def check_gpu_lost(gpu: GpuSnapshot, node: NodeSnapshot, ctx: CheckContext) -> Iterator[Finding]:
     """NVML answers GPU_IS_LOST, RESET_REQUIRED or UNKNOWN for this GPU, or its calls hang.
 

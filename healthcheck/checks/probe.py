@@ -8,7 +8,8 @@ from ..model import Action, Finding, GpuSnapshot, NodeSnapshot, ProbeStatus, Sev
 from .registry import CheckContext, finding as _f, gpu_check, label
 
 
-@gpu_check("cuda.probe")
+@gpu_check("cuda.probe", severity=Severity.FAIL, action=Action.RESET,
+           threshold_key="probe.timeout_s")
 def check_cuda_probe(gpu: GpuSnapshot, node: NodeSnapshot, ctx: CheckContext) -> Iterator[Finding]:
     """A real CUDA context could not allocate, write and read back memory on the GPU.
 

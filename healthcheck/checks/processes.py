@@ -8,7 +8,8 @@ from ..model import Action, Finding, GpuProcess, GpuSnapshot, Mode, NodeSnapshot
 from .registry import CheckContext, finding as _f, gpu_check, label
 
 
-@gpu_check("memory.leaked")
+@gpu_check("memory.leaked", severity=Severity.FAIL, action=Action.RESET,
+           threshold_key="thresholds.memory_leaked_mib")
 def check_memory_leaked(gpu: GpuSnapshot, node: NodeSnapshot, ctx: CheckContext) -> Iterator[Finding]:
     """Memory in use with no process on the GPU, above `thresholds.memory_leaked_mib`.
 
@@ -28,7 +29,7 @@ def check_memory_leaked(gpu: GpuSnapshot, node: NodeSnapshot, ctx: CheckContext)
              action=Action.RESET if severity is Severity.FAIL else Action.NONE)
 
 
-@gpu_check("processes.leftover")
+@gpu_check("processes.leftover", severity=Severity.FAIL, action=Action.DRAIN)
 def check_processes_leftover(gpu: GpuSnapshot, node: NodeSnapshot, ctx: CheckContext) -> Iterator[Finding]:
     """Compute processes on a GPU that the job is about to get (prolog) or just released (epilog).
 

@@ -30,28 +30,53 @@ class CheckContext(NamedTuple):
 
 
 class CheckSpec(NamedTuple):
+    """One registered check and what `--list-checks` says about it.
+
+    severity and action are the worst the check reports and what that finding calls for (a
+    check may report less: info history, a warning outside the prolog); threshold_key is the
+    config key that sets its limit (None: a fixed limit, given in the docstring).
+    """
+
     check_id: str
     scope: str  # "gpu" | "node"
     fn: Callable[..., Iterable[Finding]]
+    severity: Severity = Severity.WARN
+    action: Action = Action.NONE
+    threshold_key: Optional[str] = None
+
+    @property
+    def summary(self) -> str:
+        """What the check catches: the first line of its docstring."""
+        doc = (self.fn.__doc__ or "").strip()
+        return doc.splitlines()[0].strip() if doc else ""
 
 
 CATALOGUE: Dict[str, CheckSpec] = {}
 
 
-def _register(check_id: str, scope: str) -> Callable[[Callable[..., Iterable[Finding]]], Callable[..., Iterable[Finding]]]:
+def _register(check_id: str, scope: str, severity: Severity, action: Action,
+              threshold_key: Optional[str]) -> Callable[[Callable[..., Iterable[Finding]]], Callable[..., Iterable[Finding]]]:
     def wrap(fn: Callable[..., Iterable[Finding]]) -> Callable[..., Iterable[Finding]]:
         assert check_id not in CATALOGUE, check_id
-        CATALOGUE[check_id] = CheckSpec(check_id, scope, fn)
+        CATALOGUE[check_id] = CheckSpec(check_id, scope, fn, severity, action, threshold_key)
         return fn
     return wrap
 
 
-def gpu_check(check_id: str) -> Callable[[GpuCheck], GpuCheck]:
-    return _register(check_id, "gpu")  # type: ignore[return-value]
+def gpu_check(check_id: str, *, severity: Severity = Severity.WARN, action: Action = Action.NONE,
+              threshold_key: Optional[str] = None) -> Callable[[GpuCheck], GpuCheck]:
+    """Register a per-GPU check under `check_id` (the JSON `check` field).
+
+    severity/action: the worst finding it reports and what that calls for (`--list-checks`);
+    threshold_key: the config key of its limit, e.g. "thresholds.retired_pages".
+    """
+    return _register(check_id, "gpu", severity, action, threshold_key)  # type: ignore[return-value]
 
 
-def node_check(check_id: str) -> Callable[[NodeCheck], NodeCheck]:
-    return _register(check_id, "node")  # type: ignore[return-value]
+def node_check(check_id: str, *, severity: Severity = Severity.WARN, action: Action = Action.NONE,
+               threshold_key: Optional[str] = None) -> Callable[[NodeCheck], NodeCheck]:
+    """Register a node-wide check; keyword arguments as for gpu_check."""
+    return _register(check_id, "node", severity, action, threshold_key)  # type: ignore[return-value]
 
 
 def label(gpu: GpuSnapshot) -> str:

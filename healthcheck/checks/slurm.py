@@ -4,11 +4,11 @@ from __future__ import annotations
 
 from typing import Iterator
 
-from ..model import Finding, Mode, NodeSnapshot, Severity
+from ..model import Action, Finding, Mode, NodeSnapshot, Severity
 from .registry import CheckContext, finding as _f, node_check
 
 
-@node_check("slurm.job_gpus")
+@node_check("slurm.job_gpus", severity=Severity.UNKNOWN, action=Action.NONE)
 def check_slurm_job_gpus(node: NodeSnapshot, ctx: CheckContext) -> Iterator[Finding]:
     """The job's GPU list from Slurm could not be read, so we cannot tell which GPUs to probe.
 
@@ -22,7 +22,7 @@ def check_slurm_job_gpus(node: NodeSnapshot, ctx: CheckContext) -> Iterator[Find
                  f"with NVML only", value="malformed")
 
 
-@node_check("state.baseline")
+@node_check("state.baseline", severity=Severity.INFO, action=Action.NONE)
 def check_state_baseline(node: NodeSnapshot, ctx: CheckContext) -> Iterator[Finding]:
     """The epilog found no usable prolog baseline, so it judges absolute counters.
 

@@ -41,7 +41,8 @@ def xid_severity(event: XidEvent) -> Tuple[Severity, Action, str]:
                                          "not in our catalogue: look it up in NVIDIA's Xid list"))
 
 
-@node_check("xid")
+@node_check("xid", severity=Severity.FAIL, action=Action.RESET,
+            threshold_key="xid_window_s")
 def check_xid(node: NodeSnapshot, ctx: CheckContext) -> Iterator[Finding]:
     """Every Xid the kernel logged in the window, with its severity from NVIDIA's catalogue.
 
