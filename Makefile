@@ -3,10 +3,11 @@
 #   make test    the test suite (no timed assertions)
 #   make bench   performance table vs floors and gcm: python3 -m tests.bench [BENCH_ARGS=...]
 #   make validate  tests/gpu/validate on a real GPU node (stdlib + pynvml)
+#   make man     regenerate docs/gpu-healthcheck.8 from the argparse definition
 PYTHON ?= python3
 BENCH_ARGS ?=
 
-.PHONY: fake test bench validate demo
+.PHONY: fake test bench validate demo man
 
 fake:
 	$(MAKE) -C tests/fakegpu
@@ -19,6 +20,9 @@ bench: fake
 
 validate:
 	$(PYTHON) tests/gpu/validate
+
+man:
+	$(PYTHON) docs/make-manpage > docs/gpu-healthcheck.8.new && mv docs/gpu-healthcheck.8.new docs/gpu-healthcheck.8
 
 # demo: the incident replayed on a local 3-node Slurm cluster with simulated 8-GPU nodes.
 # Sets itself up on a fresh Debian 12 machine (apt packages, a venv in .venv, the fake GPU
