@@ -232,6 +232,9 @@ def _drain(effects: _Effects, store: StateStore, node: str, reason: str, mode: M
             events.append(LogEvent("drain", NOTICE, message, {**fields, "GPU_HEALTHCHECK_OUTCOME": "kept"}))
             return NodeAction("none", reason, detail=message, extra={"already_ours": True})
         effects.ctl.drain(node, reason)
+        refused = _hold_budget(effects, node, reason, events, fields)
+        if refused is not None:
+            return refused
     except ScontrolError as exc:
         pending = PendingDrain(reason=reason, node=node, mode=mode.value, job_id=job_id,
                                created_at=time.time())
@@ -253,6 +256,35 @@ def _drain(effects: _Effects, store: StateStore, node: str, reason: str, mode: M
     if job_id:
         _admin_comment(effects, job_id, reason, events)
     return NodeAction("drain", reason)
+
+
+def _hold_budget(effects: _Effects, node: str, reason: str, events: List[LogEvent],
+                 fields: Dict[str, str]) -> Optional[NodeAction]:
+    """Our drain is in: re-read and step back if concurrent drains took the budget first.
+    None when the drain stands."""
+    from .scontrol import ScontrolError, hold_budget
+
+    max_fraction = effects.config.drain.max_fraction
+    try:
+        check = hold_budget(effects.ctl, node, reason, max_fraction)
+    except ScontrolError as exc:
+        events.append(LogEvent("error", ERR, f"drained {node}, but the drain budget could not be "
+                                             f"re-checked ({exc}); the drain stays", fields))
+        return None
+    if check.kept:
+        return None
+    first = ", ".join(check.ahead) or "earlier drains"
+    if not check.resumed:
+        message = (f"{node} is past the drain budget ({check.drained} of {check.total} nodes drained by "
+                   f"gpu-healthcheck, drain.max_fraction = {max_fraction}, {first} first), but its "
+                   f"reason is no longer ours; left as it is")
+        events.append(LogEvent("drain", WARNING, message, {**fields, "GPU_HEALTHCHECK_OUTCOME": "kept"}))
+        return NodeAction("none", reason, detail=message, extra={"admin_owned": True})
+    message = (f"drain of {node} refused: {check.drained} of {check.total} nodes drained by "
+               f"gpu-healthcheck at once, drain.max_fraction = {max_fraction}; {first} drained "
+               f"first, so {node} resumed itself; would have drained with: {reason}")
+    events.append(LogEvent("refused", CRIT, message, {**fields, "GPU_HEALTHCHECK_OUTCOME": "refused"}))
+    return NodeAction("none", reason, detail=message, extra={"refused": True})
 
 
 def _admin_comment(effects: _Effects, job_id: str, reason: str, events: List[LogEvent]) -> None:

@@ -123,6 +123,7 @@ class NodeState(NamedTuple):
     name: str
     state: str  # e.g. "IDLE+DRAIN", "MIXED", "DOWN+DRAIN"
     reason: Optional[str] = None  # without the " [user@time]" suffix
+    reason_time: Optional[str] = None  # the suffix's time, ISO 8601 in the controller's zone
 
     @property
     def drained(self) -> bool:
@@ -149,10 +150,29 @@ def decide_drain(this: NodeState, cluster: Sequence[NodeState], max_fraction: fl
         return DrainDecision.ALREADY_OURS
     if this.drained or (this.reason and not is_ours(this.reason)):
         return DrainDecision.ADMIN_OWNED
-    ours = sum(1 for n in cluster if n.name != this.name and n.drained and is_ours(n.reason))
+    ours = sum(1 for n in _our_drains(cluster) if n.name != this.name)
     if ours + 1 > drain_budget(len(cluster), max_fraction):
         return DrainDecision.REFUSED
     return DrainDecision.APPLY
+
+
+def _our_drains(cluster: Sequence[NodeState]) -> List[NodeState]:
+    return [n for n in cluster if n.drained and is_ours(n.reason)]
+
+
+def beyond_budget(cluster: Sequence[NodeState], max_fraction: float) -> List[str]:
+    """Our drained nodes past the budget, in the order that decides who keeps a drain.
+
+    The pre-drain read cannot hold the budget under concurrency: every node reads the count,
+    then drains, and nothing stops the others in between.  So each node drains, re-reads, and
+    if it ranks past the budget it resumes itself.  The rank is (reason time, node name):
+    earlier drains keep theirs, the same on every node, so the first `budget` nodes in that
+    order never resume and every later one does.  The caller re-reads only after the
+    controller's clock has left the second of its own reason time, so every drain that ranks
+    before it is visible (Slurm stamps reasons to the second).
+    """
+    ranked = sorted(_our_drains(cluster), key=lambda n: (n.reason_time or "", n.name))
+    return [n.name for n in ranked[drain_budget(len(cluster), max_fraction):]]
 
 
 def may_resume(this: NodeState, findings: Sequence[Finding], gpus: Sequence[GpuSnapshot]) -> Optional[str]:

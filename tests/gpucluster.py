@@ -13,7 +13,7 @@ import subprocess
 import sys
 import time
 from pathlib import Path
-from typing import Dict, Optional
+from typing import Dict, List, Optional
 
 from tests.fakenode import ROOT, make_sysfs
 from tests.slurmcluster import SlurmCluster, slurm_missing_reason
@@ -49,20 +49,21 @@ class GpuCluster:
     config, state directory and kernel log."""
 
     def __init__(self, wd: Path, fake: Path, max_fraction: float = 1.0,
-                 weights: Optional[Dict[str, int]] = None) -> None:
+                 weights: Optional[Dict[str, int]] = None, nodes: Optional[List[str]] = None) -> None:
         self.wd = wd
+        self.nodes = list(nodes or NODES)
         self.fake = fake
         self.scontrol = shutil.which("scontrol", path=os.environ.get("PATH", "") + ":/usr/bin")
         for sub in ("scenarios", "config", "state", "kern", "bin"):
             (wd / sub).mkdir(parents=True, exist_ok=True)
         self.sysfs = make_sysfs(wd / "sys")
-        for node in NODES:
+        for node in self.nodes:
             self.scenario(node).write_text(HEALTHY)
             (wd / "kern" / f"{node}.log").write_text("")
             self.write_config(node, max_fraction=max_fraction)
         bin_dir = wd / "bin"
         gpu_healthcheck_bin(bin_dir)
-        self.cluster = SlurmCluster(wd / "slurm", nodes=NODES, node_weights=weights or {"gpu-a": 1, "gpu-b": 10, "gpu-c": 20},
+        self.cluster = SlurmCluster(wd / "slurm", nodes=self.nodes, node_weights=weights or {"gpu-a": 1, "gpu-b": 10, "gpu-c": 20},
                                     prolog=str(wd / "prolog-wrapper"), epilog=str(wd / "epilog-wrapper"),
                                     prolog_epilog_timeout=120)
         env = self.node_env("$SLURMD_NODENAME")
@@ -91,14 +92,31 @@ class GpuCluster:
             f'[drain]\nmax_fraction = {max_fraction}\n[probe]\ntimeout_s = 20\n')
         path.chmod(0o644)
 
-    def check(self, node: str, *args: str, env: Optional[Dict[str, str]] = None,
-              timeout: float = 120) -> subprocess.CompletedProcess:
-        """`gpu-healthcheck ARGS` as that node's HealthCheckProgram (or slurmd) would run it."""
+    def check_env(self, node: str, env: Optional[Dict[str, str]] = None) -> Dict[str, str]:
         full = {k: v for k, v in os.environ.items() if not k.startswith(("SLURM", "GPU_HEALTHCHECK"))}
         full.update(self.node_env(node), SLURM_CONF=str(self.cluster.conf_path))
         full.update(env or {})
-        return subprocess.run([sys.executable, "-m", "healthcheck.cli", *args], env=full,
-                              capture_output=True, text=True, timeout=timeout)
+        return full
+
+    def check(self, node: str, *args: str, env: Optional[Dict[str, str]] = None,
+              timeout: float = 120) -> subprocess.CompletedProcess:
+        """`gpu-healthcheck ARGS` as that node's HealthCheckProgram (or slurmd) would run it."""
+        return subprocess.run([sys.executable, "-m", "healthcheck.cli", *args],
+                              env=self.check_env(node, env), capture_output=True, text=True,
+                              timeout=timeout)
+
+    def start_check(self, node: str, *args: str, env: Optional[Dict[str, str]] = None) -> subprocess.Popen:
+        """`check`, started without waiting: for runs on several nodes at once."""
+        return subprocess.Popen([sys.executable, "-m", "healthcheck.cli", *args],
+                                env=self.check_env(node, env), stdout=subprocess.PIPE,
+                                stderr=subprocess.PIPE, text=True)
+
+    def slow_scontrol(self, delay_s: float) -> str:
+        """A wrapper around the real scontrol that answers `delay_s` late: a loaded controller."""
+        path = self.wd / "bin" / f"scontrol-slow-{delay_s:g}"
+        path.write_text(f'#!/bin/sh\nsleep {delay_s:g}\nexec "{self.scontrol}" "$@"\n')
+        path.chmod(0o755)
+        return str(path)
 
     def reason(self, node: str) -> str:
         return self.cluster.node_reason(node) or ""

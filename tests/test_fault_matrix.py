@@ -290,6 +290,29 @@ def test_every_node_of_the_test_cluster_fails_the_same_check_drain_budget_holds(
         assert "refused" in logged(c.state(node))
 
 
+def test_one_job_on_every_node_gets_a_dbe_and_scontrol_is_slow_drain_budget_holds_under_concurrency(c, tmp_path):
+    slow = c.slow_scontrol(0.3)  # a loaded controller: 300 ms per call
+    for node in NODES:
+        c.write_config(node, max_fraction=0.34, scontrol=slow)  # three nodes: one may be drained
+    go = tmp_path / "go"
+    job = c.cluster.sbatch(["-N3", "--gres=gpu:8"],
+                           f"echo started\nwhile [ ! -e {go} ]; do sleep 0.1; done\n")
+    c.wait_running(job)
+    for node in NODES:  # the same DBE on every node during the job: three epilogs at once
+        c.scenario(node).write_text(HEALTHY + "gpu.0.ecc.volatile.uncorrected = 1\n")
+    go.touch()
+    c.cluster.wait_job(job, timeout=120)
+    deadline = time.monotonic() + 120
+    while time.monotonic() < deadline and not all(
+            any(r["mode"] == "epilog" for r in history(c.state(n))) for n in NODES):
+        time.sleep(0.2)
+    drained = [n for n in NODES if c.drained(n)]
+    assert len(drained) == 1, [(n, c.reason(n)) for n in NODES]
+    assert c.reason(drained[0]).startswith("gpu-healthcheck: gpu0 ")
+    for node in set(NODES) - set(drained):
+        assert "refused" in logged(c.state(node)) and c.reason(node) == ""
+
+
 def test_an_exception_injected_into_a_check_exit_0_traceback_logged_no_drain(node):
     code = ("import sys\n"
             "from healthcheck import checks\n"

@@ -156,6 +156,30 @@ def test_pending_drain_when_scontrol_fails_is_applied_by_the_next_run(gpu_cluste
 # matrix row test_every_node_of_the_test_cluster_fails_the_same_check_drain_budget_holds.
 
 
+def test_eight_concurrent_node_act_runs_with_a_slow_scontrol_never_leave_more_drained_than_the_budget(tmp_path, fakegpu):
+    """Issue 17: each run read the count, then drained, and nothing stopped the others in
+    between; with a 300 ms scontrol every node drained."""
+    require_slurm()
+    names = [f"gpu-{letter}" for letter in "abcdefgh"]
+    c = GpuCluster(tmp_path, fakegpu, nodes=names)
+    slow = c.slow_scontrol(0.3)
+    for node in names:  # a fleet-wide false positive: the same DBE everywhere
+        c.write_config(node, max_fraction=0.34, scontrol=slow)  # floor(8 * 0.34) = 2 nodes
+        c.scenario(node).write_text(HEALTHY + "gpu.0.ecc.volatile.uncorrected = 1\n")
+    with c.cluster:
+        runs = {node: c.start_check(node, "--node", "--act", "--json") for node in names}
+        done = {node: run.communicate(timeout=300) for node, run in runs.items()}
+        drained = [n for n in names if c.drained(n)]
+        assert len(drained) == 2, (drained, {n: done[n][1][-600:] for n in names})
+        for node in drained:
+            assert c.reason(node).startswith("gpu-healthcheck: gpu0 ")
+        for node in set(names) - set(drained):
+            out, err = done[node]
+            assert f"drain of {node} refused" in err
+            assert json.loads(out)["action"]["refused"] is True
+            assert c.reason(node) == ""
+
+
 def test_eight_prologs_at_once_on_one_node_all_pass_and_keep_their_own_state(gpu_cluster, tmp_path):
     c = gpu_cluster
     go = tmp_path / "go"

@@ -3,7 +3,7 @@
 from hypothesis import given, settings, strategies as st
 
 from healthcheck.model import Action, Finding, GpuSnapshot, Mode, Severity, Verdict
-from healthcheck.verdict import (DrainDecision, NodeState, decide_drain, drain_budget,
+from healthcheck.verdict import (beyond_budget, DrainDecision, NodeState, decide_drain, drain_budget,
                                  drain_reason, may_resume, node_exit, parse_reason, sanitise,
                                  verdict_of)
 
@@ -78,6 +78,20 @@ def test_drain_budget_counts_only_our_drains_and_allows_at_least_one():
                     ("IDLE+DRAIN", "admin: bad fan"), ("MIXED", None))
     assert decide_drain(cluster[1], cluster, 0.25) is DrainDecision.REFUSED
     assert decide_drain(cluster[1], cluster, 0.5) is DrainDecision.APPLY
+
+
+def test_beyond_budget_ranks_by_reason_time_then_name_the_same_on_every_node():
+    ours = "gpu-healthcheck: gpu0 ecc.volatile_uncorrected=1 node"
+    cluster = [NodeState("n3", "IDLE+DRAIN", ours, "2026-11-30T10:00:01"),
+               NodeState("n1", "IDLE+DRAIN", ours, "2026-11-30T10:00:01"),
+               NodeState("n0", "IDLE+DRAIN", ours, "2026-11-30T10:00:02"),
+               NodeState("n2", "IDLE+DRAIN", "admin: PSU", "2026-11-30T09:00:00"),
+               NodeState("n4", "IDLE", None), NodeState("n5", "IDLE", None)]
+    # budget floor(6 * 0.34) = 2: n1 and n3 (same second, by name) keep theirs
+    assert beyond_budget(cluster, 0.34) == ["n0"]
+    assert beyond_budget(list(reversed(cluster)), 0.34) == ["n0"]
+    assert beyond_budget(cluster, 0.1) == ["n3", "n0"]
+    assert beyond_budget(cluster, 1.0) == []
 
 
 def test_never_overwrite_an_admin_reason():
