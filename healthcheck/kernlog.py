@@ -13,6 +13,20 @@ Sources, all given by the `kernel_log` config key:
 Records are windowed: by position (the kmsg time or file offset the prolog recorded), else by
 time.  Scoping Xids to a window matters: a check that greps the whole log keeps a node drained
 until the log rotates (Azure/azurehpc#648).
+
+Only the kernel's own lines count: any user can write "NVRM: Xid ... 79" with `logger`, which
+would drain the node.  /dev/kmsg records count only with facility 0 (kern; a user's write to
+/dev/kmsg gets facility user); syslog and journal lines only when their program is `kernel`
+(`host kernel: ...`); dmesg lines are the kernel ring buffer.  A plain-text syslog file cannot
+tell `logger -t kernel` from the kernel: /dev/kmsg (the default) or `journalctl -k` output can.
+
+Any user can also make the driver log Xid 31 as often as they like (a page fault in their own
+program), so the work is bounded: events are aggregated per GPU and Xid as they stream past
+(count, first and last time, MAX_SAMPLES messages), and at most MAX_SCAN_BYTES of a file are
+read (the newest part of the window).
+
+    read_kernel_log("/dev/kmsg", KernelLogWindow()).events
+    # -> (XidEvent(pci="0000:3b:00", xid=31, occurrences=200000, samples=(...3 lines...)), ...)
 """
 
 from __future__ import annotations
@@ -24,7 +38,7 @@ import os
 import re
 import stat
 import time
-from typing import Iterable, Iterator, List, NamedTuple, Optional, Tuple
+from typing import Dict, Iterable, Iterator, List, NamedTuple, Optional, Tuple
 
 from .model import KernelLogPosition, KernelLogRead, KernelLogWindow, XidEvent
 
@@ -62,12 +76,38 @@ MONTHS.update({"mär": 3, "mai": 5, "okt": 10, "dez": 12, "janv": 1, "févr": 2,
                "avr": 4, "juin": 6, "juil": 7, "août": 8, "sept": 9, "déc": 12})
 MAX_LINE = 8192  # longer lines are cut: an NVRM line is a few hundred bytes
 FALLEN_LOOKBACK = 4  # lines between "The NVIDIA GPU X" and "fallen off the bus"
+MAX_SAMPLES = 3  # messages kept per GPU and Xid
+MAX_GROUPS = 4096  # distinct (GPU, Xid) pairs kept; real nodes have a handful
+# A kernel ring buffer is a few MiB; a syslog file can be GBs.  At ~100 MB/s of NVRM-free
+# text (or ~1 s per 200,000 NVRM lines) this keeps --node within HealthCheckProgram's 60 s.
+MAX_SCAN_BYTES = 64 << 20
+_KERNEL_PROGRAM_RE = re.compile(r"^(?:\S+\s+)?kernel:\s?")
+# dmesg's stamps ("[ 12.5]", "[Wed Jul 31 23:14:18 2024]"), whatever follows on the line
+_DMESG_STAMP_RE = re.compile(r"^\s*\[(?:\s*\d+\.\d+|[A-Z][a-z]{2} [A-Z][a-z]{2} [ \d]\d \d\d:\d\d:\d\d \d{4})\]")
 
 
 def _pci(text: str) -> str:
     """Kernel form dddd:bb:dd, lower-case, zero-padded."""
     domain, bus, device = text.lower().split(":")[:3]
     return f"{int(domain, 16):04x}:{int(bus, 16):02x}:{int(device.split('.')[0], 16):02x}"
+
+
+def _from_kernel(line: str, year: int) -> Optional[Tuple[str, Optional[float], Optional[float], Optional[int]]]:
+    """_stamp's split of a line the kernel wrote; None for a line some program wrote."""
+    p = patterns()
+    m = p.kmsg.match(line)
+    if m:
+        # PRI = facility * 8 + level; the kernel's facility is 0, a write to /dev/kmsg gets 1
+        return (m["msg"], int(m["usec"]) / 1e6, None, int(m["seq"])) if int(m["pri"]) < 8 else None
+    msg, mono, wall, seq = _stamp(line, year)
+    if _DMESG_STAMP_RE.match(line):
+        return msg, mono, wall, seq  # dmesg prints the kernel ring buffer only
+    # syslog, journal or undated text: "[host ]kernel: ...", or a bare "NVRM: ..." line
+    prefix = msg[:msg.find("NVRM")] if "NVRM" in msg else msg
+    program = _KERNEL_PROGRAM_RE.match(prefix)
+    if prefix.strip() and not program:
+        return None
+    return msg, mono, wall, seq
 
 
 def _stamp(line: str, year: int) -> Tuple[str, Optional[float], Optional[float], Optional[int]]:
@@ -113,10 +153,16 @@ def _stamp(line: str, year: int) -> Tuple[str, Optional[float], Optional[float],
 
 
 def parse_lines(lines: Iterable[str], year: Optional[int] = None) -> List[XidEvent]:
-    """Every Xid and fallen-off-the-bus event in these lines (pure; never raises on input)."""
+    """Every Xid and fallen-off-the-bus event the kernel wrote in these lines, one per line
+    (pure; never raises on input)."""
+    return [e for e in iter_events(lines, year) if e is not None]
+
+
+def iter_events(lines: Iterable[str], year: Optional[int] = None) -> Iterator[Optional[XidEvent]]:
+    """parse_lines as a stream, with None for each NVRM line that some program other than
+    the kernel wrote (so the caller can count them)."""
     year = year or time.localtime().tm_year
     pats = patterns()
-    events: List[XidEvent] = []
     # (pci, line number, times) of the last "The NVIDIA GPU X" line: newer drivers print the
     # fallen-off-the-bus message over three lines and only the first carries the time
     recent_gpu: Optional[Tuple[str, int, Optional[float], Optional[float], Optional[int]]] = None
@@ -124,29 +170,85 @@ def parse_lines(lines: Iterable[str], year: Optional[int] = None) -> List[XidEve
         if "NVRM" not in raw:
             continue
         line = raw[:MAX_LINE].rstrip("\r\n")
-        msg, mono, wall, seq = _stamp(line, year)
+        split = _from_kernel(line, year)
+        if split is None:
+            yield None
+            continue
+        msg, mono, wall, seq = split
         m = pats.xid.search(msg)
         if m:
-            events.append(XidEvent(pci=_pci(m["pci"]), xid=int(m["xid"]), message=_clean(msg),
-                                   monotonic_s=mono, wallclock=wall, seq=seq))
+            yield XidEvent(pci=_pci(m["pci"]), xid=int(m["xid"]), message=_clean(msg),
+                           monotonic_s=mono, wallclock=wall, seq=seq)
             continue
         gpu = pats.gpu_at.search(msg)
         if gpu:
             recent_gpu = (_pci(gpu["pci"]), number, mono, wall, seq)
         if OFF_BUS in msg and recent_gpu and number - recent_gpu[1] <= FALLEN_LOOKBACK:
             _, _, g_mono, g_wall, g_seq = recent_gpu
-            events.append(XidEvent(pci=recent_gpu[0], xid=None,
-                                   message="GPU has fallen off the bus and is not responding",
-                                   monotonic_s=mono if mono is not None else g_mono,
-                                   wallclock=wall if wall is not None else g_wall,
-                                   seq=seq if seq is not None else g_seq))
+            yield XidEvent(pci=recent_gpu[0], xid=None,
+                           message="GPU has fallen off the bus and is not responding",
+                           monotonic_s=mono if mono is not None else g_mono,
+                           wallclock=wall if wall is not None else g_wall,
+                           seq=seq if seq is not None else g_seq)
             recent_gpu = None
-    return events
 
 
 def _clean(msg: str) -> str:
     start = msg.find("NVRM:")
-    return "".join(ch if ch.isprintable() else "?" for ch in msg[start if start >= 0 else 0:])[:512]
+    return printable(msg[start if start >= 0 else 0:], 512)
+
+
+def printable(text: str, limit: int) -> str:
+    """Text from the node made safe for a terminal, a log line and the journal: control
+    characters (escape sequences, newlines) become '?', and it is cut to `limit` characters."""
+    return "".join(ch if ch.isprintable() else "?" for ch in text[:limit])
+
+
+class _Group:
+    """The running tally of one GPU and Xid while aggregate() streams (local to it)."""
+
+    __slots__ = ("first", "last", "count", "samples")
+
+    def __init__(self, first: XidEvent) -> None:
+        self.first = first
+        self.last = first
+        self.count = 1
+        self.samples = [first.message]
+
+    def add(self, event: XidEvent) -> None:
+        self.last = event
+        self.count += 1
+        if len(self.samples) < MAX_SAMPLES and event.message not in self.samples:
+            self.samples.append(event.message)
+
+    def event(self) -> XidEvent:
+        return self.first._replace(occurrences=self.count, last_monotonic_s=self.last.monotonic_s,
+                                   last_wallclock=self.last.wallclock, last_seq=self.last.seq,
+                                   samples=tuple(self.samples))
+
+
+class Aggregate(NamedTuple):
+    events: Tuple[XidEvent, ...]
+    lines: int  # events seen
+    dropped: int  # events of (GPU, Xid) pairs past MAX_GROUPS
+
+
+def aggregate(events: Iterable[XidEvent]) -> Aggregate:
+    """One event per (GPU, Xid), in order of first appearance, in memory bounded by the
+    number of pairs (at most MAX_GROUPS) whatever the number of lines (pure)."""
+    groups: Dict[Tuple[str, Optional[int]], _Group] = {}
+    lines = dropped = 0
+    for event in events:
+        lines += 1
+        key = (event.pci, event.xid)
+        group = groups.get(key)
+        if group is not None:
+            group.add(event)
+        elif len(groups) < MAX_GROUPS:
+            groups[key] = _Group(event)
+        else:
+            dropped += 1
+    return Aggregate(tuple(g.event() for g in groups.values()), lines, dropped)
 
 
 def in_window(event: XidEvent, window: KernelLogWindow) -> bool:
@@ -170,12 +272,25 @@ def position_now(path: str) -> KernelLogPosition:
     return KernelLogPosition(source=path, monotonic_s=mono, wallclock=wall)
 
 
-def read_kernel_log(path: str, window: KernelLogWindow) -> KernelLogRead:
-    """Xid events in the window.  An unreadable log is an error for the Xid check alone."""
+def read_kernel_log(path: str, window: KernelLogWindow,
+                    max_scan_bytes: int = MAX_SCAN_BYTES) -> KernelLogRead:
+    """Xid events in the window, one per GPU and Xid.  An unreadable log is an error for the
+    Xid check alone."""
+    skipped = 0
+    ignored = 0  # NVRM lines some other program wrote
+
+    def kernel_only(stream: Iterator[Optional[XidEvent]]) -> Iterator[XidEvent]:
+        nonlocal ignored
+        for event in stream:
+            if event is None:
+                ignored += 1
+            elif in_window(event, window):
+                yield event
+
     try:
         st = os.stat(path)
         if stat.S_ISCHR(st.st_mode):
-            lines: Iterable[str] = list(_read_kmsg(path))
+            result = aggregate(kernel_only(iter_events(_read_kmsg(path))))
             end = position_now(path)
         else:
             offset = 0
@@ -186,18 +301,33 @@ def read_kernel_log(path: str, window: KernelLogWindow) -> KernelLogRead:
                 # syslog date) need not match ours.
                 offset = pos.offset
                 window = KernelLogWindow()
-            lines = list(_read_file(path, offset))
+            if st.st_size - offset > max_scan_bytes:
+                skipped = st.st_size - max_scan_bytes - offset
+                offset = st.st_size - max_scan_bytes
+            result = aggregate(kernel_only(iter_events(_read_file(path, offset, skip_partial=skipped > 0))))
             end = KernelLogPosition(source=path, offset=st.st_size, inode=st.st_ino,
                                     monotonic_s=time.monotonic(), wallclock=time.time())
     except OSError as exc:
         return KernelLogRead(error=f"cannot read {path}: {exc.strerror or exc}")
-    events = tuple(e for e in parse_lines(lines) if in_window(e, window))
-    return KernelLogRead(events=events, end=end)
+    return KernelLogRead(events=result.events, end=end, skipped_bytes=skipped,
+                         lines=result.lines, ignored_lines=ignored, dropped_events=result.dropped)
 
 
-def _read_file(path: str, offset: int) -> Iterator[str]:
-    with open(path, "rb") as handle:
+def _read_file(path: str, offset: int, skip_partial: bool = False) -> Iterator[str]:
+    # O_NONBLOCK: a FIFO planted at the path must not hold the prolog (os.stat said "file",
+    # but the path may have changed since); fstat on what we opened decides
+    fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
+    try:
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            raise OSError(errno.EINVAL, f"{path} is not a regular file or character device")
+        handle = os.fdopen(fd, "rb")
+    except BaseException:
+        os.close(fd)
+        raise
+    with handle:
         handle.seek(offset)
+        if skip_partial:
+            handle.readline(MAX_LINE)  # we start inside a line: it is not a whole record
         while True:
             # readline(MAX_LINE): a multi-GB line with no newline must not be read whole
             raw = handle.readline(MAX_LINE)

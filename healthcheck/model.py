@@ -112,6 +112,13 @@ class XidEvent(NamedTuple):
     monotonic_s: Optional[float] = None  # seconds since boot, where the line carries it
     wallclock: Optional[float] = None  # epoch seconds, where the line carries a date
     seq: Optional[int] = None  # /dev/kmsg sequence number
+    # After kernlog.aggregate, one event stands for every line of this GPU and Xid in the
+    # window: the fields above are the first line's, these the count and the last line's.
+    occurrences: int = 1
+    last_monotonic_s: Optional[float] = None
+    last_wallclock: Optional[float] = None
+    last_seq: Optional[int] = None
+    samples: Tuple[str, ...] = ()  # up to kernlog.MAX_SAMPLES distinct messages, first first
 
 
 class KernelLogPosition(NamedTuple):
@@ -133,9 +140,13 @@ class KernelLogWindow(NamedTuple):
 
 
 class KernelLogRead(NamedTuple):
-    events: Tuple[XidEvent, ...] = ()
+    events: Tuple[XidEvent, ...] = ()  # aggregated: one per GPU and Xid
     error: Optional[str] = None  # could not read: the Xid check reports unknown
     end: Optional[KernelLogPosition] = None
+    skipped_bytes: int = 0  # the window was larger than kernlog.MAX_SCAN_BYTES: not scanned
+    lines: int = 0  # NVRM lines in the window (before aggregation)
+    ignored_lines: int = 0  # NVRM lines not written by the kernel (a user's `logger`)
+    dropped_events: int = 0  # events of (GPU, Xid) pairs past kernlog.MAX_GROUPS
 
 
 class ProbeStatus(str, enum.Enum):

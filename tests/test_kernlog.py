@@ -127,3 +127,69 @@ def test_an_endless_line_is_read_in_bounded_pieces(tmp_path):
     grown_kib = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss - before
     assert [e.xid for e in read.events] == [48]
     assert grown_kib < 32 * 1024  # the 64 MiB line was never held whole
+
+
+# --- issue 17: only the kernel's lines, and bounded work on any log size ------------------
+
+FORGED = [
+    "Nov 30 12:00:00 gpu-a backup[4242]: NVRM: Xid (PCI:0000:3b:00): 79, pid=1, GPU has fallen off the bus.",
+    "2026-11-30T12:00:00+0000 gpu-a backup[4242]: NVRM: Xid (PCI:0000:3b:00): 79, pid=1, x",
+    "backup[4242]: NVRM: Xid (PCI:0000:3b:00): 79, pid=1, x",
+    "14,99,5000000,-;NVRM: Xid (PCI:0000:3b:00): 79, pid=1, x",  # facility user: echo > /dev/kmsg
+]
+KERNEL = [
+    "Nov 30 12:00:00 gpu-a kernel: NVRM: Xid (PCI:0000:3b:00): 79, pid=1, GPU has fallen off the bus.",
+    "2026-11-30T12:00:00+0000 gpu-a kernel: NVRM: Xid (PCI:0000:3b:00): 79, pid=1, x",
+    "Nov 30 12:00:00 gpu-a kernel: [ 12.5] NVRM: Xid (PCI:0000:3b:00): 79, pid=1, x",
+    "3,99,5000000,-;NVRM: Xid (PCI:0000:3b:00): 79, pid=1, x",
+]
+
+
+@pytest.mark.parametrize("line", FORGED)
+def test_a_program_writing_an_xid_line_is_not_the_kernel(line):
+    assert parse_lines([line]) == []
+
+
+@pytest.mark.parametrize("line", KERNEL)
+def test_the_kernels_own_lines_count(line):
+    assert [(e.xid, e.pci) for e in parse_lines([line])] == [(79, "0000:3b:00")]
+
+
+def test_a_messages_file_counts_the_kernels_line_and_the_forged_ones_apart(tmp_path):
+    log = tmp_path / "messages"
+    log.write_text("\n".join(FORGED[:3] + KERNEL[:1]) + "\n")
+    read = read_kernel_log(str(log), KernelLogWindow())
+    assert [(e.xid, e.occurrences) for e in read.events] == [(79, 1)]
+    assert read.ignored_lines == 3
+
+
+def test_two_hundred_thousand_xid_31_lines_become_one_event_per_gpu_with_count_times_and_samples(tmp_path):
+    log = tmp_path / "kern.log"
+    with log.open("w") as handle:
+        for i in range(200_000):
+            gpu = "3b" if i % 2 else "41"
+            handle.write(f"[{10 + i / 1000:.3f}] NVRM: Xid (PCI:0000:{gpu}:00): 31, pid={i}, name=a.out, "
+                         f"Ch 00000008, intr 10000000. MMU Fault: ENGINE GRAPHICS\n")
+        handle.write("[500.0] NVRM: Xid (PCI:0000:3b:00): 48, pid=1, DBE\n")
+    read = read_kernel_log(str(log), KernelLogWindow())
+    assert [(e.pci, e.xid, e.occurrences) for e in read.events] == [
+        ("0000:41:00", 31, 100_000), ("0000:3b:00", 31, 100_000), ("0000:3b:00", 48, 1)]
+    first = read.events[0]
+    assert first.monotonic_s == pytest.approx(10.0) and first.last_monotonic_s == pytest.approx(209.998)
+    assert len(first.samples) == 3 and "pid=0," in first.samples[0]
+    assert read.lines == 200_001 and read.skipped_bytes == 0
+
+
+def test_a_log_larger_than_the_scan_bound_is_read_from_its_newest_part(tmp_path):
+    log = tmp_path / "kern.log"
+    old = "[1.0] NVRM: Xid (PCI:0000:41:00): 48, pid=1, DBE\n"
+    new = "[2.0] NVRM: Xid (PCI:0000:3b:00): 79, pid=1, off the bus\n"
+    log.write_text(old + "x" * 10_000 + "\n" + new)
+    read = read_kernel_log(str(log), KernelLogWindow(), max_scan_bytes=4096)
+    assert [e.xid for e in read.events] == [79]
+    assert read.skipped_bytes == log.stat().st_size - 4096
+
+
+def test_escape_sequences_and_newlines_in_a_kernel_line_are_neutralised():
+    [event] = parse_lines(["[ 1.0] NVRM: Xid (PCI:0000:3b:00): 13, pid=7, name=\x1b[2Kevil\x1b]0;x\x07, y"])
+    assert "\x1b" not in event.message and "\x07" not in event.message

@@ -58,11 +58,21 @@ def check_xid(node: NodeSnapshot, ctx: CheckContext) -> Iterator[Finding]:
     if log.error:
         yield _f("xid", Severity.UNKNOWN, None, f"Xid events not checked: {log.error}")
         return
-    for event in log.events:
+    for event in log.events:  # one per GPU and Xid, however many lines (kernlog.aggregate)
         severity, action, meaning = xid_severity(event)
         gpu = gpu_at(node, event.pci)
         who = label(gpu) if gpu else f"GPU at PCI {event.pci} (not known to NVML)"
         code = "fallen off the bus" if event.xid is None else f"Xid {event.xid}"
-        yield _f("xid", severity, gpu, f"{who}: {code}: {meaning}. Log: {event.message[:160]}",
+        times = f" ({event.occurrences} times)" if event.occurrences > 1 else ""
+        yield _f("xid", severity, gpu, f"{who}: {code}{times}: {meaning}. Log: {event.message[:160]}",
                  value=event.xid if event.xid is not None else "fallen_off_bus", action=action)
+    if log.skipped_bytes or log.dropped_events:
+        yield _f("xid", Severity.WARN, None,
+                 f"kernel log: only the newest part was checked ({log.skipped_bytes} bytes of the "
+                 f"window not read, {log.dropped_events} events of further GPU/Xid pairs not kept); "
+                 f"the work is bounded so that a flood of log lines cannot stall the check")
+    if log.ignored_lines:
+        yield _f("xid", Severity.INFO, None,
+                 f"kernel log: {log.ignored_lines} NVRM line(s) not written by the kernel were "
+                 f"ignored (a program, e.g. `logger`, wrote them)", value=log.ignored_lines)
 
