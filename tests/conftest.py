@@ -16,7 +16,47 @@ from typing import Dict, Optional
 
 import pytest
 
+from tests import hermetic
 from tests.fakenode import FAKE_BUILD, FAKEGPU, FIXTURES, ROOT, ensure_fakegpu, make_sysfs  # noqa: F401
+
+
+def _isolate() -> hermetic.Isolation:
+    """The whole session runs in private namespaces (tests/hermetic.py says why and how).
+    Here, at conftest import, because pytest has started no thread yet."""
+    try:
+        return hermetic.isolate()
+    except (hermetic.IsolationError, OSError) as exc:
+        pytest.exit(f"gpu-healthcheck tests: cannot isolate the test session from the host: {exc}. "
+                    "Run as root (or where unprivileged user namespaces are allowed); the suite "
+                    "never runs against the host's /var/lib/gpu-healthcheck, /etc/gpu-healthcheck, "
+                    "journald or Slurm.", returncode=3)
+
+
+ISOLATION = _isolate()
+
+
+@pytest.fixture(scope="session")
+def isolation() -> hermetic.Isolation:
+    return ISOLATION
+
+
+@pytest.fixture(autouse=True)
+def _fresh_private_defaults():
+    """Each test starts with the session's private default paths as the session found them,
+    so state a fallback to the built-in defaults left behind cannot reach the next test."""
+    yield
+    hermetic.reset(ISOLATION)
+
+
+def pytest_terminal_summary(terminalreporter) -> None:
+    changed = hermetic.differences(ISOLATION.host_before, hermetic.host_snapshot(ISOLATION.host))
+    where = ", ".join(p for p in hermetic.HIDDEN)
+    if changed:
+        terminalreporter.write_line(
+            "hermetic: the host's paths changed during this session (by this session, or by "
+            "another process on the machine): " + "; ".join(changed[:20]), red=True)
+    else:
+        terminalreporter.write_line(f"hermetic: session isolated ({ISOLATION.how}); host's {where} unchanged")
 
 
 @pytest.fixture(scope="session")
