@@ -13,9 +13,10 @@ from __future__ import annotations
 import os
 import signal
 import sys
-from typing import TYPE_CHECKING, List, Optional, Sequence
+from typing import TYPE_CHECKING, List, NoReturn, Optional, Sequence
 
 from . import __version__
+from .model import UsageError
 
 if TYPE_CHECKING:  # imported lazily at run time: every job start waits for this process
     import argparse
@@ -43,10 +44,28 @@ def _on_sigterm(signum: int, frame: object) -> None:
     raise Terminated()
 
 
+USAGE_EXIT = 3
+
+
+def _positive_int(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise UsageError(f"--history takes a number of runs, got {text!r}") from None
+    if value < 1:
+        raise UsageError(f"--history takes a number of runs of at least 1, got {value}")
+    return value
+
+
 def build_parser() -> "argparse.ArgumentParser":
     import argparse
 
-    parser = argparse.ArgumentParser(
+    class Parser(argparse.ArgumentParser):
+        def error(self, message: str) -> "NoReturn":  # type: ignore[override]
+            # argparse exits 2 (= fail for --node): a typo must not read as a sick node
+            raise UsageError(message)
+
+    parser = Parser(
         prog="gpu-healthcheck", epilog=EPILOG_TEXT,
         formatter_class=argparse.RawDescriptionHelpFormatter,
         description="GPU node health checks for Slurm: NVML state, a real CUDA allocation "
@@ -58,7 +77,7 @@ def build_parser() -> "argparse.ArgumentParser":
                       "before it starts; drain and requeue on a fault")
     what.add_argument("--epilog", action="store_true", help="Slurm Epilog: judge what changed "
                       "during the job; drain on uncorrectable errors")
-    what.add_argument("--history", nargs="?", type=int, const=20, metavar="N",
+    what.add_argument("--history", nargs="?", type=_positive_int, const=20, metavar="N",
                       help="print the last N verdicts of this node (default 20)")
     what.add_argument("--cluster", action="store_true", help="list the nodes drained by "
                       "gpu-healthcheck (one scontrol call), with their reasons in columns")
@@ -103,14 +122,22 @@ def _parse_gpus(text: str) -> tuple:
     try:
         ids = parse_gpu_list(text)
     except GpuListError as exc:
-        raise SystemExit(f"gpu-healthcheck: --gpus: {exc}") from None
-    if not all(i.isdigit() for i in ids):
-        raise SystemExit("gpu-healthcheck: --gpus takes NVML indices, e.g. 0,3")
+        raise UsageError(f"--gpus: {exc}") from None
+    if not ids or not all(i.isdigit() for i in ids):
+        raise UsageError("--gpus takes NVML indices, e.g. 0,3")
     return tuple(int(i) for i in ids)
 
 
 def main(argv: Optional[Sequence[str]] = None) -> int:
     args_list: List[str] = list(sys.argv[1:] if argv is None else argv)
+    try:
+        return _main(args_list)
+    except UsageError as exc:
+        print(f"gpu-healthcheck: {exc} (see --help)", file=sys.stderr)
+        return USAGE_EXIT
+
+
+def _main(args_list: List[str]) -> int:
     args = _fast_args(args_list) or build_parser().parse_args(args_list)
     if args.version:
         print(f"gpu-healthcheck {__version__}")
@@ -129,14 +156,16 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
 
     mode = Mode.NODE if args.node else Mode.PROLOG if args.prolog else Mode.EPILOG
     if args.act and mode is not Mode.NODE:
-        print("gpu-healthcheck: --act goes with --node (prolog and epilog always act)",
-              file=sys.stderr)
-        return 2
+        raise UsageError("--act goes with --node (prolog and epilog always act)")
+    if args.gpus and mode is not Mode.NODE:
+        raise UsageError("--gpus goes with --node or --ack (prolog and epilog check the job's GPUs)")
     gpus = _parse_gpus(args.gpus) if args.gpus else None
     previous = signal.signal(signal.SIGTERM, _on_sigterm)
     loaded: List["Config"] = []  # the config, once read, for logging a crash
     try:
         return _run(mode, args, gpus, loaded)
+    except UsageError:
+        raise  # `--gpus 9` on a 4-GPU node: found only once NVML has answered
     except Terminated:
         # A second SIGTERM must not interrupt the last log lines.
         signal.signal(signal.SIGTERM, signal.SIG_IGN)
@@ -149,11 +178,13 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         except Exception:  # noqa: BLE001 - we are being stopped: nothing more to do
             pass
         return 128 + signal.SIGTERM
-    except Exception:  # noqa: BLE001 - the one place our own bugs are caught
+    except Exception as exc:  # noqa: BLE001 - the one place our own bugs are caught
         import traceback
 
-        print(f"gpu-healthcheck: INTERNAL ERROR in {mode.value} (a bug in gpu-healthcheck, not a "
-              f"node fault; no action taken):\n{traceback.format_exc()}", file=sys.stderr)
+        what = (f"a Python dependency is missing or broken ({exc}): reinstall gpu-healthcheck"
+                if isinstance(exc, ImportError) else "a bug in gpu-healthcheck")
+        print(f"gpu-healthcheck: INTERNAL ERROR in {mode.value} ({what}; not a node fault; no "
+              f"action taken, the job is not failed):\n{traceback.format_exc()}", file=sys.stderr)
         _log_internal_error(mode.value, loaded[0] if loaded else None)
         return 3 if mode is Mode.NODE else 0
     finally:
@@ -190,7 +221,7 @@ def _run(mode: "Mode", args: "argparse.Namespace", gpus: Optional[tuple],
         sys.stdout.flush()
     except BrokenPipeError:
         # `gpu-healthcheck --node | head`: the reader left; the run itself still counts
-        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        _stdout_to_devnull()
     emit(outcome, config, mode)
     return outcome.exit_code
 
@@ -204,13 +235,26 @@ def _admin_view(args: "argparse.Namespace") -> int:
     except ConfigError as exc:
         print(f"gpu-healthcheck: config error: {exc}", file=sys.stderr)
         return 3
-    if args.history is not None:
-        from .history import show_history
+    try:
+        if args.history is not None:
+            from .history import show_history
 
-        return show_history(config, args.history, args.json, sys.stdout)
-    from .cluster import show_cluster
+            code = show_history(config, args.history, args.json, sys.stdout)
+        else:
+            from .cluster import show_cluster
 
-    return show_cluster(config, os.environ, args.json, sys.stdout)
+            code = show_cluster(config, os.environ, args.json, sys.stdout)
+        sys.stdout.flush()
+        return code
+    except BrokenPipeError:
+        # `--history 200 --json | head -1`: the reader has what it wanted
+        _stdout_to_devnull()
+        return 0
+
+
+def _stdout_to_devnull() -> None:
+    """After EPIPE: point stdout at /dev/null so the interpreter's final flush stays quiet."""
+    os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
 
 
 def _log_internal_error(mode: str, config: Optional["Config"]) -> None:

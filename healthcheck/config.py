@@ -19,6 +19,7 @@ ConfigError naming the file and the key.  The config names checks and thresholds
 
 from __future__ import annotations
 
+import math
 import os
 import stat
 from typing import Any, Dict, FrozenSet, List, Mapping, NamedTuple, Optional, Tuple
@@ -39,8 +40,8 @@ class ConfigError(Exception):
 
 
 class DrainConfig(NamedTuple):
-    # Share of the cluster's nodes this tool may hold drained at once.  At least one node may
-    # always be drained, so a small cluster is still protected from one bad GPU.
+    # Share of the cluster's GPU nodes this tool may hold drained at once.  At least one node
+    # may always be drained, so a small cluster is still protected from one bad GPU.
     max_fraction: float = 0.1
 
 
@@ -77,9 +78,13 @@ class Config(NamedTuple):
     scontrol: Optional[str] = None  # None: found on PATH, else /usr/bin/scontrol
     scontrol_timeout_s: float = 10.0
     sysfs_root: str = "/sys"
+    proc_root: str = "/proc"  # where the uptime is read (the boot grace)
     node_name: Optional[str] = None  # Slurm NodeName: None = $SLURMD_NODENAME, else short hostname
     expected_gpus: Optional[int] = None
     nvml_timeout_s: float = 10.0  # deadline for the whole NVML read
+    # Seconds after the NVIDIA driver loads during which fabric training, NVLink and
+    # persistence state are not judged yet (they settle in the first minutes after boot).
+    boot_grace_s: float = 300.0
     # --node: Xids of the last this many seconds count; 0 = since boot.  Prolog and epilog
     # always use the job's window.
     xid_window_s: float = 0.0
@@ -103,10 +108,22 @@ class Config(NamedTuple):
 
 _SECTIONS: Dict[str, Any] = {"drain": DrainConfig, "probe": ProbeConfig, "checks": ChecksConfig,
              "thresholds": Thresholds}
-_NON_NEGATIVE = {"scontrol_timeout_s", "nvml_timeout_s", "xid_window_s", "history_max_bytes", "expected_gpus",
-                 "quick_mib", "timeout_s", "ecc_volatile_corrected", "retired_pages",
+_NON_NEGATIVE = {"xid_window_s", "history_max_bytes", "expected_gpus", "boot_grace_s",
+                 "ecc_volatile_corrected", "retired_pages",
                  "memory_leaked_mib", "thermal_margin_c", "pcie_width_min"}
 _FRACTIONS = {"max_fraction", "full_fraction"}
+# Values that cannot be meant, refused at load rather than met at run time (a zero or infinite
+# deadline fails or hangs every check; a probe larger than any GPU fails every probe):
+# key -> (lowest, highest), both inclusive, and why.
+MAX_GPU_MIB = 288 * 1024  # the largest GPU memory shipping (B300: 288 GB)
+_BOUNDS: Dict[str, Tuple[float, float, str]] = {
+    "nvml_timeout_s": (0.1, 600.0, "seconds; 0 would call every GPU lost"),
+    "scontrol_timeout_s": (0.1, 600.0, "seconds; 0 would fail every drain"),
+    "timeout_s": (0.1, 3600.0, "seconds; 0 would fail every probe"),
+    "quick_mib": (1.0, float(MAX_GPU_MIB), "MiB; no GPU has more memory"),
+    "full_fraction": (0.01, 1.0, "a share of free memory"),
+    "boot_grace_s": (0.0, 86400.0, "seconds"),
+}
 
 
 def _annotation(cls: Any, name: str) -> str:
@@ -144,6 +161,13 @@ def _coerce(path: str, key: str, annotation: str, value: Any) -> Any:
     if not ok:
         raise ConfigError(path, key, f"expected {_type_name(annotation)}, got {value!r}")
     leaf = key.rsplit(".", 1)[-1]
+    if isinstance(value, float) and not math.isfinite(value):
+        # TOML has nan and inf; a NaN deadline makes every comparison false (every GPU "lost")
+        raise ConfigError(path, key, f"must be a finite number, got {value!r}")
+    if leaf in _BOUNDS and isinstance(value, (int, float)):
+        low, high, unit = _BOUNDS[leaf]
+        if not low <= value <= high:
+            raise ConfigError(path, key, f"must be between {low:g} and {high:g} ({unit}), got {value!r}")
     if leaf in _NON_NEGATIVE and value < 0:
         raise ConfigError(path, key, f"must be >= 0, got {value!r}")
     if leaf in _FRACTIONS and not 0.0 <= value <= 1.0:

@@ -104,7 +104,10 @@ def _probe_in_child(size: ProbeSize) -> Dict[str, object]:
         if size.full_fraction is not None:
             nbytes = int(free.value * size.full_fraction)
         else:
-            nbytes = size.quick_mib * MIB
+            # quick_mib larger than this GPU (a small board in a fleet config) would fail every
+            # probe with OUT_OF_MEMORY: test half the board instead.  Not capped by free memory,
+            # which a leaked context legitimately exhausts.
+            nbytes = min(size.quick_mib * MIB, total.value // 2)
         nbytes = max(HTOD_BYTES, nbytes - nbytes % MIB)
         cuda.call(ProbeStatus.ALLOC_ERROR, "cuMemAlloc_v2", c.byref(ptr), c.c_size_t(nbytes))
         copy = ProbeStatus.COPY_ERROR

@@ -21,6 +21,11 @@ from typing import Dict, NamedTuple, Optional, Tuple, Union
 Value = Union[int, float, str, bool, None]
 
 
+class UsageError(Exception):
+    """A command-line mistake (an unknown option, a --gpus index the node does not have): one
+    line on stderr and exit 3 (unknown), never 1 or 2, which mean warn and fail (CONTRACTS §1)."""
+
+
 class Severity(str, enum.Enum):
     """How bad one finding is.  `unknown` means "could not check", never "bad"."""
 
@@ -226,6 +231,10 @@ class NodeSnapshot(NamedTuple):
     baseline: Optional[Baseline] = None
     baseline_error: Optional[str] = None
     job: Optional[JobContext] = None
+    # Seconds since the NVIDIA driver loaded (sysfs.read_driver_age); None = unknown.  Within
+    # `boot_grace_s` of it, state that settles after boot (fabric, NVLink, persistence) is not
+    # judged yet: checks ask registry.in_boot_grace().
+    driver_age_s: Optional[float] = None
 
     def gpu(self, index: int) -> Optional[GpuSnapshot]:
         for g in self.gpus:

@@ -211,10 +211,9 @@ def _mib(value: Any) -> Optional[int]:
 def read_nvml(timeout_s: float, trace: bool = False) -> NvmlRead:
     """Initialise NVML and read every GPU, each in its own thread, within timeout_s."""
     calls: List[Tuple[str, str]] = []
-    try:
-        import pynvml
-    except ImportError as exc:  # the package itself is missing: our install is broken
-        return NvmlRead(error="LIBRARY_NOT_FOUND", error_detail=f"cannot import pynvml: {exc}")
+    # A missing or broken pynvml (nvidia-ml-py) is our install's fault, not the node's: the
+    # ImportError goes up to the CLI's internal-error handler (no drain, exit 0 from a prolog).
+    import pynvml
     try:
         pynvml.nvmlInit()
     except pynvml.NVMLError as exc:

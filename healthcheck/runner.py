@@ -18,11 +18,12 @@ from . import __version__
 from .checks import CheckContext, CheckCrash, run_checks
 from .config import Config
 from .model import (Baseline, Finding, GpuBaseline, GpuSnapshot, JobContext, KernelLogWindow,
-                    Mode, NodeAction, NodeSnapshot, ProbeResult, ProbeStatus, Severity, Verdict)
+                    Mode, NodeAction, NodeSnapshot, ProbeResult, ProbeStatus, Severity, UsageError,
+                    Verdict)
 from .nvml import read_nvml
 from .slurmenv import job_from_env, map_job_gpus
 from .state import PendingDrain, StateStore
-from .sysfs import read_sysfs_gpus
+from .sysfs import read_driver_age, read_sysfs_gpus
 from .verdict import (DrainDecision, decide_drain, drain_reason, epilog_exit, is_ours,
                       may_resume, node_exit, prolog_exit, verdict_of)
 
@@ -73,6 +74,12 @@ def read_node(request: RunRequest, config: Config, host: str, store: StateStore,
 
     gpus = name_lost_gpu(with_owners(nvml.gpus), sysfs_gpus)
     selected: Optional[Tuple[int, ...]] = request.gpus
+    if request.gpus is not None and nvml.error is None:
+        missing = sorted(set(request.gpus) - {g.index for g in gpus})
+        if missing:
+            raise UsageError(f"--gpus {','.join(map(str, missing))}: this node has "
+                             f"{len(gpus)} GPU(s), NVML indices 0-{len(gpus) - 1}"
+                             if gpus else f"--gpus: this node has no GPUs")
     if job is not None:
         if job.gpu_ids is not None:
             selected, error = map_job_gpus(job.gpu_ids, gpus) if nvml.error is None else ((), None)
@@ -83,6 +90,7 @@ def read_node(request: RunRequest, config: Config, host: str, store: StateStore,
             selected = ()  # malformed list: probe nothing, judge with NVML only
     snapshot = NodeSnapshot(host=host, nvml_error=nvml.error, driver_version=nvml.driver_version,
                             gpus=gpus, sysfs_gpus=sysfs_gpus, sysfs_error=sysfs_error, job=job,
+                            driver_age_s=read_driver_age(config.proc_root),
                             selected=tuple(selected) if selected is not None else tuple(g.index for g in gpus))
 
     if mode is Mode.EPILOG and job is not None and job.job_id:
@@ -465,6 +473,7 @@ def build_report(snapshot: NodeSnapshot, findings: List[Finding], verdict: Verdi
         "verdict": verdict.value,
         "level": request.level,
         "driver_version": snapshot.driver_version,
+        "driver_age_s": snapshot.driver_age_s,
         "nvml_error": snapshot.nvml_error,
         "gpus": [{"index": g.index, "uuid": g.uuid, "serial": g.serial,
                   "pci_bus_id": g.pci_bus_id, "name": g.name, "minor_number": g.minor_number,

@@ -36,3 +36,16 @@ def read_sysfs_gpus(sysfs_root: str) -> Tuple[Optional[Tuple[str, ...]], Optiona
             continue  # a device removed while we list is not ours to judge
         found.append(name)
     return tuple(found), None
+
+
+def read_driver_age(proc_root: str) -> Optional[float]:
+    """Seconds since the NVIDIA driver loaded, as far as we can tell: the uptime
+    (`/proc/uptime`), since the kernel exports no load time for a module.  On a node where the
+    driver loads at boot, which is the case the boot grace is for, the two agree; a later
+    reload of the driver is not seen (the grace then has already passed).  None: unreadable.
+    """
+    try:
+        with open(os.path.join(proc_root, "uptime"), "rb") as handle:
+            return float(handle.read().split()[0])
+    except (OSError, ValueError, IndexError):
+        return None

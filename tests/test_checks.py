@@ -161,3 +161,16 @@ def test_no_gpus_node_passes_with_info():
     node = node._replace(sysfs_gpus=("0000:41:00.0",))
     [finding] = findings_of(node, Mode.NODE, "nvml.init")
     assert finding.severity is Severity.FAIL
+
+
+def test_boot_grace_holds_persistence_state_until_it_has_passed():
+    """The shared boot grace (registry.in_boot_grace, `boot_grace_s`): state that settles after
+    the driver loads is not judged inside it, and is judged after it or when the age is unknown."""
+    from healthcheck.checks.registry import in_boot_grace
+    off = faulty(dict(gpu=dict(persistence_mode=False)))
+    ctx = CheckContext(Config(boot_grace_s=300), Mode.NODE)
+    young, old = off._replace(driver_age_s=42.0), off._replace(driver_age_s=301.0)
+    assert in_boot_grace(young, ctx) and not in_boot_grace(old, ctx) and not in_boot_grace(off, ctx)
+    assert [f.check for f in run_checks(young, ctx)[0]] == []
+    assert [f.check for f in run_checks(old, ctx)[0]] == ["persistence_mode"]
+    assert not in_boot_grace(young, CheckContext(Config(boot_grace_s=0), Mode.NODE))

@@ -116,3 +116,47 @@ def test_every_config_key_is_documented_in_the_sample():
     text = (Path(__file__).resolve().parent.parent / "deploy" / "slurm" / "config.toml").read_text()
     for key, _, _ in describe_schema():
         assert key.rsplit(".", 1)[-1] in text, key
+
+
+@pytest.mark.parametrize("text,key", [
+    ("nvml_timeout_s = nan", "nvml_timeout_s"),
+    ("nvml_timeout_s = inf", "nvml_timeout_s"),
+    ("nvml_timeout_s = 0", "nvml_timeout_s"),
+    ("scontrol_timeout_s = 0", "scontrol_timeout_s"),
+    ("scontrol_timeout_s = 1e9", "scontrol_timeout_s"),
+    ("[probe]\ntimeout_s = inf", "probe.timeout_s"),
+    ("[probe]\ntimeout_s = 0", "probe.timeout_s"),
+    ("[probe]\ntimeout_s = -inf", "probe.timeout_s"),
+    ("[probe]\nquick_mib = 0", "probe.quick_mib"),
+    ("[probe]\nquick_mib = 10000000", "probe.quick_mib"),
+    ("[probe]\nfull_fraction = nan", "probe.full_fraction"),
+    ("[probe]\nfull_fraction = 0", "probe.full_fraction"),
+    ("[drain]\nmax_fraction = nan", "drain.max_fraction"),
+    ("xid_window_s = inf", "xid_window_s"),
+    ("boot_grace_s = nan", "boot_grace_s"),
+])
+def test_values_that_cannot_be_meant_are_refused_naming_file_and_key(text, key):
+    """NaN, infinity, zero or absurd deadlines and probe sizes larger than any GPU: each would
+    fail (or hang) every check of every node, so they never get past the loader."""
+    with pytest.raises(ConfigError) as err:
+        parse_config(text, "/etc/gpu-healthcheck/config.toml")
+    assert err.value.key == key
+    assert str(err.value).startswith(f"/etc/gpu-healthcheck/config.toml: {key}: ")
+
+
+def test_sane_edge_values_are_accepted():
+    config = parse_config("xid_window_s = 0\nboot_grace_s = 0\n[drain]\nmax_fraction = 0\n"
+                          "[probe]\nquick_mib = 1\ntimeout_s = 0.5\n")
+    assert config.probe.quick_mib == 1 and config.xid_window_s == 0
+
+
+def test_the_shipped_config_lists_every_key_with_its_default():
+    """deploy/slurm/config.toml documents every key; the values it gives are the defaults."""
+    from pathlib import Path
+    shipped = Path(__file__).resolve().parent.parent / "deploy" / "slurm" / "config.toml"
+    config = parse_config(shipped.read_text(), str(shipped))
+    assert config._replace(source=None) == Config()
+    from healthcheck.config import describe_schema
+    text = shipped.read_text()
+    for key, _, _ in describe_schema():
+        assert key.rsplit(".", 1)[-1] in text, key

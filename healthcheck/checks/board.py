@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import Iterator
 
 from ..model import Action, Finding, GpuSnapshot, NodeSnapshot, Severity
-from .registry import CheckContext, finding as _f, gpu_check, label
+from .registry import CheckContext, finding as _f, gpu_check, in_boot_grace, label
 
 
 @gpu_check("thermal.slowdown", severity=Severity.WARN, action=Action.NONE,
@@ -78,10 +78,12 @@ def check_persistence_mode(gpu: GpuSnapshot, node: NodeSnapshot, ctx: CheckConte
 
     Without it the driver may unload between jobs: each job pays the initialisation and the
     volatile ECC counters reset (the epilog then relies on aggregate counters, which it diffs).
-    A configuration choice, not a fault: info.
+    A configuration choice, not a fault: info, and not reported within `boot_grace_s` of the
+    driver loading (nvidia-persistenced may not have started yet).
     nvidia-smi equivalent: `nvidia-smi -q`, "Persistence Mode".
     """
-    if gpu.persistence_mode is False:
+    if gpu.persistence_mode is False and not in_boot_grace(node, ctx):
+        # nvidia-persistenced may not have started yet in the first minutes after boot
         yield _f("persistence_mode", Severity.INFO, gpu,
                  f"{label(gpu)}: persistence mode is off; consider nvidia-persistenced",
                  value="disabled", threshold="enabled")

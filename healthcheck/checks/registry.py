@@ -97,6 +97,14 @@ def finding(check: str, severity: Severity, gpu: Optional[GpuSnapshot], message:
 
 
 
+def in_boot_grace(node: NodeSnapshot, ctx: CheckContext) -> bool:
+    """Whether the driver loaded less than `boot_grace_s` ago.  Fabric training, NVLink links
+    and persistence settle in the first minutes after the driver loads; a check of such state
+    reports unknown (never a drain) inside the grace, and judges it after.  An unknown driver
+    age is past the grace: the state is judged."""
+    return node.driver_age_s is not None and node.driver_age_s < ctx.config.boot_grace_s
+
+
 def delta(now: Optional[int], before: Optional[int]) -> Optional[int]:
     """How much a counter grew since the baseline; None when either side is unknown."""
     if now is None or before is None:
