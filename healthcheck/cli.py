@@ -13,10 +13,13 @@ from __future__ import annotations
 import os
 import signal
 import sys
+import time
 from typing import TYPE_CHECKING, List, NoReturn, Optional, Sequence
 
 from . import __version__
 from .model import UsageError
+
+STARTED = time.monotonic()  # the act budget counts from here: Slurm's 60 s count from our start
 
 if TYPE_CHECKING:  # imported lazily at run time: every job start waits for this process
     import argparse
@@ -207,7 +210,8 @@ def _run(mode: "Mode", args: "argparse.Namespace", gpus: Optional[tuple],
         # a broken config must not stop the checks that protect the next job
         config = Config(warnings=(f"config error: {exc}; running with built-in defaults",))
     loaded.append(config)
-    request = RunRequest(mode=mode, environ=os.environ, level=args.level, act=args.act, gpus=gpus)
+    request = RunRequest(mode=mode, environ=os.environ, level=args.level, act=args.act, gpus=gpus,
+                         started_monotonic=STARTED)
     outcome = run(request, config)
     try:
         if args.json:

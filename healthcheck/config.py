@@ -82,6 +82,9 @@ class Config(NamedTuple):
     node_name: Optional[str] = None  # Slurm NodeName: None = $SLURMD_NODENAME, else short hostname
     expected_gpus: Optional[int] = None
     nvml_timeout_s: float = 10.0  # deadline for the whole NVML read
+    # `--node --act` (HealthCheckProgram, which Slurm kills after 60 s): the whole run ends
+    # within this many seconds; the NVML, probe and scontrol deadlines shrink to fit.
+    act_budget_s: float = 50.0
     # Seconds after the NVIDIA driver loads during which fabric training, NVLink and
     # persistence state are not judged yet (they settle in the first minutes after boot).
     boot_grace_s: float = 300.0
@@ -120,6 +123,7 @@ _BOUNDS: Dict[str, Tuple[float, float, str]] = {
     "nvml_timeout_s": (0.1, 600.0, "seconds; 0 would call every GPU lost"),
     "scontrol_timeout_s": (0.1, 600.0, "seconds; 0 would fail every drain"),
     "timeout_s": (0.1, 3600.0, "seconds; 0 would fail every probe"),
+    "act_budget_s": (5.0, 3600.0, "seconds; keep it below Slurm's 60 s HealthCheckProgram limit"),
     "quick_mib": (1.0, float(MAX_GPU_MIB), "MiB; no GPU has more memory"),
     "full_fraction": (0.01, 1.0, "a share of free memory"),
     "boot_grace_s": (0.0, 86400.0, "seconds"),

@@ -3,12 +3,14 @@
     results = run_probes([ProbeTarget(index=0, uuid="GPU-..."), ...], ProbeSize(quick_mib=256),
                          timeout_s=30.0)
 
-For each GPU the parent forks one child, in its own session, that sets
+For each GPU the parent forks one child that sets
 CUDA_VISIBLE_DEVICES=GPU-<uuid>, loads libcuda.so.1 through ctypes (never a framework),
 creates the primary context, allocates, writes a pattern with cuMemsetD32, copies a block
 host-to-device, reads both back and compares.  The parent never calls CUDA itself, so forking
-it is safe and cheap.  A child past the deadline has its whole process group killed: a hung GPU
-costs that GPU its verdict, not the run.
+it is safe and cheap.  A child past the deadline is killed: a hung GPU costs that GPU its
+verdict, not the run.  A child dies with its parent however the parent dies: it stays in the
+parent's process group (slurmd's SIGTERM/SIGKILL of the group reaches it) and asks the kernel
+for SIGKILL when the parent goes (PR_SET_PDEATHSIG), so no probe outlives a killed check.
 
 At --level quick the memset pattern is read back at 32 evenly spread samples (1 MiB in all), and
 a 256 KiB non-constant block is written and read back; at --level full every byte is read back
@@ -165,11 +167,30 @@ def _first_difference(a: bytes, b: bytes) -> int:
     return min(len(a), len(b))
 
 
-def _child_main(target: ProbeTarget, size: ProbeSize, write_fd: int) -> None:
+PR_SET_PDEATHSIG = 1  # <linux/prctl.h>
+
+
+def die_with_parent(parent: int) -> None:
+    """In a forked child: SIGKILL when the parent dies, however it dies (SIGKILL included).
+
+    No setsid(): a child in its own session escapes slurmd's kill of the process group."""
+    try:
+        libc = ctypes.CDLL(None, use_errno=True)
+        libc.prctl(PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
+    except (OSError, AttributeError):
+        pass  # not Linux: the process group still reaches us
+    if os.getppid() != parent:  # the parent died before prctl took effect
+        os._exit(1)
+
+
+def _child_main(target: ProbeTarget, size: ProbeSize, write_fd: int, parent: int) -> None:
     """Never returns: the child must not run the parent's cleanup or atexit handlers."""
     code = 0
     try:
-        os.setsid()
+        # The parent's SIGTERM handler unwinds Python code; the child, maybe blocked in a
+        # driver call, must simply die with its group.
+        signal.signal(signal.SIGTERM, signal.SIG_DFL)
+        die_with_parent(parent)
         os.environ["CUDA_VISIBLE_DEVICES"] = target.uuid
         os.environ.pop("CUDA_DEVICE_ORDER", None)
         result = _probe_in_child(size)
@@ -198,13 +219,14 @@ class _Child:
 def run_probes(targets: Sequence[ProbeTarget], size: ProbeSize, timeout_s: float) -> Tuple[ProbeResult, ...]:
     """Probe every target in parallel; return one result per target, within timeout_s."""
     children: List[_Child] = []
+    parent = os.getpid()
     try:
         for target in targets:
             read_fd, write_fd = os.pipe()
             pid = os.fork()
             if pid == 0:  # pragma: no cover - runs in the child, reported through the pipe
                 os.close(read_fd)
-                _child_main(target, size, write_fd)
+                _child_main(target, size, write_fd, parent)
             os.close(write_fd)
             children.append(_Child(target, pid, read_fd, time.monotonic()))
         deadline = time.monotonic() + timeout_s
@@ -213,8 +235,9 @@ def run_probes(targets: Sequence[ProbeTarget], size: ProbeSize, timeout_s: float
         # On a deadline, an exception or SIGTERM from slurmd: no child outlives us.
         for child in children:
             if not child.eof:
-                _kill_group(child.pid)
-        statuses = {child.pid: _reap(child.pid) for child in children}
+                _kill(child.pid)
+        reap_by = time.monotonic() + REAP_S
+        statuses = {child.pid: _reap(child.pid, reap_by) for child in children}
         for child in children:
             os.close(child.fd)
     return tuple(_result(child, statuses[child.pid], timeout_s) for child in children)
@@ -237,25 +260,31 @@ def _collect(children: List[_Child], deadline: float) -> None:
                 del open_fds[fd]
 
 
-def _kill_group(pid: int) -> None:
-    for kill in (lambda: os.killpg(pid, signal.SIGKILL), lambda: os.kill(pid, signal.SIGKILL)):
-        try:
-            kill()
-            return
-        except ProcessLookupError:
-            return
-        except PermissionError:
-            continue
+def _kill(pid: int) -> None:
+    try:
+        os.kill(pid, signal.SIGKILL)
+    except ProcessLookupError:
+        pass
 
 
-def _reap(pid: int) -> int:
+REAP_S = 2.0  # how long to wait for killed children to be reaped
+
+
+def _reap(pid: int, by: float) -> int:
+    """The child's wait status; -1 when it is not gone by `by` (killed, but stuck in the driver
+    in uninterruptible sleep: it is left to init rather than holding the run past its budget)."""
     while True:
         try:
-            return os.waitpid(pid, 0)[1]
+            done, status = os.waitpid(pid, os.WNOHANG)
         except ChildProcessError:
             return 0
         except InterruptedError:
             continue
+        if done:
+            return status
+        if time.monotonic() >= by:
+            return -1
+        time.sleep(0.01)
 
 
 def _result(child: _Child, wait_status: int, timeout_s: float) -> ProbeResult:
@@ -269,8 +298,11 @@ def _result(child: _Child, wait_status: int, timeout_s: float) -> ProbeResult:
     except ValueError:
         data = None
     if not isinstance(data, dict):
-        how = (f"killed by signal {os.WTERMSIG(wait_status)}" if os.WIFSIGNALED(wait_status)
-               else f"exited with status {os.waitstatus_to_exitcode(wait_status)}")
+        if wait_status == -1:
+            how = "did not exit when killed"
+        else:
+            how = (f"killed by signal {os.WTERMSIG(wait_status)}" if os.WIFSIGNALED(wait_status)
+                   else f"exited with status {os.waitstatus_to_exitcode(wait_status)}")
         return ProbeResult(index, ProbeStatus.CRASHED, duration_s=elapsed,
                            detail=f"CUDA probe child {how} without a result")
     try:

@@ -209,24 +209,45 @@ def _mib(value: Any) -> Optional[int]:
 
 
 def read_nvml(timeout_s: float, trace: bool = False) -> NvmlRead:
-    """Initialise NVML and read every GPU, each in its own thread, within timeout_s."""
-    calls: List[Tuple[str, str]] = []
+    """Initialise NVML and read every GPU, each in its own thread, within timeout_s.
+
+    nvmlInit itself runs in a thread too: a driver that never answers it would otherwise hold
+    the run past every deadline (error "TIMEOUT", a node fault like any failed init).
+    """
     # A missing or broken pynvml (nvidia-ml-py) is our install's fault, not the node's: the
     # ImportError goes up to the CLI's internal-error handler (no drain, exit 0 from a prolog).
     import pynvml
-    try:
-        pynvml.nvmlInit()
-    except pynvml.NVMLError as exc:
-        return NvmlRead(error=error_name(exc), error_detail=str(exc))
+
     deadline = time.monotonic() + timeout_s
+    init: Dict[str, Any] = {}
+
+    def initialise() -> None:
+        try:
+            pynvml.nvmlInit()
+            init["initialised"] = True
+            init["driver"] = _text(pynvml.nvmlSystemGetDriverVersion())
+            init["count"] = pynvml.nvmlDeviceGetCount()
+        except pynvml.NVMLError as exc:
+            init["error"] = exc
+        except Exception as exc:  # noqa: BLE001 - re-raised in the caller's thread below
+            init["bug"] = exc
+
+    starter = threading.Thread(target=initialise, name="nvml-init", daemon=True)
+    starter.start()
+    starter.join(max(0.0, deadline - time.monotonic()))
+    if starter.is_alive():
+        return NvmlRead(error="TIMEOUT", error_detail=f"nvmlInit did not return within {timeout_s:g} s")
+    if "bug" in init:
+        raise init["bug"]
+    if "error" in init:
+        # nvmlInit may have succeeded before a later call failed: balance it
+        if "initialised" in init:
+            _shutdown(pynvml)
+        return NvmlRead(error=error_name(init["error"]), error_detail=str(init["error"]))
+    calls: List[Tuple[str, str]] = []
     hung = False
     try:
-        try:
-            driver = _text(pynvml.nvmlSystemGetDriverVersion())
-            count = pynvml.nvmlDeviceGetCount()
-        except pynvml.NVMLError as exc:
-            return NvmlRead(error=error_name(exc), error_detail=str(exc))
-        readers = [_GpuReader(pynvml, i, calls if trace else None) for i in range(count)]
+        readers = [_GpuReader(pynvml, i, calls if trace else None) for i in range(init["count"])]
         threads = [threading.Thread(target=r.run, name=f"nvml-gpu{r.index}", daemon=True)
                    for r in readers]
         for t in threads:
@@ -238,14 +259,18 @@ def read_nvml(timeout_s: float, trace: bool = False) -> NvmlRead:
             else:
                 hung = True
                 gpus.append(reader.snapshot()._replace(lost="TIMEOUT"))
-        return NvmlRead(driver_version=driver, gpus=tuple(gpus), calls=tuple(calls))
+        return NvmlRead(driver_version=init["driver"], gpus=tuple(gpus), calls=tuple(calls))
     finally:
         # nvmlShutdown while a thread is still inside NVML could crash the process
         if not hung:
-            try:
-                pynvml.nvmlShutdown()
-            except pynvml.NVMLError:
-                pass
+            _shutdown(pynvml)
+
+
+def _shutdown(pynvml: Any) -> None:
+    try:
+        pynvml.nvmlShutdown()
+    except pynvml.NVMLError:
+        pass
 
 
 def gpu_by_pci(gpus: Sequence[GpuSnapshot], pci: str) -> Optional[GpuSnapshot]:

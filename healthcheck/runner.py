@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import os
 import time
-from typing import Any, Dict, List, Mapping, NamedTuple, Optional, Tuple
+from typing import Any, Callable, Dict, List, Mapping, NamedTuple, Optional, Tuple
 
 from . import __version__
 from .checks import CheckContext, CheckCrash, run_checks
@@ -46,6 +46,7 @@ class RunRequest(NamedTuple):
     level: str = "quick"
     act: bool = False  # --node --act; prolog and epilog always act
     gpus: Optional[Tuple[int, ...]] = None  # --gpus
+    started_monotonic: Optional[float] = None  # when the process started: the budget counts from it
 
 
 class RunOutcome(NamedTuple):
@@ -57,6 +58,21 @@ class RunOutcome(NamedTuple):
     crashes: List[CheckCrash] = []
 
 
+# Shares of `act_budget_s` (HealthCheckProgram's run) that the NVML read and each scontrol call
+# may take at most; the CUDA probe gets what is left once the calls after it are reserved.
+# With the defaults (50 s): NVML 7.5 s, scontrol 7.5 s a call, and the probe at most what is
+# left after two more scontrol calls and a margin for writing the report and exiting.
+NVML_SHARE, SCONTROL_SHARE, MARGIN_S = 0.15, 0.15, 2.0
+
+
+def fit_to_budget(config: Config) -> Config:
+    """The config of a run that must end within `act_budget_s`: NVML and scontrol deadlines
+    shrunk to their shares of it (pure)."""
+    budget = config.act_budget_s
+    return config._replace(nvml_timeout_s=min(config.nvml_timeout_s, NVML_SHARE * budget),
+                           scontrol_timeout_s=min(config.scontrol_timeout_s, SCONTROL_SHARE * budget))
+
+
 def _iso(epoch: float) -> str:
     return time.strftime("%Y-%m-%dT%H:%M:%S+00:00", time.gmtime(epoch))
 
@@ -64,8 +80,10 @@ def _iso(epoch: float) -> str:
 # --- reading -----------------------------------------------------------------------------
 
 def read_node(request: RunRequest, config: Config, host: str, store: StateStore,
-              events: List[LogEvent]) -> Tuple[NodeSnapshot, Optional[Tuple[int, ...]]]:
-    """Every reader, once.  Returns the snapshot and the GPUs under test (None = all)."""
+              events: List[LogEvent], probe_cap: Optional[Callable[[], float]] = None,
+              ) -> Tuple[NodeSnapshot, Optional[Tuple[int, ...]]]:
+    """Every reader, once.  Returns the snapshot and the GPUs under test (None = all).
+    probe_cap, where the run has a budget, says how many seconds the CUDA probe may take."""
     mode = request.mode
     job: Optional[JobContext] = job_from_env(request.environ) if mode is not Mode.NODE else None
     nvml = read_nvml(config.nvml_timeout_s)
@@ -105,7 +123,8 @@ def read_node(request: RunRequest, config: Config, host: str, store: StateStore,
         snapshot = snapshot._replace(kernel_log=read_kernel_log(
             config.kernel_log, _xid_window(mode, snapshot, config.xid_window_s)))
     if mode is not Mode.EPILOG and config.probe.enabled and config.enabled("cuda.probe"):
-        snapshot = snapshot._replace(probes=_probe(snapshot, config, request.level))
+        snapshot = snapshot._replace(probes=_probe(snapshot, config, request.level,
+                                                   probe_cap() if probe_cap else None))
     return snapshot, selected
 
 
@@ -144,7 +163,8 @@ def _xid_window(mode: Mode, snapshot: NodeSnapshot, window_s: float) -> KernelLo
     return KernelLogWindow(since_wallclock=boot_wallclock())
 
 
-def _probe(snapshot: NodeSnapshot, config: Config, level: str) -> Tuple[ProbeResult, ...]:
+def _probe(snapshot: NodeSnapshot, config: Config, level: str,
+           cap_s: Optional[float] = None) -> Tuple[ProbeResult, ...]:
     from .cudaprobe import ProbeSize, ProbeTarget, run_probes
 
     targets, skipped = [], []
@@ -165,6 +185,13 @@ def _probe(snapshot: NodeSnapshot, config: Config, level: str) -> Tuple[ProbeRes
         # (host copies and memcmp run at several GiB/s) on top of the quick deadline.
         largest_mib = max((g.memory_total_mib or 0) for g in snapshot.gpus if g.index in snapshot.selected)
         timeout_s += largest_mib / 1024.0
+    if cap_s is not None and cap_s < timeout_s:
+        if cap_s < MARGIN_S:
+            # nothing left of act_budget_s: not checked (unknown), never a drain
+            return tuple(ProbeResult(t.index, ProbeStatus.NOT_RUN,
+                                     detail=f"no time left within act_budget_s = "
+                                            f"{config.act_budget_s:g} s") for t in targets) + tuple(skipped)
+        timeout_s = cap_s
     return run_probes(targets, size, timeout_s) + tuple(skipped)
 
 
@@ -189,6 +216,9 @@ class _Effects:
         self.config = config
         self.environ = environ
         self._ctl: Any = None
+
+    def ctl_unanswered(self) -> bool:
+        return self._ctl is not None and bool(self._ctl.unanswered)
 
     @property
     def ctl(self) -> Any:
@@ -334,12 +364,25 @@ def run(request: RunRequest, config: Config, node_name: Optional[str] = None) ->
     host = os.uname().nodename.split(".")[0]
     node = node_name or config.node_name or environ.get("SLURMD_NODENAME") or host
     store = StateStore(config.state_dir)
-    effects = _Effects(config, environ)
     acting = mode is not Mode.NODE or request.act
+    probe_cap: Optional[Callable[[], float]] = None
+    if mode is Mode.NODE and request.act:
+        # HealthCheckProgram: Slurm kills it after 60 s, and a killed run drains nothing
+        config = fit_to_budget(config)
+        ends_at = (request.started_monotonic or t0) + config.act_budget_s
+        effects = _Effects(config, environ)
+
+        def probe_cap() -> float:
+            # keep room for the scontrol calls after the probe (show nodes, drain or resume),
+            # unless scontrol already proved unanswering (then those fail at once)
+            calls = 0 if effects.ctl_unanswered() else 2
+            return ends_at - time.monotonic() - calls * config.scontrol_timeout_s - MARGIN_S
+    else:
+        effects = _Effects(config, environ)
     if acting:
         apply_pending(effects, store, node, events)
 
-    snapshot, selected = read_node(request, config, host, store, events)
+    snapshot, selected = read_node(request, config, host, store, events, probe_cap)
     findings, crashes, verdict = judge(snapshot, config, request, selected)
     job_id = snapshot.job.job_id if snapshot.job else None
     reason = drain_reason(findings, snapshot.gpus, mode, job_id)

@@ -82,14 +82,21 @@ def parse_show_nodes(text: str) -> List[NodeState]:
 
 
 class Scontrol:
+    """scontrol calls of one run.  After a call gets no answer within the timeout, the rest of
+    the run's calls fail at once: slurmctld is not answering, and waiting again for each would
+    spend the HealthCheckProgram's 60 s on it (the drain then waits as a pending drain)."""
+
     def __init__(self, path: str, timeout_s: float) -> None:
         self.path = path
         self.timeout_s = timeout_s
+        self.unanswered: Optional[str] = None  # why the rest of this run's calls are skipped
 
     def _run(self, args: Sequence[str]) -> str:
         import subprocess  # only when we act: keeps the healthy prolog free of the import
 
         argv = [self.path, *args]
+        if self.unanswered:
+            raise ScontrolError(argv, f"not called: {self.unanswered}")
         try:
             done = subprocess.run(argv, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
                                   stderr=subprocess.PIPE, timeout=self.timeout_s, check=False,
@@ -99,6 +106,7 @@ class Scontrol:
         except PermissionError:
             raise ScontrolError(argv, f"{self.path} is not executable") from None
         except subprocess.TimeoutExpired:
+            self.unanswered = f"an earlier scontrol call got no answer within {self.timeout_s:g} s"
             raise ScontrolError(argv, f"no answer within {self.timeout_s:g} s") from None
         except OSError as exc:
             raise ScontrolError(argv, str(exc)) from None

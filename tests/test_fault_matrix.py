@@ -356,3 +356,111 @@ def test_sigterm_from_slurmd_at_prolog_epilog_timeout_children_killed_pending_st
     assert not (node.state_dir / "pending-drain.json").exists()
     leftovers = [p for p in node.state_dir.rglob("*") if p.name.startswith(".")] if node.state_dir.exists() else []
     assert leftovers == []
+
+
+# --- Slurm's clocks (issue 13) -------------------------------------------------------------
+
+def _hanging_scontrol(tmp_path: Path) -> Path:
+    """A slurmctld that never answers: every scontrol call blocks for an hour."""
+    stub = tmp_path / "scontrol-hangs"
+    stub.write_text("#!/bin/sh\nexec sleep 3600\n")
+    stub.chmod(0o755)
+    return stub
+
+
+def _probe_children(pid: int) -> List[int]:
+    try:
+        return [int(p) for p in Path(f"/proc/{pid}/task/{pid}/children").read_text().split()]
+    except OSError:
+        return []
+
+
+def _is_fork_of_checker(pid: int) -> bool:
+    try:
+        return b"healthcheck.cli" in Path(f"/proc/{pid}/cmdline").read_bytes()
+    except OSError:
+        return False
+
+
+def _gone(pid: int) -> bool:
+    """Exited (or a zombie waiting for init to reap it: it runs nothing)."""
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] == "Z"
+    except OSError:
+        return True
+
+
+def _wait_gone(pids: List[int], timeout: float = 30) -> List[int]:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline and not all(_gone(p) for p in pids):
+        time.sleep(0.05)
+    return [p for p in pids if not _gone(p)]
+
+
+def test_every_nvml_cuda_and_scontrol_call_hanging_node_act_ends_within_its_50_s_budget(node, tmp_path):
+    """HealthCheckProgram's worst case with the shipped defaults (nvml 10 s, probe 30 s,
+    scontrol 10 s: 70 s before): NVML hangs on half the GPUs, CUDA hangs on the rest, slurmctld
+    never answers, and a pending drain makes the run call scontrol before it starts.  Slurm kills
+    HealthCheckProgram at 60 s; the run must end by itself inside act_budget_s = 50 s (the
+    subprocess timeout below is the proof), keep its drain pending, and leave no probe child."""
+    node.write_config(f'scontrol = "{_hanging_scontrol(tmp_path)}"')
+    node.state_dir.mkdir(mode=0o700)
+    (node.state_dir / "pending-drain.json").write_text(json.dumps(
+        {"reason": "gpu-healthcheck: gpu1 gpu.lost=GPU_IS_LOST prolog job=1", "node": "gpu-a",
+         "mode": "prolog", "job_id": "1", "created_at": time.time()}))
+    node.scenario.write_text("gpus = 8\ngpu.*.cuda.hang_s = 3600\n"
+                             + "".join(f"gpu.{i}.nvml.hang_s = 3600\n" for i in range(4)))
+    started = time.monotonic()
+    proc = subprocess.Popen([sys.executable, "-m", "healthcheck.cli", "--node", "--act", "--json"],
+                            env=node.env({"SLURMD_NODENAME": "gpu-a"}), stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True, start_new_session=True)
+    children: List[int] = []
+    deadline = time.monotonic() + 40
+    forks: List[int] = []  # the probe children: forks of the checker, not scontrol
+    while time.monotonic() < deadline and len(forks) < 4 and proc.poll() is None:
+        children = sorted(set(children) | set(_probe_children(proc.pid)))
+        forks = [p for p in children if _is_fork_of_checker(p)]
+        time.sleep(0.05)
+    # Slurm's limit is 60 s, our budget 50 s from the start: the timeout is the assertion
+    out, err = proc.communicate(timeout=max(0.1, started + 50 - time.monotonic()))
+    assert proc.returncode == 2, err
+    doc = json.loads(out)
+    assert {(f["check"], f["gpu"], f["value"]) for f in doc["findings"] if f["severity"] == "fail"} == \
+        {("gpu.lost", i, "TIMEOUT") for i in range(4)} | {("cuda.probe", i, "timeout") for i in range(4, 8)}
+    assert doc["action"]["pending"] is True and "not called" in doc["action"]["detail"]
+    probes = [p for p in children if p in forks]
+    assert len(probes) == 4 and _wait_gone(children, timeout=5) == []  # probes and scontrol alike
+    assert "gpu.lost=TIMEOUT" in (node.state_dir / "pending-drain.json").read_text() or \
+        "gpu.lost=GPU_IS_LOST" in (node.state_dir / "pending-drain.json").read_text()
+
+
+def test_nvmlinit_hanging_is_bounded_by_nvml_timeout_fail_drain(node):
+    node.write_config("nvml_timeout_s = 2")
+    result = node.run("--node", "--json", scenario="gpus = 8\nnvml.init_hang_s = 3600\n", timeout=60)
+    assert result.rc == 2
+    [finding] = result.json["findings"]
+    assert (finding["check"], finding["value"], finding["action"]) == ("nvml.init", "TIMEOUT", "drain")
+
+
+@pytest.mark.parametrize("how", ["parent", "group"])
+def test_probe_children_die_with_their_parent_sigkill_of_the_parent_or_its_process_group(node, how):
+    """slurmd SIGKILLs the script's process group after PrologEpilogTimeout; an OOM killer or
+    an admin may SIGKILL the parent alone.  Either way no probe child outlives it."""
+    node.write_config("[probe]\ntimeout_s = 600")
+    node.scenario.write_text("gpus = 8\ngpu.0.cuda.hang_s = 3600\ngpu.1.cuda.hang_s = 3600\n")
+    proc = subprocess.Popen([sys.executable, "-m", "healthcheck.cli", "--prolog"],
+                            env=node.env({**JOB, "SLURMD_NODENAME": "gpu-a"}),
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True)
+    deadline = time.monotonic() + 30
+    children: List[int] = []
+    while time.monotonic() < deadline and len(children) < 2:
+        children = _probe_children(proc.pid)
+        time.sleep(0.05)
+    assert len(children) == 2
+    if how == "group":
+        os.killpg(proc.pid, signal.SIGKILL)
+    else:
+        os.kill(proc.pid, signal.SIGKILL)
+    proc.communicate(timeout=30)
+    assert proc.returncode == -signal.SIGKILL
+    assert _wait_gone(children) == []

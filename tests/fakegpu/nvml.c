@@ -56,6 +56,7 @@ static nvmlReturn_t do_init(void)
         free(tmp);
         return NVML_ERROR_UNKNOWN;
     }
+    fg_sleep(tmp->nvml_init_hang_s);   /* a driver that never answers nvmlInit */
     if (tmp->nvml_init_error != 0) {
         nvmlReturn_t rc = (nvmlReturn_t)tmp->nvml_init_error;
         free(tmp);

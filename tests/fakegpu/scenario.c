@@ -131,6 +131,7 @@ void fg_scenario_defaults(fg_scenario *s)
     snprintf(s->driver_version, sizeof s->driver_version, "550.54.15");
     s->cuda_driver_version = 12040;
     s->nvml_init_error = 0;
+    s->nvml_init_hang_s = 0;
     for (unsigned int n = 0; n < FG_MAX_GPUS; n++)
         gpu_defaults(&s->gpu[n], n);
 }
@@ -526,6 +527,8 @@ static int parse_line(fg_scenario *s, char *line, perr *e)
         s->cuda_driver_version = (int)x;
         return 0;
     }
+    if (strcmp(key, "nvml.init_hang_s") == 0)
+        return parse_seconds(val, &s->nvml_init_hang_s, e);
     if (strcmp(key, "nvml.init_error") == 0) {
         if (parse_ll(val, 0, INT_MAX, &x, e))
             return -1;

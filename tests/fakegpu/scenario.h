@@ -86,6 +86,7 @@ typedef struct {
     char driver_version[FG_DRIVER_LEN];
     int cuda_driver_version;
     int nvml_init_error;
+    double nvml_init_hang_s;    /* nvmlInit* blocks this long */
     fg_gpu gpu[FG_MAX_GPUS];
 } fg_scenario;
 
