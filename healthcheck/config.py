@@ -80,6 +80,9 @@ class Config(NamedTuple):
     sysfs_root: str = "/sys"
     proc_root: str = "/proc"  # where the uptime is read (the boot grace)
     node_name: Optional[str] = None  # Slurm NodeName: None = $SLURMD_NODENAME, else short hostname
+    # slurmd's gres.conf, to turn SLURM_JOB_GPUS (gres indices) into GPUs; None = beside
+    # $SLURM_CONF, else /etc/slurm/gres.conf (config-less sites: slurmd's conf-cache copy)
+    gres_conf: Optional[str] = None
     expected_gpus: Optional[int] = None
     nvml_timeout_s: float = 10.0  # deadline for the whole NVML read
     # `--node --act` (HealthCheckProgram, which Slurm kills after 60 s): the whole run ends
@@ -313,6 +316,7 @@ def read_config_file(path: str, explicit: bool) -> Optional[Tuple[os.stat_result
 UNSET_MEANS = {
     "scontrol": "found on PATH, else /usr/bin/scontrol",
     "node_name": "$SLURMD_NODENAME, else the short hostname",
+    "gres_conf": "gres.conf beside $SLURM_CONF, else /etc/slurm/gres.conf",
     "expected_gpus": "not checked: sysfs and NVML are compared instead",
     "history_file": "<state_dir>/history.jsonl",
     "metrics_file": "no node_exporter textfile",

@@ -181,7 +181,7 @@ class JobContext(NamedTuple):
     job_id: Optional[str] = None
     node_name: Optional[str] = None
     user: Optional[str] = None
-    # Slurm gres indices (= /dev/nvidiaN minor numbers) or GPU-<uuid> strings; None = no GPUs
+    # Slurm gres indices (positions in slurmd's gres list, see gres.py) or GPU-<uuid>; None = no GPUs
     gpu_ids: Optional[Tuple[str, ...]] = None
     gpu_ids_error: Optional[str] = None  # SLURM_JOB_GPUS could not be parsed
     gpu_ids_source: Optional[str] = None

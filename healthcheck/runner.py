@@ -100,7 +100,13 @@ def read_node(request: RunRequest, config: Config, host: str, store: StateStore,
                              if gpus else f"--gpus: this node has no GPUs")
     if job is not None:
         if job.gpu_ids is not None:
-            selected, error = map_job_gpus(job.gpu_ids, gpus) if nvml.error is None else ((), None)
+            layout = None
+            if any(i.isdigit() for i in job.gpu_ids):
+                from .gres import gres_conf_path, read_layout
+
+                layout = read_layout(gres_conf_path(config.gres_conf, dict(request.environ)),
+                                     job.node_name or config.node_name or host, config.state_dir)
+            selected, error = map_job_gpus(job.gpu_ids, gpus, layout) if nvml.error is None else ((), None)
             if error:
                 job = job._replace(gpu_ids_error=f"{job.gpu_ids_source}={','.join(job.gpu_ids)}: {error}")
                 selected = ()

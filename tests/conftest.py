@@ -90,6 +90,9 @@ class Node:
         self.kernel_log.write_text("")
         self.state_dir = tmp / "state"
         self.sysfs = make_sysfs(tmp / "sys")
+        # slurmd's view: every device listed in order, so gres index i is /dev/nvidia<i>
+        self.gres_conf = tmp / "gres.conf"
+        self.gres_conf.write_text("AutoDetect=off\nName=gpu File=/dev/nvidia[0-7]\n")
         self.config_path = tmp / "config.toml"
         self.config_extra = ""
         self.write_config()
@@ -102,7 +105,8 @@ class Node:
             top, _, tables = extra.partition("\n[")
         defaults = {"state_dir": f'"{self.state_dir}"', "kernel_log": f'"{self.kernel_log}"',
                     "sysfs_root": f'"{self.sysfs}"', "scontrol": f'"{self.tmp / "no-scontrol"}"',
-                    "scontrol_timeout_s": "5"}
+                    "scontrol_timeout_s": "5",
+                    "gres_conf": f'"{self.gres_conf}"'}
         overridden = {line.split("=", 1)[0].strip() for line in top.splitlines() if "=" in line}
         lines = [f"{k} = {v}" for k, v in defaults.items() if k not in overridden]
         self.config_path.write_text("\n".join(lines) + f"\n{top}\n" + (f"[{tables}\n" if tables else ""))

@@ -49,7 +49,10 @@ class GpuCluster:
     config, state directory and kernel log."""
 
     def __init__(self, wd: Path, fake: Path, max_fraction: float = 1.0,
-                 weights: Optional[Dict[str, int]] = None, nodes: Optional[List[str]] = None) -> None:
+                 weights: Optional[Dict[str, int]] = None, nodes: Optional[List[str]] = None,
+                 gres_minors: Optional[Dict[str, List[int]]] = None) -> None:
+        """gres_minors: per node, the /dev/nvidiaN that gres.conf lists (default 0-7), e.g.
+        {"gpu-a": [0, 1, 2, 4, 5, 6, 7]} for a node whose broken GPU 3 was taken out."""
         self.wd = wd
         self.nodes = list(nodes or NODES)
         self.fake = fake
@@ -57,15 +60,15 @@ class GpuCluster:
         for sub in ("scenarios", "config", "state", "kern", "bin"):
             (wd / sub).mkdir(parents=True, exist_ok=True)
         self.sysfs = make_sysfs(wd / "sys")
-        for node in self.nodes:
-            self.scenario(node).write_text(HEALTHY)
-            (wd / "kern" / f"{node}.log").write_text("")
-            self.write_config(node, max_fraction=max_fraction)
         bin_dir = wd / "bin"
         gpu_healthcheck_bin(bin_dir)
         self.cluster = SlurmCluster(wd / "slurm", nodes=self.nodes, node_weights=weights or {"gpu-a": 1, "gpu-b": 10, "gpu-c": 20},
                                     prolog=str(wd / "prolog-wrapper"), epilog=str(wd / "epilog-wrapper"),
-                                    prolog_epilog_timeout=120)
+                                    prolog_epilog_timeout=120, gres_minors=gres_minors)
+        for node in self.nodes:
+            self.scenario(node).write_text(HEALTHY)
+            (wd / "kern" / f"{node}.log").write_text("")
+            self.write_config(node, max_fraction=max_fraction)
         env = self.node_env("$SLURMD_NODENAME")
         env["PATH"] = f"{bin_dir}:/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
         self.cluster.write_wrapper(wd / "prolog-wrapper", str(ROOT / "prolog" / "gpu-healthcheck-prolog"), env)
@@ -89,6 +92,7 @@ class GpuCluster:
             f'state_dir = "{self.state(node)}"\nkernel_log = "{self.wd / "kern" / f"{node}.log"}"\n'
             f'sysfs_root = "{self.sysfs}"\nscontrol = "{scontrol or self.scontrol}"\n'
             f'scontrol_timeout_s = 10\nnode_name = "{node}"\n'
+            f'gres_conf = "{self.cluster.gres_conf_path}"\n'
             f'[drain]\nmax_fraction = {max_fraction}\n[probe]\ntimeout_s = 20\n')
         path.chmod(0o644)
 

@@ -114,6 +114,20 @@ def requires_slurm():
     return pytest.mark.skipif(reason is not None, reason=reason or "")
 
 
+def _ranges(numbers: List[int]) -> str:
+    """[0, 1, 2, 4, 5] -> "0-2,4-5", in the given order (a hostlist range expression)."""
+    parts: List[str] = []
+    start = prev = None
+    for n in list(numbers) + [None]:
+        if start is not None and n is not None and n == prev + 1:
+            prev = n
+            continue
+        if start is not None:
+            parts.append(str(start) if start == prev else "%d-%d" % (start, prev))
+        start = prev = n
+    return ",".join(parts)
+
+
 def _which(name: str) -> Optional[str]:
     return shutil.which(name, path=os.environ.get("PATH", "") + ":/usr/sbin:/sbin")
 
@@ -334,12 +348,16 @@ class SlurmCluster:
         start_timeout: float = 60.0,
         debug_level: str = "info",
         cred_expire: int = 10,
+        gres_minors: Optional[Dict[str, List[int]]] = None,
     ):
         self.workdir = Path(workdir).resolve()
         self.nodes = list(nodes)
         if not self.nodes:
             raise ValueError("need at least one node")
         self.gpus_per_node = gpus_per_node
+        # per node, the /dev/nvidiaN gres.conf lists, in order; a gap (a GPU taken out of
+        # service) shifts every later gres index: File=.../nvidia[0-2,4-7] gives nvidia4 index 3
+        self.gres_minors = {n: list((gres_minors or {}).get(n, range(gpus_per_node))) for n in nodes}
         self.prolog = prolog
         self.epilog = epilog
         self.node_weights = dict(node_weights or {})
@@ -448,7 +466,7 @@ class SlurmCluster:
             (self.spool_dir / node).mkdir(parents=True, exist_ok=True)
             ddir = self.dev_dir / node
             ddir.mkdir(parents=True, exist_ok=True)
-            for i in range(self.gpus_per_node):
+            for i in sorted(set(range(self.gpus_per_node)) | set(self.gres_minors[node])):
                 p = ddir / ("nvidia%d" % i)
                 if not p.exists():
                     try:
@@ -573,7 +591,7 @@ class SlurmCluster:
                 "SocketsPerBoard=1 CoresPerSocket=%d ThreadsPerCore=1 RealMemory=%d "
                 "Gres=gpu:%d Weight=%d State=UNKNOWN" % (
                     node, self.hostname, self.node_ports[node], self.cpus_per_node,
-                    self.cpus_per_node, self.real_memory, self.gpus_per_node,
+                    self.cpus_per_node, self.real_memory, len(self.gres_minors[node]),
                     self.node_weights.get(node, 1)))
         lines.append("PartitionName=gpu Nodes=ALL Default=YES MaxTime=INFINITE State=UP "
                      "OverSubscribe=NO")
@@ -583,8 +601,8 @@ class SlurmCluster:
         self.conf_path.write_text("\n".join(self._conf_lines()) + "\n")
         gres = ["AutoDetect=off"]
         for node in self.nodes:
-            if self.gpus_per_node:
-                files = "%s/nvidia[0-%d]" % (self.dev_dir / node, self.gpus_per_node - 1)
+            if self.gres_minors[node]:
+                files = "%s/nvidia[%s]" % (self.dev_dir / node, _ranges(self.gres_minors[node]))
                 gres.append("NodeName=%s Name=gpu File=%s" % (node, files))
         self.gres_conf_path.write_text("\n".join(gres) + "\n")
         plug = self.etc_dir / "plugstack.conf"

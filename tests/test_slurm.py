@@ -197,3 +197,27 @@ def test_eight_prologs_at_once_on_one_node_all_pass_and_keep_their_own_state(gpu
         time.sleep(0.1)
     assert list((c.state("gpu-c") / "jobs").iterdir()) == []
     assert not c.drained("gpu-c")
+
+
+def test_a_gap_in_gres_conf_the_job_on_nvidia4_gets_index_3_and_its_prolog_probes_gpu_4_not_the_excluded_gpu_3(tmp_path, fakegpu):
+    """Issue 17: with GPU 3 taken out of gres.conf (File=nvidia[0-2,4-7]) the job on nvidia4
+    gets SLURM_JOB_GPUS=3; the prolog probed the broken GPU 3 and drained the node."""
+    require_slurm()
+    c = GpuCluster(tmp_path, fakegpu, nodes=["gpu-a"], gres_minors={"gpu-a": [0, 1, 2, 4, 5, 6, 7]})
+    c.scenario("gpu-a").write_text(HEALTHY + "gpu.3.cuda.corrupt = 1\n")  # the broken, excluded GPU
+    go = tmp_path / "go"
+    with c.cluster:
+        assert "nvidia[0-2,4-7]" in c.cluster.gres_conf_path.read_text()
+        first = c.cluster.sbatch(["--gres=gpu:3", "-w", "gpu-a"], WAIT_FOR_GO.format(go=go))
+        c.wait_running(first)
+        second = c.cluster.sbatch(["--gres=gpu:1", "-w", "gpu-a"], "echo gpus=$SLURM_JOB_GPUS\n")
+        c.cluster.wait_job(second, timeout=60)
+        assert "gpus=3" in c.cluster.job_output(second)
+        assert not c.drained("gpu-a"), c.reason("gpu-a")
+        # the same index again, now with nvidia4 itself broken: the prolog names GPU 4
+        c.scenario("gpu-a").write_text(HEALTHY + "gpu.3.cuda.corrupt = 1\ngpu.4.cuda.corrupt = 1\n")
+        third = c.cluster.sbatch(["--gres=gpu:1", "-w", "gpu-a"], "echo gpus=$SLURM_JOB_GPUS\n")
+        reason = c.wait_reason("gpu-a")
+        assert reason.startswith(f"gpu-healthcheck: gpu4 pci={pci(4)} sn={serial(4)} ")
+        assert f"prolog job={third}" in reason
+        go.touch()

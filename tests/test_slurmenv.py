@@ -1,8 +1,9 @@
-"""The Slurm job environment: SLURM_JOB_GPUS, CUDA_VISIBLE_DEVICES and the minor-number map."""
+"""The Slurm job environment: SLURM_JOB_GPUS, CUDA_VISIBLE_DEVICES and the map to GPUs."""
 
 import pytest
 from hypothesis import given, settings, strategies as st
 
+from healthcheck.gres import parse_gres_conf
 from healthcheck.model import GpuSnapshot
 from healthcheck.slurmenv import GpuListError, job_from_env, map_job_gpus, parse_gpu_list
 
@@ -28,12 +29,15 @@ def test_job_gpus_fall_back_to_cuda_visible_devices_and_errors_are_kept():
     assert job_from_env({"SLURM_JOB_ID": "5"}).gpu_ids == ()
 
 
-def test_map_through_minor_numbers_not_nvml_order():
+def test_map_through_gres_conf_and_minor_numbers_not_nvml_order():
     gpus = [GpuSnapshot(index=0, minor_number=3, uuid="GPU-a"), GpuSnapshot(index=1, minor_number=0, uuid="GPU-b")]
-    assert map_job_gpus(["0"], gpus) == ((1,), None)
+    layout = parse_gres_conf("Name=gpu File=/dev/nvidia[0-7]\n", "gpu-a")
+    assert map_job_gpus(["0"], gpus, layout) == ((1,), None)
     assert map_job_gpus(["GPU-a"], gpus) == ((0,), None)
-    found, error = map_job_gpus(["7"], gpus)
+    found, error = map_job_gpus(["7"], gpus, layout)
     assert found == () and "7" in error
+    found, error = map_job_gpus(["0"], gpus)  # no gres.conf: a gres index is never taken for a minor
+    assert found == () and "no gres.conf" in error
 
 
 @settings(max_examples=500)

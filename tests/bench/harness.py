@@ -78,11 +78,14 @@ class SimNode:
         self.kernel_log = base / "kern.log"
         self.hwm = base / "hwm"
         self.kernel_log.write_text("")
+        self.gres_conf = base / "gres.conf"  # every device in order: gres index i = /dev/nvidia<i>
+        self.gres_conf.write_text("Name=gpu File=/dev/nvidia[0-63]\n")
         self.write_scenario("gpus = 8\n")
         self.config.write_text(
             f'state_dir = "{self.state_dir}"\n'
             f'kernel_log = "{self.kernel_log}"\n'
             'scontrol = "/bin/false"\n'
+            f'gres_conf = "{self.gres_conf}"\n'
             "scontrol_timeout_s = 5\n"
             "journal = false\n")
         os.chmod(self.config, 0o644)
