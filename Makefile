@@ -4,10 +4,12 @@
 #   make bench   performance table vs floors and gcm: python3 -m tests.bench [BENCH_ARGS=...]
 #   make validate  tests/gpu/validate on a real GPU node (stdlib + pynvml)
 #   make man     regenerate docs/gpu-healthcheck.8 from the argparse definition
+#   make deb     dist/gpu-healthcheck_VERSION_all.deb (deploy/deb/build-deb; dpkg-deb only)
+#   make rpm     dist/gpu-healthcheck-VERSION-1.elN.noarch.rpm: EL=9 (default) or EL=8 [EL8_PYTHON=3.11|3.9]
 PYTHON ?= python3
 BENCH_ARGS ?=
 
-.PHONY: fake test bench validate demo man
+.PHONY: fake test bench validate demo man deb rpm
 
 fake:
 	$(MAKE) -C tests/fakegpu
@@ -20,6 +22,20 @@ bench: fake
 
 validate:
 	$(PYTHON) tests/gpu/validate
+
+deb:
+	deploy/deb/build-deb dist
+
+# RPM for RHEL/Rocky 9 (EL=9) or 8 (EL=8, with AppStream's python3.11 or EL8_PYTHON=3.9).
+# --nodeps where rpmbuild cannot see build dependencies as RPMs (a Debian build host).
+EL ?= 9
+EL8_PYTHON ?= 3.11
+rpm:
+	@mkdir -p dist
+	@nodeps=$$(rpm -q rpm >/dev/null 2>&1 || echo --nodeps); \
+	py=$$([ "$(EL)" = 8 ] && echo "--python $(EL8_PYTHON)"); \
+	out=$$(deploy/rpm/build-rpm $$nodeps --el $(EL) $$py | tail -n 1) && cp "$$out" dist/ && \
+	echo "dist/$$(basename "$$out")"
 
 man:
 	$(PYTHON) docs/make-manpage > docs/gpu-healthcheck.8.new && mv docs/gpu-healthcheck.8.new docs/gpu-healthcheck.8

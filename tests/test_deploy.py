@@ -43,8 +43,9 @@ def _console_script() -> str:
     cfg = configparser.ConfigParser()
     cfg.read(ROOT / "setup.cfg")
     lines = [ln.strip() for ln in cfg["options.entry_points"]["console_scripts"].splitlines() if ln.strip()]
-    assert len(lines) == 1, lines
-    return lines[0].split("=")[0].strip()
+    main = [ln for ln in lines if ln.split("=")[1].strip() == "healthcheck.cli:main"]
+    assert len(main) == 1, lines
+    return main[0].split("=")[0].strip()
 
 
 def _rpm(*args: str) -> str:
@@ -53,18 +54,28 @@ def _rpm(*args: str) -> str:
 
 # --- the RPM -------------------------------------------------------------------------------
 
-@pytest.fixture(scope="module")
-def rpm_file(tmp_path_factory: pytest.TempPathFactory) -> Path:
+# build-rpm's targets: (arguments, the name el-provides.txt gives it, the RPM's dist tag)
+RPM_TARGETS = {"el9": ([], "el9", "el9"),
+               "el8-3.11": (["--el", "8", "--python", "3.11"], "el8-3.11", "el8"),
+               "el8-3.9": (["--el", "8", "--python", "3.9"], "el8-3.9", "el8")}
+
+
+def _build_rpm(topdir: Path, args: List[str], dist: str) -> Path:
     if shutil.which("rpmbuild") is None:
         pytest.skip("rpmbuild not installed (Debian package rpm)")
-    topdir = tmp_path_factory.mktemp("rpmtop")
-    proc = subprocess.run([str(BUILD_RPM), "--nodeps", str(topdir)], capture_output=True,
+    proc = subprocess.run([str(BUILD_RPM), "--nodeps", *args, str(topdir)], capture_output=True,
                           text=True, timeout=120, cwd=ROOT)
     assert proc.returncode == 0, f"build-rpm failed:\n{proc.stdout}\n{proc.stderr}"
     path = Path(proc.stdout.strip().splitlines()[-1])
-    assert path.is_file() and path.name == f"gpu-healthcheck-{__version__}-1.noarch.rpm", path
+    assert path.is_file() and path.name == f"gpu-healthcheck-{__version__}-1.{dist}.noarch.rpm", path
     assert (topdir / "SOURCES" / f"gpu-healthcheck-{__version__}.tar.gz").is_file()
     return path
+
+
+@pytest.fixture(scope="module")
+def rpm_file(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The EL9 RPM (the default target)."""
+    return _build_rpm(tmp_path_factory.mktemp("rpmtop"), [], "el9")
 
 
 @pytest.fixture(scope="module")
@@ -137,12 +148,21 @@ def test_rpm_ships_entry_points_config_units_state_dir_and_package(
                      if f.startswith(prefix) and f.endswith(".py"))
     assert shipped == modules
     assert f"{sitelib}/gpu_healthcheck-{__version__}.dist-info/entry_points.txt" in rpm_files
+    assert "/usr/share/man/man8/gpu-healthcheck.8.gz" in rpm_files
+    for vendored in ("pynvml.py", "tomli/__init__.py", "tomli/_parser.py"):
+        assert f"/usr/share/gpu-healthcheck/vendor/{vendored}" in rpm_files, vendored
+    for licence in ("LICENSE", "LICENSE.pynvml", "LICENSE.tomli"):
+        assert f"/usr/share/licenses/gpu-healthcheck/{licence}" in rpm_files, licence
+    # pip's console scripts name the build host's Python: not shipped.
+    assert not [f for f in rpm_files if f.startswith("/usr/bin/") and f != f"/usr/bin/{script}"]
 
 
 def test_rpm_dependencies_and_scriptlets(rpm_file: Path) -> None:
     requires = _rpm("-qp", "--requires", str(rpm_file)).splitlines()
-    for dep in ("python3 >= 3.9", "python3-psutil", "python3dist(nvidia-ml-py)"):
+    for dep in ("python3 >= 3.9", "python3-psutil", "python(abi) = 3.9"):
         assert dep in requires, (dep, requires)
+    # No EL repository ships nvidia-ml-py or (for 3.9) tomli: vendored, never required.
+    assert not [r for r in requires if "nvidia-ml-py" in r or "tomli" in r or "dist(" in r], requires
     assert "python3-systemd" in _rpm("-qp", "--recommends", str(rpm_file)).split()
     scripts = _rpm("-qp", "--scripts", str(rpm_file))
     # Stops and disables the timer on erase; never enables it on install (a site chooses it or
@@ -162,6 +182,40 @@ def test_packaged_console_script_runs_the_packaged_module(
                           text=True, timeout=30, env=env, cwd="/")
     assert proc.returncode == 0, proc.stderr
     assert __version__ in proc.stdout + proc.stderr
+
+
+def _el_provides() -> Dict[str, List[str]]:
+    """deploy/rpm/el-provides.txt: target -> the capabilities its stock repositories provide."""
+    provides: Dict[str, List[str]] = {}
+    for raw in (ROOT / "deploy" / "rpm" / "el-provides.txt").read_text().splitlines():
+        line = raw.split("#", 1)[0].strip()
+        if line:
+            target, capability = line.split(None, 1)
+            provides.setdefault(target, []).append(capability)
+    return provides
+
+
+@pytest.mark.parametrize("target", sorted(RPM_TARGETS))
+def test_rpm_requires_only_what_stock_el_provides(target: str, tmp_path: Path) -> None:
+    args, listed, dist = RPM_TARGETS[target]
+    rpm_path = _build_rpm(tmp_path, args, dist)
+    provides = _el_provides()
+    stock = set(provides[listed]) | {c.replace("VERSION-RELEASE", f"{__version__}-1.{dist}")
+                                     for c in provides["all"]}
+    requires = set(_rpm("-qp", "--requires", str(rpm_path)).splitlines())
+    recommends = set(_rpm("-qp", "--recommends", str(rpm_path)).splitlines())
+    assert requires - stock == set(), f"{target}: not in stock {target} (el-provides.txt)"
+    assert recommends - stock == set(), f"{target}: recommends what stock {target} lacks"
+    [sitelib] = [c.split(None, 1)[1] for c in provides[listed] if c.startswith("sitelib ")]
+    python_files = [f for f in _rpm("-qpl", str(rpm_path)).splitlines() if f.startswith("/usr/lib/python")]
+    assert python_files and all(f.startswith(sitelib) for f in python_files), (sitelib, python_files[:3])
+    interpreter = "/usr/bin/python3" if target == "el9" else f"/usr/bin/python{target.split('-')[1]}"
+    assert interpreter in requires
+    if shutil.which("rpmlint"):
+        lint = subprocess.run(["rpmlint", "-c", str(ROOT / "deploy" / "rpm" / "rpmlint.toml"),
+                               str(rpm_path)], capture_output=True, text=True, timeout=120)
+        summary = [ln for ln in lint.stdout.splitlines() if "packages and" in ln]
+        assert lint.returncode == 0 and summary and " 0 errors, 0 warnings" in summary[0], lint.stdout
 
 
 def _libexec_paths(text: str) -> List[str]:
