@@ -57,7 +57,7 @@ def _rpm(*args: str) -> str:
 # build-rpm's targets: (arguments, the name el-provides.txt gives it, the RPM's dist tag)
 RPM_TARGETS = {"el9": ([], "el9", "el9"),
                "el8-3.11": (["--el", "8", "--python", "3.11"], "el8-3.11", "el8"),
-               "el8-3.9": (["--el", "8", "--python", "3.9"], "el8-3.9", "el8")}
+               "el8-3.9": (["--el", "8", "--python", "3.9"], "el8-3.9", "el8.py39")}
 
 
 def _build_rpm(topdir: Path, args: List[str], dist: str) -> Path:
