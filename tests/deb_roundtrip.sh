@@ -77,8 +77,9 @@ changes installed
 echo "== VERSION"
 in_root /usr/bin/gpu-healthcheck --version
 echo "== PYNVML USED"
-# The launcher's own lookup: vendor appended to sys.path, after every installed module.
-in_root /usr/bin/python3 -s -c 'import sys; sys.path.append("/usr/share/gpu-healthcheck/vendor"); import pynvml; print(pynvml.__file__)'
+# The launcher itself, run as its #! line runs it, with -v: which pynvml.py it imported.
+in_root env $fake_env FAKEGPU_SCENARIO=/tmp/t/healthy.scenario /usr/bin/python3 -s -v \
+    /usr/bin/gpu-healthcheck --node --json 2>&1 >/dev/null | sed -n 's|^# .* matches \(.*/pynvml\.py\)$|\1|p' | sort -u
 echo "== MAN"
 in_root man -w gpu-healthcheck
 echo "== CHECK-CONFIG"

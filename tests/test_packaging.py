@@ -186,3 +186,31 @@ def test_console_entry_points_behave_like_the_shell_scripts(installed: Path, nod
                           timeout=120)
     assert proc.returncode == 1
     assert all(ln.startswith("PATH=/usr/bin:/bin ") for ln in calls.read_text().splitlines())
+
+
+def test_vendored_modules_are_python39_and_tomli_reads_our_config_as_tomllib_does() -> None:
+    import ast
+    import importlib.util
+
+    vendor = ROOT / "vendor"
+    sources = [vendor / "pynvml.py", *sorted((vendor / "tomli").glob("*.py"))]
+    for path in sources:  # EL9's and EL8's python39 are the oldest interpreters that load them
+        ast.parse(path.read_text(), filename=str(path), feature_version=(3, 9))
+    for licence in ("LICENSE.pynvml", "LICENSE.tomli"):
+        assert (vendor / licence).read_text().strip(), licence
+    spec = importlib.util.spec_from_file_location(
+        "vendored_tomli", vendor / "tomli" / "__init__.py",
+        submodule_search_locations=[str(vendor / "tomli")])
+    assert spec is not None and spec.loader is not None
+    vendored = importlib.util.module_from_spec(spec)
+    sys.modules["vendored_tomli"] = vendored
+    try:
+        spec.loader.exec_module(vendored)
+        tomllib = pytest.importorskip("tomllib")  # the reference: Python 3.11+
+
+        text = (ROOT / "deploy" / "slurm" / "config.toml").read_text()
+        assert vendored.loads(text) == tomllib.loads(text)
+        with pytest.raises(vendored.TOMLDecodeError):
+            vendored.loads("state_dir = \n")
+    finally:
+        del sys.modules["vendored_tomli"]
