@@ -34,7 +34,7 @@ rpm:
 	@mkdir -p dist
 	@nodeps=$$(rpm -q rpm >/dev/null 2>&1 || echo --nodeps); \
 	py=$$([ "$(EL)" = 8 ] && echo "--python $(EL8_PYTHON)"); \
-	out=$$(deploy/rpm/build-rpm $$nodeps --el $(EL) $$py | tail -n 1) && cp "$$out" dist/ && \
+	out=$$(deploy/rpm/build-rpm $$nodeps --el $(EL) $$py build/rpm | tail -n 1) && cp "$$out" dist/ && \
 	echo "dist/$$(basename "$$out")"
 
 man:
