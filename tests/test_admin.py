@@ -146,3 +146,20 @@ def test_check_config_refuses_what_root_would_refuse(tmp_path: Path, capsys) -> 
     assert rc == 1
     assert f"{path}: " in err and ("world-writable" in err or "owned by uid" in err)
     assert "refuses this file" in err
+
+
+def test_listed_severity_and_action_cover_what_each_check_reports() -> None:
+    """--list-checks must not understate a check: each fault case in test_checks.FAULTS reports
+    at most the listed severity, and a failing case that acts lists an action.  This is what
+    catches a new check registered with the decorator's defaults (warn, none) that fails."""
+    from tests.test_checks import FAULTS, faulty, findings_of
+
+    rank = {Severity.UNKNOWN: -1, Severity.INFO: 0, Severity.WARN: 1, Severity.FAIL: 2}
+    for check_id, (change, mode, _severity, _action) in FAULTS.items():
+        spec = CATALOGUE[check_id]
+        for found in findings_of(faulty(change), mode, check_id):
+            if found.severity is Severity.UNKNOWN:
+                continue  # "could not check" is open to every check
+            assert rank[found.severity] <= rank[spec.severity], (check_id, found.severity, spec.severity)
+            if found.severity is Severity.FAIL and found.action is not Action.NONE:
+                assert spec.action is not Action.NONE, (check_id, found.action)
