@@ -65,6 +65,14 @@ class GpuProcess(NamedTuple):
     command: Optional[str] = None
 
 
+class MigDevice(NamedTuple):
+    """One MIG device (a compute instance) of a MIG-enabled GPU."""
+
+    index: int  # type: ignore[assignment]  # its index under the GPU (nvmlDeviceGetMigDeviceHandleByIndex)
+    uuid: Optional[str] = None  # MIG-<uuid>: how CUDA_VISIBLE_DEVICES names it
+    memory_total_mib: Optional[int] = None
+
+
 class GpuSnapshot(NamedTuple):
     """Everything NVML told us about one GPU.  None means "not available" (NOT_SUPPORTED)."""
 
@@ -104,6 +112,13 @@ class GpuSnapshot(NamedTuple):
     persistence_mode: Optional[bool] = None
     mig_mode: Optional[bool] = None
     power_mw: Optional[int] = None
+    # What the GPU is doing, whoever runs there: processes in another PID namespace (a container)
+    # are not in `processes`, but their load shows here.
+    utilization_gpu_pct: Optional[int] = None  # nvmlDeviceGetUtilizationRates; None with MIG on
+    utilization_memory_pct: Optional[int] = None
+    pstate: Optional[int] = None  # performance state 0 (fastest) .. 15; None = unknown
+    graphics_processes: Optional[Tuple[GpuProcess, ...]] = None  # G and C+G (C+G also in processes)
+    mig_devices: Optional[Tuple[MigDevice, ...]] = None  # read when mig_mode is on
     # query name -> NVML error name, for errors that are neither NOT_SUPPORTED nor fatal
     query_errors: Tuple[Tuple[str, str], ...] = ()
 

@@ -21,7 +21,7 @@ import threading
 import time
 from typing import Any, Callable, Dict, List, NamedTuple, Optional, Sequence, Tuple
 
-from .model import GpuProcess, GpuSnapshot
+from .model import GpuProcess, GpuSnapshot, MigDevice
 
 ERROR_NAMES = {
     1: "UNINITIALIZED", 2: "INVALID_ARGUMENT", 3: "NOT_SUPPORTED", 4: "NO_PERMISSION",
@@ -43,6 +43,8 @@ _TEMP_GPU = 0  # NVML_TEMPERATURE_GPU
 _TEMP_SLOWDOWN = 1  # NVML_TEMPERATURE_THRESHOLD_SLOWDOWN
 _FI_RECOVERY_ACTION = 230  # NVML_FI_DEV_GET_GPU_RECOVERY_ACTION
 _MEMORY_V2 = 0x02000028  # nvmlMemory_v2
+_PSTATE_UNKNOWN = 32  # NVML_PSTATE_UNKNOWN
+_NOT_FOUND = 6
 
 
 def error_name(exc: BaseException) -> str:
@@ -157,8 +159,16 @@ class _GpuReader:
             f["memory_used_mib"] = int(memory.used) >> 20
         procs = q("ComputeRunningProcesses", n.nvmlDeviceGetComputeRunningProcesses, handle)
         if procs is not None:
-            f["processes"] = tuple(
-                GpuProcess(pid=int(p.pid), used_mib=_mib(p.usedGpuMemory)) for p in procs)
+            f["processes"] = _processes(procs)
+        graphics = q("GraphicsRunningProcesses", n.nvmlDeviceGetGraphicsRunningProcesses, handle)
+        if graphics is not None:
+            f["graphics_processes"] = _processes(graphics)
+        utilization = q("UtilizationRates", n.nvmlDeviceGetUtilizationRates, handle)
+        if utilization is not None:
+            f["utilization_gpu_pct"] = int(utilization.gpu)
+            f["utilization_memory_pct"] = int(utilization.memory)
+        pstate = q("PerformanceState", n.nvmlDeviceGetPerformanceState, handle)
+        f["pstate"] = None if pstate is None or int(pstate) == _PSTATE_UNKNOWN else int(pstate)
 
         f["temperature_c"] = q("Temperature", n.nvmlDeviceGetTemperature, handle, _TEMP_GPU)
         f["temperature_slowdown_c"] = q(
@@ -174,10 +184,41 @@ class _GpuReader:
         f["persistence_mode"] = None if persistence is None else bool(persistence)
         mig = q("MigMode", n.nvmlDeviceGetMigMode, handle)
         f["mig_mode"] = None if mig is None else bool(mig[0])
+        if f["mig_mode"]:
+            f["mig_devices"] = self._mig_devices(handle)
         f["power_mw"] = q("PowerUsage", n.nvmlDeviceGetPowerUsage, handle)
+
+    def _mig_devices(self, handle: Any) -> Optional[Tuple[MigDevice, ...]]:
+        """The MIG devices of a MIG-enabled GPU: the devices CUDA can use on it."""
+        n, q = self.nvml, self.query
+        count = q("MaxMigDeviceCount", n.nvmlDeviceGetMaxMigDeviceCount, handle)
+        if count is None:
+            return None
+        found = []
+        for i in range(int(count)):
+            try:  # NOT_FOUND: no MIG device at this index, which is normal, not an error
+                mig = n.nvmlDeviceGetMigDeviceHandleByIndex(handle, i)
+            except n.NVMLError as exc:
+                if getattr(exc, "value", None) == _NOT_FOUND:
+                    continue
+                q("MigDeviceHandleByIndex", _raise, exc)
+                continue
+            memory = q("MigMemoryInfo", n.nvmlDeviceGetMemoryInfo, mig)
+            found.append(MigDevice(index=i, uuid=_text(q("MigUUID", n.nvmlDeviceGetUUID, mig)),
+                                   memory_total_mib=None if memory is None else int(memory.total) >> 20))
+        return tuple(found)
 
     def snapshot(self) -> GpuSnapshot:
         return GpuSnapshot(**self.fields, query_errors=tuple(self.errors))
+
+
+def _raise(exc: BaseException) -> None:
+    """Re-raise an NVML error inside query(), so that it is sorted like any other."""
+    raise exc
+
+
+def _processes(procs: Any) -> Tuple[GpuProcess, ...]:
+    return tuple(GpuProcess(pid=int(p.pid), used_mib=_mib(p.usedGpuMemory)) for p in procs)
 
 
 def _show(value: Any) -> str:
@@ -225,7 +266,12 @@ def read_nvml(timeout_s: float, trace: bool = False) -> NvmlRead:
         try:
             pynvml.nvmlInit()
             init["initialised"] = True
-            init["driver"] = _text(pynvml.nvmlSystemGetDriverVersion())
+            try:
+                init["driver"] = _text(pynvml.nvmlSystemGetDriverVersion())
+            except pynvml.NVMLError as exc:  # not available: a replayed dump without one
+                if getattr(exc, "value", None) not in NOT_AVAILABLE:
+                    raise
+                init["driver"] = None
             init["count"] = pynvml.nvmlDeviceGetCount()
         except pynvml.NVMLError as exc:
             init["error"] = exc

@@ -26,7 +26,7 @@ FAKEGPU = HERE / "fakegpu"
 BUILD = FAKEGPU / "build"
 FIXTURES = HERE / "fixtures" / "nvidia-smi-xml"
 DUMPS = sorted(FIXTURES.glob("*.xml"))
-SOURCES = ["Makefile", "nvml.c", "cuda.c", "scenario.c", "scenario.h", "find_nvml_header.py"]
+SOURCES = sorted(p.name for p in FAKEGPU.glob("*.[ch]")) + ["Makefile", "find_nvml_header.py"]
 LIBS = ["libnvidia-ml.so.1", "libcuda.so.1"]
 
 sys.path.insert(0, str(FAKEGPU))
@@ -160,6 +160,7 @@ def read_gpu(i):
     mem1 = E(N.nvmlDeviceGetMemoryInfo, h)
     mem2 = E(N.nvmlDeviceGetMemoryInfo, h, version=N.nvmlMemory_v2)
     procs = E(N.nvmlDeviceGetComputeRunningProcesses, h)
+    gprocs = E(N.nvmlDeviceGetGraphicsRunningProcesses, h)
     retired = {}
     for cause in (0, 1):
         r = E(N.nvmlDeviceGetRetiredPages_v2, h, cause)
@@ -184,7 +185,7 @@ def read_gpu(i):
         "mem1": mem1 if isinstance(mem1, str) else [mem1.total, mem1.free, mem1.used],
         "mem2": mem2 if isinstance(mem2, str) else [mem2.total, mem2.reserved, mem2.free, mem2.used],
         "procs": procs if isinstance(procs, str) else [[p.pid, p.usedGpuMemory] for p in procs],
-        "gprocs": E(N.nvmlDeviceGetGraphicsRunningProcesses, h),
+        "gprocs": gprocs if isinstance(gprocs, str) else [[p.pid, p.usedGpuMemory] for p in gprocs],
         "temp": E(N.nvmlDeviceGetTemperature, h, N.NVML_TEMPERATURE_GPU),
         "thresholds": [E(N.nvmlDeviceGetTemperatureThreshold, h, t) for t in (
             N.NVML_TEMPERATURE_THRESHOLD_SLOWDOWN, N.NVML_TEMPERATURE_THRESHOLD_SHUTDOWN,
@@ -297,7 +298,7 @@ out({"count": N.nvmlDeviceGetCount(), "driver": s(N.nvmlSystemGetDriverVersion()
     assert g["mem2"] == [81559 * MIB, 0, (81559 - 4) * MIB, 4 * MIB]
     assert g["mem1"] == [81559 * MIB, (81559 - 4) * MIB, 4 * MIB]
     assert g["procs"] == [] and g["gprocs"] == []
-    assert g["temp"] == 34 and g["thresholds"] == [87, 92, 87]
+    assert g["temp"] == 34 and g["thresholds"] == [87, 92, 85]  # GPU_MAX has its own key
     assert g["power"] == 70000
     assert g["clocks"] == [0, 0]
     assert g["pcie"] == [5, 5, 16, 16]
@@ -543,7 +544,7 @@ MALFORMED = [
     ("bad_bool", "gpu.0.lost = yes\n", 1, "bad boolean 'yes'"),
     ("index_range", "gpu.256.lost = 1\n", 1, "GPU index out of range 0..255"),
     ("bad_index", "gpu.x.lost = 1\n", 1, "bad GPU index"),
-    ("unsupported_name", "gpu.0.unsupported = EccMode,FanSpeed\n", 1, "unknown NVML function name 'FanSpeed'"),
+    ("unsupported_name", "gpu.0.unsupported = EccMode,AutoBoostedClocksEnabled\n", 1, "unknown NVML function name 'AutoBoostedClocksEnabled'"),
     ("bad_uuid", "gpu.0.uuid = 1234\n", 1, "bad uuid '1234'"),
     ("bad_pci", "gpu.0.pci_bus_id = 3b:00\n", 1, "bad pci_bus_id '3b:00'"),
     ("bad_processes", "gpu.0.processes = 12,13\n", 1, "bad processes"),
@@ -617,13 +618,36 @@ def _all_queries(h):
         "Brand": E(N.nvmlDeviceGetBrand, h),
         "DisplayMode": E(N.nvmlDeviceGetDisplayMode, h),
         "DisplayActive": E(N.nvmlDeviceGetDisplayActive, h),
+        "UtilizationRates": E(N.nvmlDeviceGetUtilizationRates, h),
+        "EncoderUtilization": E(N.nvmlDeviceGetEncoderUtilization, h),
+        "DecoderUtilization": E(N.nvmlDeviceGetDecoderUtilization, h),
+        "FanSpeed": E(N.nvmlDeviceGetFanSpeed, h),
+        "NumFans": E(N.nvmlDeviceGetNumFans, h),
+        "PerformanceState": E(N.nvmlDeviceGetPerformanceState, h),
+        "ClockInfo": E(N.nvmlDeviceGetClockInfo, h, 1),
+        "MaxClockInfo": E(N.nvmlDeviceGetMaxClockInfo, h, 1),
+        "PowerManagementLimit": E(N.nvmlDeviceGetPowerManagementLimit, h),
+        "EnforcedPowerLimit": E(N.nvmlDeviceGetEnforcedPowerLimit, h),
+        "PowerManagementDefaultLimit": E(N.nvmlDeviceGetPowerManagementDefaultLimit, h),
+        "PowerManagementLimitConstraints": E(N.nvmlDeviceGetPowerManagementLimitConstraints, h),
+        "ComputeMode": E(N.nvmlDeviceGetComputeMode, h),
+        "DriverModel": E(N.nvmlDeviceGetDriverModel, h),
+        "BAR1MemoryInfo": E(N.nvmlDeviceGetBAR1MemoryInfo, h),
+        "VbiosVersion": E(N.nvmlDeviceGetVbiosVersion, h),
+        "TotalEnergyConsumption": E(N.nvmlDeviceGetTotalEnergyConsumption, h),
+        "ProcessUtilization": E(N.nvmlDeviceGetProcessUtilization, h, 0),
+        "PcieThroughput": E(N.nvmlDeviceGetPcieThroughput, h, 0),
     }
 '''
 ALL_NAMES = """Name UUID Serial PciInfo Index MinorNumber EccMode TotalEccErrors MemoryErrorCounter
     RetiredPages RetiredPagesPendingStatus RemappedRows MemoryInfo ComputeRunningProcesses
     GraphicsRunningProcesses Temperature TemperatureThreshold PowerUsage CurrentClocksEventReasons
     CurrPcieLinkGeneration CurrPcieLinkWidth MaxPcieLinkGeneration MaxPcieLinkWidth PersistenceMode
-    MigMode FieldValues Architecture CudaComputeCapability Brand DisplayMode DisplayActive""".split()
+    MigMode FieldValues Architecture CudaComputeCapability Brand DisplayMode DisplayActive
+    UtilizationRates EncoderUtilization DecoderUtilization FanSpeed NumFans PerformanceState
+    ClockInfo MaxClockInfo PowerManagementLimit EnforcedPowerLimit PowerManagementDefaultLimit
+    PowerManagementLimitConstraints ComputeMode DriverModel BAR1MemoryInfo VbiosVersion
+    TotalEnergyConsumption ProcessUtilization PcieThroughput""".split()
 
 
 def test_unsupported_names(tmp_path):
@@ -642,7 +666,8 @@ out([all_queries(N.nvmlDeviceGetHandleByIndex(0)), all_queries(N.nvmlDeviceGetHa
     assert all(v == "NVMLError_NotSupported" for v in g0.values()), g0
     # Later line replaces the earlier list; aliases share a bit.
     unsupported1 = {k for k, v in g1.items() if v == "NVMLError_NotSupported"}
-    assert unsupported1 == {"Temperature", "CurrentClocksEventReasons"}
+    # ... besides what a passively cooled H100 on Linux never has: fans and a driver model
+    assert unsupported1 == {"Temperature", "CurrentClocksEventReasons", "FanSpeed", "NumFans", "DriverModel"}
     assert throttle == "NVMLError_NotSupported"
 
 
@@ -1104,11 +1129,12 @@ def test_replay_nvidia_smi_dump(tmp_path, dump):
 def test_replay_details_tesla_t4(tmp_path):
     dump = FIXTURES / "tesla-t4.xml"
     g = read_gpus(tmp_path, from_nvidia_smi.convert(dump), [0])[0]
-    assert g["procs"] == [[5762, 1005 * MIB]]  # the Xorg graphics process is left out
+    assert g["procs"] == [[5762, 1005 * MIB]]  # the Xorg graphics process is not a compute one
+    assert g["gprocs"] == [[675, 22 * MIB]]
     assert g["mem2"][0] == 15360 * MIB and g["mem2"][1] == 388 * MIB and g["mem2"][3] == 1032 * MIB
     assert g["pcie"] == [3, 3, 8, 16]
     assert g["power"] == 26780
-    assert g["thresholds"] == [93, 96, 93]
+    assert g["thresholds"] == [93, 96, 85]
     assert g["persistence"] == 0
     assert g["retired"] == [0, 0, 0]
     assert g["remap"] == "NVMLError_NotSupported"
@@ -1120,7 +1146,7 @@ def test_replay_details_a100_and_gtx(tmp_path):
     a100 = read_gpus(tmp_path, from_nvidia_smi.convert(FIXTURES / "a100-sxm4-v12.xml"), [0])[0]
     assert a100["mig"] == [1, 1] and a100["persistence"] == 0
     assert a100["retired"] == ["NVMLError_NotSupported", "NVMLError_NotSupported", "NVMLError_NotSupported"]
-    assert a100["power"] == 67030 and a100["thresholds"] == [89, 92, 89]
+    assert a100["power"] == 67030 and a100["thresholds"] == [89, 92, 85]
     gtx = read_gpus(tmp_path, from_nvidia_smi.convert(FIXTURES / "gtx-1070-ti.xml"), [0])[0]
     assert gtx["ecc_mode"] == "NVMLError_NotSupported"
     assert gtx["power"] == "NVMLError_NotSupported"

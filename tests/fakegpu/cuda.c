@@ -78,6 +78,9 @@ static fg_scenario *scn;
 static int initialised;
 static int visible[FG_MAX_GPUS];        /* CUdevice ordinal -> scenario index */
 static int nvisible;
+/* Per scenario index: the MIG device this process sees of that GPU, or -1
+ * for the whole GPU.  At most one MIG device is ever visible (see below). */
+static int mig_seen[FG_MAX_GPUS];
 static struct CUctx_st ctxs[FG_MAX_GPUS];  /* primary context per scenario GPU */
 static struct alloc *allocs;
 static unsigned long long allocated[FG_MAX_GPUS];  /* bytes, per scenario GPU */
@@ -222,19 +225,79 @@ static void free_device_allocs(int gpu)
     }
 }
 
+/* MIG device named by "MIG-<uuid>" (a unique prefix is enough) or the
+ * older "MIG-GPU-<gpu uuid>/<GPU instance>/<compute instance>"; sets *mig. */
+static int find_mig(const fg_scenario *s, const char *p, size_t len, int *mig)
+{
+    int found = -1, matches = 0;
+    if (len > 8 && strncasecmp(p, "MIG-GPU-", 8) == 0) {
+        const char *slash = memchr(p, '/', len);
+        unsigned int gi = 0, ci = 0;
+        char tail;
+        char ids[32];
+        if (!slash || (size_t)(p + len - slash) >= sizeof ids)
+            return -1;
+        memcpy(ids, slash, (size_t)(p + len - slash));
+        ids[p + len - slash] = '\0';
+        if (sscanf(ids, "/%u/%u%c", &gi, &ci, &tail) != 2 || ci != 0)
+            return -1;
+        size_t ulen = (size_t)(slash - (p + 4));
+        for (unsigned int i = 0; i < s->ngpus; i++) {
+            const fg_gpu *g = &s->gpu[i];
+            if (g->mig_mode && gi >= 1 && gi <= g->mig_instances && strlen(g->uuid) == ulen &&
+                strncasecmp(g->uuid, p + 4, ulen) == 0) {
+                *mig = (int)gi - 1;
+                return (int)i;
+            }
+        }
+        return -1;
+    }
+    for (unsigned int i = 0; i < s->ngpus; i++) {
+        const fg_gpu *g = &s->gpu[i];
+        for (unsigned int k = 0; g->mig_mode && k < g->mig_instances; k++) {
+            unsigned char b[16];
+            char text[FG_UUID_LEN];
+            fg_mig_uuid(g, k, b, text, sizeof text);
+            if (strlen(text) >= len && strncasecmp(text, p, len) == 0) {
+                matches++;
+                found = (int)i;
+                *mig = (int)k;
+            }
+        }
+    }
+    return matches == 1 ? found : -1;
+}
+
 /*
  * CUDA_VISIBLE_DEVICES as the real driver reads it: a comma-separated list
- * of ordinals or GPU-<uuid> (a unique prefix is enough); the list ends at
- * the first entry that is invalid, unknown or repeated.  Unset: all GPUs;
- * empty: none.
+ * of ordinals, GPU-<uuid> or MIG-<uuid> (a unique prefix is enough); the list
+ * ends at the first entry that is invalid, unknown or repeated.  Unset: all
+ * GPUs; empty: none.
+ *
+ * MIG, as the driver has it: a GPU with MIG on is not a CUDA device itself
+ * (naming it by index or GPU UUID ends the list), only its MIG devices are,
+ * and one process enumerates at most one MIG device: a second one ends the
+ * list.  Unset, the first MIG device of the first MIG-enabled GPU with one
+ * is enumerated in that GPU's place.
  */
 static void parse_visible(const fg_scenario *s)
 {
     const char *env = getenv("CUDA_VISIBLE_DEVICES");
     nvisible = 0;
+    int migs = 0;
+    for (unsigned int i = 0; i < FG_MAX_GPUS; i++)
+        mig_seen[i] = -1;
     if (!env) {
-        for (unsigned int i = 0; i < s->ngpus; i++)
+        for (unsigned int i = 0; i < s->ngpus; i++) {
+            const fg_gpu *g = &s->gpu[i];
+            if (g->mig_mode && (migs || g->mig_instances == 0))
+                continue;
+            if (g->mig_mode) {
+                mig_seen[i] = 0;
+                migs++;
+            }
             visible[nvisible++] = (int)i;
+        }
         return;
     }
     const char *p = env;
@@ -247,8 +310,12 @@ static void parse_visible(const fg_scenario *s)
         }
         while (len && isspace((unsigned char)p[len - 1]))
             len--;
-        int found = -1;
-        if (len > 4 && strncasecmp(p, "GPU-", 4) == 0) {
+        int found = -1, mig = -1;
+        if (len > 4 && strncasecmp(p, "MIG-", 4) == 0) {
+            found = find_mig(s, p, len, &mig);
+            if (found >= 0 && migs++ > 0)
+                found = -1;
+        } else if (len > 4 && strncasecmp(p, "GPU-", 4) == 0) {
             int matches = 0;
             for (unsigned int i = 0; i < s->ngpus; i++)
                 if (strlen(s->gpu[i].uuid) >= len && strncasecmp(s->gpu[i].uuid, p, len) == 0) {
@@ -265,11 +332,14 @@ static void parse_visible(const fg_scenario *s)
             if (k == len && n < s->ngpus)
                 found = (int)n;
         }
+        if (found >= 0 && mig < 0 && s->gpu[found].mig_mode)
+            found = -1;     /* the whole of a MIG-enabled GPU is no CUDA device */
         for (int j = 0; j < nvisible && found >= 0; j++)
             if (visible[j] == found)
                 found = -1;
         if (found < 0)
             break;
+        mig_seen[found] = mig;
         visible[nvisible++] = found;
         if (!end)
             break;
@@ -331,6 +401,22 @@ EXPORT CUresult cuDriverGetVersion(int *driverVersion)
 
 /* ---------------------------------------------------------------- devices */
 
+/* GPU `gpu` as this process sees it: a MIG device has its own name, UUID
+ * and share of the memory, none of it used by others (lock held). */
+static void seen_as(int gpu, fg_gpu *g)
+{
+    *g = scn->gpu[gpu];
+    int k = mig_seen[gpu];
+    if (k < 0)
+        return;
+    char uuid[FG_UUID_LEN];
+    fg_mig_uuid(&scn->gpu[gpu], (unsigned int)k, g->uuid_bytes, uuid, sizeof uuid);
+    fg_mig_name(&scn->gpu[gpu], g->name, sizeof g->name);
+    g->mem_total_mib = fg_mig_memory_mib(&scn->gpu[gpu]);
+    g->mem_used_mib = 0;
+    g->mem_reserved_mib = 0;
+}
+
 /* Look up a device ordinal; on success copies its record (lock held by
  * caller).  Returns a CUresult. */
 static CUresult device_lookup(CUdevice dev, fg_gpu *g, int *gpu)
@@ -342,7 +428,7 @@ static CUresult device_lookup(CUdevice dev, fg_gpu *g, int *gpu)
     if (gpu)
         *gpu = visible[dev];
     if (g)
-        *g = scn->gpu[visible[dev]];
+        seen_as(visible[dev], g);
     return CUDA_SUCCESS;
 }
 
@@ -529,7 +615,9 @@ EXPORT CUresult cuCtxSynchronize(void)
 
 static unsigned long long device_free(int gpu)
 {
-    const fg_gpu *g = &scn->gpu[gpu];
+    fg_gpu seen;
+    seen_as(gpu, &seen);
+    const fg_gpu *g = &seen;
     unsigned long long total = g->mem_total_mib * MIB;
     unsigned long long used = (g->mem_used_mib + g->mem_reserved_mib) * MIB + allocated[gpu];
     return total > used ? total - used : 0;
@@ -544,7 +632,9 @@ EXPORT CUresult cuMemGetInfo_v2(size_t *free_bytes, size_t *total_bytes)
         rc = CUDA_ERROR_INVALID_VALUE;
     if (rc == CUDA_SUCCESS) {
         *free_bytes = (size_t)device_free(gpu);
-        *total_bytes = (size_t)(scn->gpu[gpu].mem_total_mib * MIB);
+        fg_gpu seen;
+        seen_as(gpu, &seen);
+        *total_bytes = (size_t)(seen.mem_total_mib * MIB);
     }
     pthread_mutex_unlock(&lock);
     return rc;

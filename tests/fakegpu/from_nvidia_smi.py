@@ -4,8 +4,11 @@
     python3 tests/fakegpu/from_nvidia_smi.py DUMP.xml > node.scenario
 
 Every GPU of the dump becomes ``gpu.N.*`` lines, in dump order.  A field the
-dump shows as ``N/A`` (or leaves out) becomes a ``gpu.N.unsupported`` entry
-naming the NVML query that would fail with NOT_SUPPORTED on that board.
+dump shows as ``N/A``, redacted or deprecated (or leaves out) becomes a
+``gpu.N.unsupported`` entry naming the NVML query that would fail with
+NOT_SUPPORTED on that board; no default of the fake (an H100) stands in for it.
+Where NVML has no NOT_SUPPORTED for a value (the driver version, a PCI ID),
+the scenario says "not known" explicitly (empty, 0).
 
 Standard library only (Python >= 3.9).  The XML is parsed with
 xml.etree.ElementTree after refusing any document that declares entities
@@ -41,9 +44,22 @@ def _txt(elem, path):
     if node is None or node.text is None:
         return None
     value = node.text.strip()
-    if not value or value.upper() in ("N/A", "NOT AVAILABLE", "[N/A]", "UNKNOWN ERROR"):
+    if not value or value.upper() in _ABSENT:
         return None
     return value
+
+
+# What nvidia-smi prints where it has no value to give.
+_ABSENT = {"N/A", "[N/A]", "NOT AVAILABLE", "UNKNOWN ERROR", "UNKNOWN", "REDACTED", "[REDACTED]",
+           "<REDACTED>", "NOT SUPPORTED", "[NOT SUPPORTED]", "INSUFFICIENT PERMISSIONS",
+           "[INSUFFICIENT PERMISSIONS]", "REQUESTED FUNCTIONALITY HAS BEEN DEPRECATED"}
+
+
+def _signed(elem, path):
+    """Leading signed integer ("-7 C"), else None: v13's relative thresholds."""
+    value = _txt(elem, path)
+    m = re.match(r"\s*([-+]?\d+)", value or "")
+    return int(m.group(1)) if m else None
 
 
 def _int(elem, path):
@@ -93,12 +109,20 @@ _CLOCK_REASONS = {
 }
 
 
+_CORRECTABLE = re.compile(r"(^|_)correctable(_|$)")
+_UNCORRECTABLE = re.compile(r"(^|_)uncorrectable(_|$)")
+
+
 def _ecc_totals(gpu, kind):
     """(corrected, uncorrected) of ecc_errors/<kind>, each None if N/A.
 
-    Driver >= 520 (dump v12) splits SRAM and DRAM; older drivers give
-    single_bit/total and double_bit/total.  NVML's total is the sum over
-    every location.
+    Driver >= 520 (dump v12) splits SRAM and DRAM (sram_correctable,
+    sram_uncorrectable, dram_...); driver 570+ (v13) splits the SRAM
+    uncorrectable count again into sram_uncorrectable_parity and
+    sram_uncorrectable_secded.  NVML's total is the sum over every location,
+    so every child named *correctable* / *uncorrectable* counts, whatever
+    the layout adds next.  Older drivers give single_bit/total and
+    double_bit/total.
     """
     base = gpu.find("ecc_errors/" + kind)
     if base is None:
@@ -106,12 +130,12 @@ def _ecc_totals(gpu, kind):
     if base.find("single_bit") is not None or base.find("double_bit") is not None:
         return _int(base, "single_bit/total"), _int(base, "double_bit/total")
 
-    def total(suffix):
-        values = [_int(base, "%s_%s" % (loc, suffix)) for loc in ("sram", "dram")]
+    def total(pattern):
+        values = [_int(child, None) for child in base if pattern.search(child.tag)]
         values = [v for v in values if v is not None]
         return sum(values) if values else None
 
-    return total("correctable"), total("uncorrectable")
+    return total(_CORRECTABLE), total(_UNCORRECTABLE)
 
 
 def _pci_bus_id(gpu):
@@ -138,11 +162,14 @@ def _gpu_lines(n, gpu):
     name = _txt(gpu, "product_name")
     if name:
         put("name", name.replace("#", " ")[:95])
+    else:
+        unsup("Name")
     uuid = _txt(gpu, "uuid")
     if uuid and _UUID_RE.match(uuid):
         put("uuid", uuid)
-    elif uuid:
-        out.append("# gpu.%d: uuid %r is not GPU-<hex>: default kept" % (n, uuid))
+    else:
+        # NVML gives no GPU without a UUID; the fake's stays for CUDA, NVML says NOT_SUPPORTED.
+        unsup("UUID")
     serial = _txt(gpu, "serial")
     if serial and "#" not in serial and len(serial) < 30:
         put("serial", serial)
@@ -155,6 +182,8 @@ def _gpu_lines(n, gpu):
         value = _txt(gpu, path)
         if value and re.match(r"^(0x)?[0-9A-Fa-f]{1,8}$", value):
             put(key, "0x%08X" % int(value, 16))
+        else:
+            put(key, "0x00000000  # not in the dump")
     minor = _int(gpu, "minor_number")
     if minor is not None:
         put("minor_number", minor)
@@ -216,40 +245,40 @@ def _gpu_lines(n, gpu):
         put("memory.used_mib", _int(gpu, "fb_memory_usage/used") or 0)
         put("memory.reserved_mib", _int(gpu, "fb_memory_usage/reserved") or 0)
 
-    # Compute processes only: graphics ones (Xorg, type G) are not what
-    # nvmlDeviceGetComputeRunningProcesses lists.
-    procs = []
+    # Type C is a compute process, G a graphics one (Xorg), C+G both: NVML
+    # lists it in both nvmlDeviceGetComputeRunningProcesses and
+    # nvmlDeviceGetGraphicsRunningProcesses.
+    procs, gprocs = [], []
     for p in gpu.findall("processes/process_info"):
         ptype = (_txt(p, "type") or "").upper()
         pid = _int(p, "pid")
-        if "C" in ptype and pid is not None:
-            procs.append("%d:%d" % (pid, _int(p, "used_memory") or 0))
+        if pid is None:
+            continue
+        entry = "%d:%d" % (pid, _int(p, "used_memory") or 0)
+        if "C" in ptype:
+            procs.append(entry)
+        if "G" in ptype:
+            gprocs.append(entry)
     if procs:
         put("processes", ",".join(procs[:64]))
+    if gprocs:
+        put("graphics_processes", ",".join(gprocs[:64]))
 
     temp = _int(gpu, "temperature/gpu_temp")
     if temp is None:
         unsup("Temperature")
     else:
         put("temperature_c", temp)
-    slow = _int(gpu, "temperature/gpu_temp_slow_threshold")
-    shut = _int(gpu, "temperature/gpu_temp_max_threshold")
+    slow, shut, gpu_max = _thresholds(gpu, temp)
     if slow is None or shut is None:
         unsup("TemperatureThreshold")
     if slow is not None:
         put("temperature.slowdown_c", slow)
     if shut is not None:
         put("temperature.shutdown_c", shut)
+    put("temperature.gpu_max_c", -1 if gpu_max is None else gpu_max)
 
-    power = _float(gpu, "gpu_power_readings/power_draw")
-    if power is None:
-        power = _float(gpu, "power_readings/power_draw")
-    # A draw of 306+ digits makes power * 1000 inf, and int(round(inf)) raised OverflowError
-    # past main()'s handler (found by tests/fuzz/fuzz_xml_replay.py): no board reports that.
-    if power is None or not math.isfinite(power * 1000):
-        unsup("PowerUsage")
-    else:
-        put("power_mw", int(round(power * 1000)))
+    _power_lines(gpu, put, unsup)
 
     reasons = gpu.find("clocks_event_reasons")
     prefix = "clocks_event_reason_"
@@ -289,8 +318,176 @@ def _gpu_lines(n, gpu):
     else:
         put("mig_mode", mig)
 
+    _monitoring_lines(gpu, put, unsup)
     put("unsupported", ",".join(unsupported))
     return out
+
+
+def _thresholds(gpu, temp):
+    """Absolute (slowdown, shutdown, GPU max operating) temperatures, each None if unknown.
+
+    Up to v12 the dump gives them in degrees C.  v13 boards that report a T.Limit give
+    instead the current margin below T.Limit (gpu_temp_tlimit) and each threshold relative
+    to T.Limit (gpu_temp_slow_tlimit_threshold = -2 means 2 C past it).  With the current
+    temperature beside the margin, T.Limit and so every threshold is absolute again:
+    threshold = gpu_temp + gpu_temp_tlimit - relative.
+    """
+    t = "temperature/"
+    absolute = [_int(gpu, t + name) for name in (
+        "gpu_temp_slow_threshold", "gpu_temp_max_threshold", "gpu_temp_max_gpu_threshold")]
+    margin = _signed(gpu, t + "gpu_temp_tlimit")
+    if temp is None or margin is None:
+        return tuple(absolute)
+    tlimit = temp + margin
+    relative = [_signed(gpu, t + name) for name in (
+        "gpu_temp_slow_tlimit_threshold", "gpu_temp_max_tlimit_threshold",
+        "gpu_temp_max_gpu_tlimit_threshold")]
+    return tuple(a if a is not None else (None if r is None or not 0 <= tlimit - r <= 1000
+                                         else tlimit - r)
+                 for a, r in zip(absolute, relative))
+
+
+def _milliwatts(gpu, *paths):
+    """The first of these power fields the dump has ("67.03 W"), in mW, else None."""
+    for path in paths:
+        watts = _float(gpu, path)
+        # A draw of 306+ digits makes watts * 1000 inf, and int(round(inf)) raised
+        # OverflowError past main()'s handler (found by tests/fuzz/fuzz_xml_replay.py).
+        if watts is not None and math.isfinite(watts * 1000) and watts * 1000 < 2 ** 32:
+            return int(round(watts * 1000))
+    return None
+
+
+def _power_lines(gpu, put, unsup):
+    # nvmlDeviceGetPowerUsage is what nvidia-smi showed as power_draw; driver 570+ (v13)
+    # shows it as average_power_draw (a 1 s average on Ampere and later) beside the
+    # instantaneous reading.
+    v12, old = "gpu_power_readings/", "power_readings/"
+    draw = _milliwatts(gpu, v12 + "power_draw", old + "power_draw", v12 + "average_power_draw",
+                       v12 + "instant_power_draw")
+    if draw is None:
+        unsup("PowerUsage")
+    else:
+        put("power_mw", draw)
+    for key, names, func in (
+        ("power_limit_mw", ("current_power_limit", "power_limit"), "PowerManagementLimit"),
+        ("power.enforced_limit_mw", ("enforced_power_limit", "current_power_limit"), "EnforcedPowerLimit"),
+        ("power.default_limit_mw", ("default_power_limit",), "PowerManagementDefaultLimit"),
+        ("power.min_limit_mw", ("min_power_limit",), "PowerManagementLimitConstraints"),
+        ("power.max_limit_mw", ("max_power_limit",), "PowerManagementLimitConstraints"),
+    ):
+        value = _milliwatts(gpu, *[base + name for name in names for base in (v12, old)])
+        if value is None:
+            unsup(func)
+        else:
+            put(key, value)
+    # The dump has no energy counter and no per-process utilization.
+    unsup("TotalEnergyConsumption", "ProcessUtilization")
+
+
+_ARCHITECTURES = {"kepler": "kepler", "maxwell": "maxwell", "pascal": "pascal", "volta": "volta",
+                  "turing": "turing", "ampere": "ampere", "ada lovelace": "ada", "ada": "ada",
+                  "hopper": "hopper", "blackwell": "blackwell", "rubin": "rubin"}
+_BRANDS = {"quadro": "quadro", "tesla": "tesla", "nvs": "nvs", "grid": "grid", "geforce": "geforce",
+           "titan": "titan", "nvidia vapps": "nvidia_vapps", "nvidia vpc": "nvidia_vpc",
+           "nvidia vcs": "nvidia_vcs", "nvidia vws": "nvidia_vws",
+           "nvidia cloud gaming": "nvidia_cloud_gaming", "quadro rtx": "quadro_rtx",
+           "nvidia rtx": "nvidia_rtx", "nvidia": "nvidia", "geforce rtx": "geforce_rtx",
+           "titan rtx": "titan_rtx"}
+_COMPUTE_MODES = {"default": "default", "exclusive_thread": "exclusive_thread",
+                  "prohibited": "prohibited", "exclusive_process": "exclusive_process"}
+_DRIVER_MODELS = {"wddm": "wddm", "tcc": "tcc", "wdm": "wdm", "mcdm": "mcdm"}
+# nvmlClockType_t order, as the scenario's clocks.* keys name them
+_CLOCKS = (("graphics", "graphics_clock"), ("sm", "sm_clock"), ("mem", "mem_clock"),
+           ("video", "video_clock"))
+
+
+def _monitoring_lines(gpu, put, unsup):
+    """What monitoring tools read: identity details, utilization, clocks, fans, BAR1, MIG."""
+
+    def named(path, table, key, func):
+        value = (_txt(gpu, path) or "").lower().replace("-", "_")
+        if value.replace("_", " ") in table:
+            put(key, table[value.replace("_", " ")])
+        elif value in table:
+            put(key, table[value])
+        else:
+            unsup(func)
+
+    named("product_architecture", _ARCHITECTURES, "architecture", "Architecture")
+    named("product_brand", _BRANDS, "brand", "Brand")
+    named("compute_mode", _COMPUTE_MODES, "compute_mode", "ComputeMode")
+    model = (_txt(gpu, "driver_model/current_dm") or "").lower()
+    put("driver_model", _DRIVER_MODELS.get(model, "unsupported"))
+    unsup("CudaComputeCapability")  # not in nvidia-smi -q -x
+    for key, path, func in (("display_mode", "display_mode", "DisplayMode"),
+                            ("display_active", "display_active", "DisplayActive")):
+        flag = _flag(gpu, path)
+        if flag is None:
+            unsup(func)
+        else:
+            put(key, flag)
+
+    util = [_int(gpu, "utilization/" + name) for name in ("gpu_util", "memory_util")]
+    if None in util:
+        unsup("UtilizationRates")
+    else:
+        put("utilization.gpu", min(util[0], 100))
+        put("utilization.memory", min(util[1], 100))
+    for key, name, func in (("encoder", "encoder_util", "EncoderUtilization"),
+                            ("decoder", "decoder_util", "DecoderUtilization")):
+        value = _int(gpu, "utilization/" + name)
+        if value is None:
+            unsup(func)
+        else:
+            put("utilization." + key, min(value, 100))
+
+    m = re.match(r"^P(\d+)$", _txt(gpu, "performance_state") or "")
+    if m and int(m.group(1)) <= 15:
+        put("pstate", int(m.group(1)))
+    else:
+        unsup("PerformanceState")
+    fan = _int(gpu, "fan_speed")
+    if fan is None or fan > 100:
+        unsup("FanSpeed")
+    else:
+        put("fan_pct", fan)
+    unsup("NumFans")  # the dump does not say how many fans there are
+
+    any_clock = False
+    for prefix, suffix in (("clocks/", "_mhz"), ("max_clocks/", "_max_mhz")):
+        for key, name in _CLOCKS:
+            value = _int(gpu, prefix + name)
+            ok = value is not None and 0 < value <= 100000
+            any_clock |= ok and prefix == "clocks/"
+            put("clocks.%s%s" % (key, suffix), value if ok else 0)  # 0: NOT_SUPPORTED
+    if not any_clock:
+        unsup("ClockInfo")
+
+    bar1 = [_int(gpu, "bar1_memory_usage/" + name) for name in ("total", "used")]
+    if None in bar1 or bar1[0] > 1 << 24:
+        unsup("BAR1MemoryInfo")
+    else:
+        put("bar1.total_mib", bar1[0])
+        put("bar1.used_mib", min(bar1[1], bar1[0]))
+    vbios = _txt(gpu, "vbios_version")
+    if vbios and "#" not in vbios and len(vbios) < 32:
+        put("vbios_version", vbios)
+    else:
+        unsup("VbiosVersion")
+    pcie = [_int(gpu, "pci/" + name) for name in ("tx_util", "rx_util")]
+    if None in pcie or max(pcie) >= 1 << 32:
+        unsup("PcieThroughput")
+    else:
+        put("pcie.tx_kbps", pcie[0])
+        put("pcie.rx_kbps", pcie[1])
+
+    migs = gpu.findall("mig_devices/mig_device")
+    if migs:
+        put("mig.instances", min(len(migs), 7))
+        memory = _int(migs[0], "fb_memory_usage/total")
+        if memory is not None and memory <= 1 << 24:
+            put("mig.memory_mib", memory)
 
 
 def convert(path_or_text):
@@ -317,10 +514,14 @@ def convert(path_or_text):
     driver = _txt(root, "driver_version")
     if driver and "#" not in driver and len(driver) < 80:
         lines.append("driver_version = %s" % driver)
+    else:
+        lines.append("driver_version =   # not in the dump: NVML answers NOT_SUPPORTED")
     cuda = _txt(root, "cuda_version")
-    m = re.match(r"^(\d+)\.(\d+)", cuda or "")
+    m = re.match(r"^(\d{1,4})\.(\d{1,2})", cuda or "")
     if m:
         lines.append("cuda_driver_version = %d" % (int(m.group(1)) * 1000 + int(m.group(2)) * 10))
+    else:
+        lines.append("cuda_driver_version = 0  # not in the dump")
     for n, gpu in enumerate(gpus):
         lines.append("")
         lines.append("# GPU %d: %s" % (n, gpu.get("id", "?")))

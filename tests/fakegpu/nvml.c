@@ -16,7 +16,7 @@
  */
 #define _GNU_SOURCE
 #define NVML_NO_UNVERSIONED_FUNC_DEFS
-#include <nvml.h>
+#include "nvml_internal.h"
 
 #include <ctype.h>
 #include <pthread.h>
@@ -27,9 +27,6 @@
 #include <strings.h>
 #include <sys/time.h>
 
-#include "scenario.h"
-
-#define MIB (1024ULL * 1024ULL)
 
 /* Opaque to callers: a handle is the address of one entry of `devices`,
  * and the GPU index is its position in the array. */
@@ -148,7 +145,7 @@ const char *nvmlErrorString(nvmlReturn_t result)
 
 /* Copy a string into a caller buffer the way NVML does: the whole string
  * and its terminator must fit, else INSUFFICIENT_SIZE and nothing useful. */
-static nvmlReturn_t put_string(char *dst, unsigned int length, const char *src)
+nvmlReturn_t fg_put_string(char *dst, unsigned int length, const char *src)
 {
     size_t n = strlen(src);
     if ((size_t)length < n + 1)
@@ -192,13 +189,14 @@ static int handle_index(nvmlDevice_t device)
     return (int)i;
 }
 
-/*
- * Common start of every call that takes a device handle, in the order the
- * real library checks: initialised, valid handle and arguments, then the
- * device itself (hang, fallen off the bus, feature not supported).
- * `func` is the fg_func bit that gpu.N.unsupported can clear, or -1.
- */
-static nvmlReturn_t dev_begin(nvmlDevice_t device, int func, int args_ok, fg_gpu *g, unsigned int *index)
+nvmlDevice_t fg_gpu_handle(unsigned int index)
+{
+    return &devices[index];
+}
+
+/* See nvml_internal.h. */
+nvmlReturn_t fg_dev_begin(nvmlDevice_t device, int func, int args_ok, fg_gpu *g, unsigned int *index,
+                          int *mig)
 {
     pthread_mutex_lock(&lock);
     if (refcount == 0) {
@@ -206,6 +204,13 @@ static nvmlReturn_t dev_begin(nvmlDevice_t device, int func, int args_ok, fg_gpu
         return NVML_ERROR_UNINITIALIZED;
     }
     int i = handle_index(device);
+    int m = -1;
+    unsigned int mi, mk;
+    if (i < 0 && mig && fg_mig_of(device, &mi, &mk) == 0 && mi < scn->ngpus &&
+        scn->gpu[mi].mig_mode && mk < scn->gpu[mi].mig_instances) {
+        i = (int)mi;     /* a live MIG device of a GPU this scenario has */
+        m = (int)mk;
+    }
     if (i < 0 || !args_ok) {
         pthread_mutex_unlock(&lock);
         return NVML_ERROR_INVALID_ARGUMENT;
@@ -214,6 +219,8 @@ static nvmlReturn_t dev_begin(nvmlDevice_t device, int func, int args_ok, fg_gpu
     pthread_mutex_unlock(&lock);
     if (index)
         *index = (unsigned int)i;
+    if (mig)
+        *mig = m;
     fg_sleep(g->nvml_hang_s);   /* outside the lock: only this caller hangs */
     if (g->lost)
         return NVML_ERROR_GPU_IS_LOST;
@@ -221,15 +228,6 @@ static nvmlReturn_t dev_begin(nvmlDevice_t device, int func, int args_ok, fg_gpu
         return NVML_ERROR_NOT_SUPPORTED;
     return NVML_SUCCESS;
 }
-
-#define BEGIN(func, args_ok)                                              \
-    fg_gpu g;                                                             \
-    unsigned int idx;                                                     \
-    do {                                                                  \
-        nvmlReturn_t rc_ = dev_begin(device, (func), (args_ok), &g, &idx); \
-        if (rc_ != NVML_SUCCESS)                                          \
-            return rc_;                                                   \
-    } while (0)
 
 static int unsupported(const fg_gpu *g, int func)
 {
@@ -256,7 +254,9 @@ nvmlReturn_t nvmlSystemGetDriverVersion(char *version, unsigned int length)
     pthread_mutex_unlock(&lock);
     if (!version)
         return NVML_ERROR_INVALID_ARGUMENT;
-    return put_string(version, length, v);
+    if (v[0] == '\0')
+        return NVML_ERROR_NOT_SUPPORTED;   /* driver_version = (empty): a replayed dump without one */
+    return fg_put_string(version, length, v);
 }
 
 nvmlReturn_t nvmlSystemGetNVMLVersion(char *version, unsigned int length)
@@ -267,10 +267,12 @@ nvmlReturn_t nvmlSystemGetNVMLVersion(char *version, unsigned int length)
     int cuda;
     if (system_values(drv, sizeof drv, &cuda))
         return NVML_ERROR_UNKNOWN;
+    if (drv[0] == '\0' || cuda == 0)
+        return NVML_ERROR_NOT_SUPPORTED;
     /* Real NVML reports "<CUDA major>.<driver version>", e.g. 12.550.54.15 */
     char v[FG_DRIVER_LEN + 16];
     snprintf(v, sizeof v, "%d.%s", cuda / 1000, drv);
-    return put_string(version, length, v);
+    return fg_put_string(version, length, v);
 }
 
 nvmlReturn_t nvmlSystemGetCudaDriverVersion(int *cudaDriverVersion)
@@ -281,6 +283,8 @@ nvmlReturn_t nvmlSystemGetCudaDriverVersion(int *cudaDriverVersion)
     int cuda;
     if (system_values(drv, sizeof drv, &cuda))
         return NVML_ERROR_UNKNOWN;
+    if (cuda == 0)
+        return NVML_ERROR_NOT_SUPPORTED;   /* cuda_driver_version = 0: not known */
     *cudaDriverVersion = cuda;
     return NVML_SUCCESS;
 }
@@ -339,12 +343,23 @@ nvmlReturn_t nvmlDeviceGetHandleByUUID(const char *uuid, nvmlDevice_t *device)
     else if (!uuid || !device)
         rc = NVML_ERROR_INVALID_ARGUMENT;
     else
-        for (unsigned int i = 0; i < scn->ngpus; i++)
-            if (strcasecmp(scn->gpu[i].uuid, uuid) == 0) {
+        for (unsigned int i = 0; i < scn->ngpus && rc != NVML_SUCCESS; i++) {
+            const fg_gpu *g = &scn->gpu[i];
+            if (strcasecmp(g->uuid, uuid) == 0) {
                 *device = &devices[i];
                 rc = NVML_SUCCESS;
-                break;
             }
+            /* Real NVML (r470+) takes a MIG device's UUID too. */
+            for (unsigned int k = 0; g->mig_mode && k < g->mig_instances && rc != NVML_SUCCESS; k++) {
+                unsigned char b[16];
+                char text[FG_UUID_LEN];
+                fg_mig_uuid(g, k, b, text, sizeof text);
+                if (strcasecmp(text, uuid) == 0) {
+                    *device = fg_mig_handle(i, k);
+                    rc = NVML_SUCCESS;
+                }
+            }
+        }
     pthread_mutex_unlock(&lock);
     return rc;
 }
@@ -425,20 +440,31 @@ nvmlReturn_t nvmlDeviceGetHandleByPciBusId(const char *pciBusId, nvmlDevice_t *d
 
 nvmlReturn_t nvmlDeviceGetName(nvmlDevice_t device, char *name, unsigned int length)
 {
-    BEGIN(FG_F_Name, name != NULL);
-    return put_string(name, length, g.name);
+    BEGIN_MIG(FG_F_Name, name != NULL);
+    if (mig >= 0) {
+        char text[FG_NAME_LEN];
+        fg_mig_name(&g, text, sizeof text);
+        return fg_put_string(name, length, text);
+    }
+    return fg_put_string(name, length, g.name);
 }
 
 nvmlReturn_t nvmlDeviceGetUUID(nvmlDevice_t device, char *uuid, unsigned int length)
 {
-    BEGIN(FG_F_UUID, uuid != NULL);
-    return put_string(uuid, length, g.uuid);
+    BEGIN_MIG(FG_F_UUID, uuid != NULL);
+    if (mig >= 0) {
+        unsigned char b[16];
+        char text[FG_UUID_LEN];
+        fg_mig_uuid(&g, (unsigned int)mig, b, text, sizeof text);
+        return fg_put_string(uuid, length, text);
+    }
+    return fg_put_string(uuid, length, g.uuid);
 }
 
 nvmlReturn_t nvmlDeviceGetSerial(nvmlDevice_t device, char *serial, unsigned int length)
 {
     BEGIN(FG_F_Serial, serial != NULL);
-    return put_string(serial, length, g.serial);
+    return fg_put_string(serial, length, g.serial);
 }
 
 static void fill_pci(const fg_gpu *g, nvmlPciInfo_t *pci)
@@ -475,8 +501,9 @@ nvmlReturn_t nvmlDeviceGetPciInfo(nvmlDevice_t device, nvmlPciInfo_t *pci)
 
 nvmlReturn_t nvmlDeviceGetIndex(nvmlDevice_t device, unsigned int *index)
 {
-    BEGIN(FG_F_Index, index != NULL);
-    *index = idx;
+    BEGIN_MIG(FG_F_Index, index != NULL);
+    /* A MIG device's index is its index under its GPU (nvml.h). */
+    *index = mig >= 0 ? (unsigned int)mig : idx;
     return NVML_SUCCESS;
 }
 
@@ -489,37 +516,37 @@ nvmlReturn_t nvmlDeviceGetMinorNumber(nvmlDevice_t device, unsigned int *minorNu
 
 nvmlReturn_t nvmlDeviceGetArchitecture(nvmlDevice_t device, nvmlDeviceArchitecture_t *arch)
 {
-    BEGIN(FG_F_Architecture, arch != NULL);
-    *arch = NVML_DEVICE_ARCH_HOPPER;
+    BEGIN_MIG(FG_F_Architecture, arch != NULL);
+    *arch = g.arch;
     return NVML_SUCCESS;
 }
 
 nvmlReturn_t nvmlDeviceGetCudaComputeCapability(nvmlDevice_t device, int *major, int *minor)
 {
-    BEGIN(FG_F_CudaComputeCapability, major != NULL && minor != NULL);
-    *major = 9;
-    *minor = 0;
+    BEGIN_MIG(FG_F_CudaComputeCapability, major != NULL && minor != NULL);
+    *major = (int)g.cc_major;
+    *minor = (int)g.cc_minor;
     return NVML_SUCCESS;
 }
 
 nvmlReturn_t nvmlDeviceGetBrand(nvmlDevice_t device, nvmlBrandType_t *type)
 {
-    BEGIN(FG_F_Brand, type != NULL);
-    *type = NVML_BRAND_NVIDIA;
+    BEGIN_MIG(FG_F_Brand, type != NULL);
+    *type = (nvmlBrandType_t)g.brand;
     return NVML_SUCCESS;
 }
 
 nvmlReturn_t nvmlDeviceGetDisplayMode(nvmlDevice_t device, nvmlEnableState_t *display)
 {
     BEGIN(FG_F_DisplayMode, display != NULL);
-    *display = NVML_FEATURE_DISABLED;
+    *display = g.display_mode ? NVML_FEATURE_ENABLED : NVML_FEATURE_DISABLED;
     return NVML_SUCCESS;
 }
 
 nvmlReturn_t nvmlDeviceGetDisplayActive(nvmlDevice_t device, nvmlEnableState_t *isActive)
 {
     BEGIN(FG_F_DisplayActive, isActive != NULL);
-    *isActive = NVML_FEATURE_DISABLED;
+    *isActive = g.display_active ? NVML_FEATURE_ENABLED : NVML_FEATURE_DISABLED;
     return NVML_SUCCESS;
 }
 
@@ -669,9 +696,19 @@ static unsigned long long sub_sat(unsigned long long a, unsigned long long b)
     return a > b ? a - b : 0;
 }
 
+/* A MIG device's memory: its share of the GPU's, nothing used. */
+static void mig_memory(fg_gpu *g)
+{
+    g->mem_total_mib = fg_mig_memory_mib(g);
+    g->mem_used_mib = 0;
+    g->mem_reserved_mib = 0;
+}
+
 nvmlReturn_t nvmlDeviceGetMemoryInfo(nvmlDevice_t device, nvmlMemory_t *memory)
 {
-    BEGIN(FG_F_MemoryInfo, memory != NULL);
+    BEGIN_MIG(FG_F_MemoryInfo, memory != NULL);
+    if (mig >= 0)
+        mig_memory(&g);
     /* v1 has no "reserved": it is counted in "used". */
     memory->total = g.mem_total_mib * MIB;
     memory->used = (g.mem_used_mib + g.mem_reserved_mib) * MIB;
@@ -681,9 +718,11 @@ nvmlReturn_t nvmlDeviceGetMemoryInfo(nvmlDevice_t device, nvmlMemory_t *memory)
 
 nvmlReturn_t nvmlDeviceGetMemoryInfo_v2(nvmlDevice_t device, nvmlMemory_v2_t *memory)
 {
-    BEGIN(FG_F_MemoryInfo, memory != NULL);
+    BEGIN_MIG(FG_F_MemoryInfo, memory != NULL);
     if (memory->version != nvmlMemory_v2)
         return NVML_ERROR_ARGUMENT_VERSION_MISMATCH;
+    if (mig >= 0)
+        mig_memory(&g);
     memory->total = g.mem_total_mib * MIB;
     memory->reserved = g.mem_reserved_mib * MIB;
     memory->used = g.mem_used_mib * MIB;
@@ -696,8 +735,14 @@ nvmlReturn_t nvmlDeviceGetMemoryInfo_v2(nvmlDevice_t device, nvmlMemory_v2_t *me
 static nvmlReturn_t processes(nvmlDevice_t device, int func, unsigned int *infoCount, void *infos, int v2,
                               int graphics)
 {
-    BEGIN(func, infoCount != NULL);
-    unsigned int n = graphics ? 0 : g.nprocs;
+    BEGIN_MIG(func, infoCount != NULL);
+    const fg_proc *list = graphics ? g.gprocs : g.procs;
+    unsigned int n = graphics ? g.ngprocs : g.nprocs;
+    /* With MIG on, every process runs in the first MIG device (GPU instance
+     * 1, compute instance 0): listed there and, aggregated, on the GPU. */
+    int in_mig = g.mig_mode && g.mig_instances > 0;
+    if (mig > 0 || (g.mig_mode && !in_mig))
+        n = 0;
     if (*infoCount < n || (n > 0 && !infos)) {
         *infoCount = n;
         return NVML_ERROR_INSUFFICIENT_SIZE;
@@ -706,15 +751,15 @@ static nvmlReturn_t processes(nvmlDevice_t device, int func, unsigned int *infoC
         if (v2) {
             nvmlProcessInfo_v2_t *p = (nvmlProcessInfo_v2_t *)infos + i;
             memset(p, 0, sizeof *p);
-            p->pid = g.procs[i].pid;
-            p->usedGpuMemory = g.procs[i].mib * MIB;
-            p->gpuInstanceId = 0xFFFFFFFFu;      /* MIG off */
-            p->computeInstanceId = 0xFFFFFFFFu;
+            p->pid = list[i].pid;
+            p->usedGpuMemory = list[i].mib * MIB;
+            p->gpuInstanceId = in_mig ? 1 : 0xFFFFFFFFu;      /* 0xFFFFFFFF: MIG off */
+            p->computeInstanceId = in_mig ? 0 : 0xFFFFFFFFu;
         } else {
             nvmlProcessInfo_v1_t *p = (nvmlProcessInfo_v1_t *)infos + i;
             memset(p, 0, sizeof *p);
-            p->pid = g.procs[i].pid;
-            p->usedGpuMemory = g.procs[i].mib * MIB;
+            p->pid = list[i].pid;
+            p->usedGpuMemory = list[i].mib * MIB;
         }
     }
     *infoCount = n;
@@ -788,8 +833,12 @@ nvmlReturn_t nvmlDeviceGetTemperatureThreshold(nvmlDevice_t device, nvmlTemperat
         *temp = g.temp_shutdown_c;
         return NVML_SUCCESS;
     case NVML_TEMPERATURE_THRESHOLD_SLOWDOWN:
-    case NVML_TEMPERATURE_THRESHOLD_GPU_MAX:
         *temp = g.temp_slowdown_c;
+        return NVML_SUCCESS;
+    case NVML_TEMPERATURE_THRESHOLD_GPU_MAX:
+        if (g.temp_gpu_max_c < 0)
+            return NVML_ERROR_NOT_SUPPORTED;
+        *temp = (unsigned int)g.temp_gpu_max_c;
         return NVML_SUCCESS;
     default:
         return NVML_ERROR_NOT_SUPPORTED;

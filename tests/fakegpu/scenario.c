@@ -53,6 +53,25 @@ static const char *const func_names[FG_F_COUNT] = {
     [FG_F_Brand] = "Brand",
     [FG_F_DisplayMode] = "DisplayMode",
     [FG_F_DisplayActive] = "DisplayActive",
+    [FG_F_UtilizationRates] = "UtilizationRates",
+    [FG_F_EncoderUtilization] = "EncoderUtilization",
+    [FG_F_DecoderUtilization] = "DecoderUtilization",
+    [FG_F_FanSpeed] = "FanSpeed",
+    [FG_F_NumFans] = "NumFans",
+    [FG_F_PerformanceState] = "PerformanceState",
+    [FG_F_ClockInfo] = "ClockInfo",
+    [FG_F_MaxClockInfo] = "MaxClockInfo",
+    [FG_F_PowerManagementLimit] = "PowerManagementLimit",
+    [FG_F_EnforcedPowerLimit] = "EnforcedPowerLimit",
+    [FG_F_PowerManagementDefaultLimit] = "PowerManagementDefaultLimit",
+    [FG_F_PowerManagementLimitConstraints] = "PowerManagementLimitConstraints",
+    [FG_F_ComputeMode] = "ComputeMode",
+    [FG_F_DriverModel] = "DriverModel",
+    [FG_F_BAR1MemoryInfo] = "BAR1MemoryInfo",
+    [FG_F_VbiosVersion] = "VbiosVersion",
+    [FG_F_TotalEnergyConsumption] = "TotalEnergyConsumption",
+    [FG_F_ProcessUtilization] = "ProcessUtilization",
+    [FG_F_PcieThroughput] = "PcieThroughput",
 };
 
 const char *fg_func_name(int f)
@@ -67,6 +86,8 @@ static int func_lookup(const char *name, size_t len)
         {"CurrentClocksThrottleReasons", FG_F_CurrentClocksEventReasons},
         {"TemperatureV", FG_F_Temperature},
         {"Uuid", FG_F_UUID},
+        {"PowerState", FG_F_PerformanceState},
+        {"Clock", FG_F_ClockInfo},
     };
     for (int f = 0; f < FG_F_COUNT; f++)
         if (strlen(func_names[f]) == len && memcmp(func_names[f], name, len) == 0)
@@ -123,6 +144,60 @@ static void gpu_defaults(fg_gpu *g, unsigned int n)
     g->pcie_gen_cur = g->pcie_gen_max = 5;
     g->pcie_width_cur = g->pcie_width_max = 16;
     g->persistence_mode = 1;
+    /* What an idle H100 SXM5 reports (nvidia-smi -q of a real one, 535.183.01). */
+    g->arch = 9;                        /* NVML_DEVICE_ARCH_HOPPER */
+    g->brand = 14;                      /* NVML_BRAND_NVIDIA */
+    g->cc_major = 9;
+    g->cc_minor = 0;
+    g->temp_gpu_max_c = 85;
+    g->fan_pct = -1;                    /* passively cooled */
+    g->power_limit_mw = 700000;
+    g->power_min_limit_mw = 200000;
+    static const unsigned int clk[4] = {345, 345, 2619, 765}, clk_max[4] = {1980, 1980, 2619, 1545};
+    memcpy(g->clock_mhz, clk, sizeof clk);
+    memcpy(g->clock_max_mhz, clk_max, sizeof clk_max);
+    g->driver_model = -1;               /* Windows only */
+    g->bar1_total_mib = 131072;
+    g->bar1_used_mib = 1;
+    snprintf(g->vbios, sizeof g->vbios, "96.00.74.00.01");
+}
+
+/* ------------------------------------------------------------- MIG devices */
+
+void fg_mig_uuid(const fg_gpu *g, unsigned int k, unsigned char bytes[16], char *text, size_t cap)
+{
+    /* A fixed mix of the GPU's UUID and k: distinct per instance, stable
+     * across runs, and never equal to the GPU's own UUID. */
+    for (int i = 0; i < 16; i++)
+        bytes[i] = (unsigned char)(g->uuid_bytes[i] ^ (0x5a + 0x11 * (k + 1) + 7 * i));
+    bytes[6] = (unsigned char)((bytes[6] & 0x0f) | 0x50);
+    snprintf(text, cap,
+             "MIG-%02x%02x%02x%02x-%02x%02x-%02x%02x-%02x%02x-%02x%02x%02x%02x%02x%02x",
+             bytes[0], bytes[1], bytes[2], bytes[3], bytes[4], bytes[5], bytes[6], bytes[7],
+             bytes[8], bytes[9], bytes[10], bytes[11], bytes[12], bytes[13], bytes[14], bytes[15]);
+}
+
+/* Compute slices and memory eighths of one of K equal instances. */
+static void mig_profile(const fg_gpu *g, unsigned int *slices, unsigned int *eighths)
+{
+    unsigned int k = g->mig_instances ? g->mig_instances : 1;
+    *slices = k == 1 ? 7 : k == 2 ? 3 : k == 3 ? 2 : 1;
+    *eighths = k == 1 ? 8 : k == 2 ? 4 : k == 3 ? 2 : 1;
+}
+
+unsigned long long fg_mig_memory_mib(const fg_gpu *g)
+{
+    unsigned int slices, eighths;
+    mig_profile(g, &slices, &eighths);
+    return g->mig_memory_mib ? g->mig_memory_mib : g->mem_total_mib * eighths / 8;
+}
+
+void fg_mig_name(const fg_gpu *g, char *text, size_t cap)
+{
+    unsigned int slices, eighths;
+    mig_profile(g, &slices, &eighths);
+    unsigned long long gb = (fg_mig_memory_mib(g) + 512) / 1024;
+    snprintf(text, cap, "%.60s MIG %ug.%llugb", g->name, slices, gb);
 }
 
 void fg_scenario_defaults(fg_scenario *s)
@@ -279,7 +354,7 @@ static int parse_pci(const char *v, fg_gpu *g, perr *e)
     return 0;
 }
 
-static int parse_procs(const char *v, fg_gpu *g, perr *e)
+static int parse_procs(const char *v, fg_proc *dst, unsigned int *count, perr *e)
 {
     fg_proc procs[FG_MAX_PROCS];
     unsigned int n = 0;
@@ -312,8 +387,8 @@ static int parse_procs(const char *v, fg_gpu *g, perr *e)
                 return fail(e, "bad processes '%s' (trailing comma)", v);
         }
     }
-    memcpy(g->procs, procs, n * sizeof procs[0]);
-    g->nprocs = n;
+    memcpy(dst, procs, n * sizeof procs[0]);
+    *count = n;
     return 0;
 }
 
@@ -365,7 +440,30 @@ static int parse_string(const char *v, char *dst, size_t cap, perr *e)
 /* ------------------------------------------------------------ key table */
 
 enum ktype { K_STR, K_U32, K_U64, K_INT, K_BOOL, K_SECONDS, K_ECC, K_ECC_PENDING,
-             K_PROCS, K_UNSUP, K_UUID, K_PCI };
+             K_PROCS, K_UNSUP, K_UUID, K_PCI, K_GPROCS, K_ENUM, K_CC };
+
+/* Named values of the K_ENUM keys, the numbers nvml.h gives them (gkey.cap
+ * picks the table). */
+typedef struct {
+    const char *name;
+    long long value;
+} enum_name;
+enum { E_ARCH, E_BRAND, E_COMPUTE_MODE, E_DRIVER_MODEL };
+static const enum_name arch_names[] = {
+    {"kepler", 2}, {"maxwell", 3}, {"pascal", 4}, {"volta", 5}, {"turing", 6}, {"ampere", 7},
+    {"ada", 8}, {"hopper", 9}, {"blackwell", 10}, {"rubin", 13}, {"unknown", 0xffffffffLL}, {NULL, 0}};
+static const enum_name brand_names[] = {
+    {"unknown", 0}, {"quadro", 1}, {"tesla", 2}, {"nvs", 3}, {"grid", 4}, {"geforce", 5},
+    {"titan", 6}, {"nvidia_vapps", 7}, {"nvidia_vpc", 8}, {"nvidia_vcs", 9}, {"nvidia_vws", 10},
+    {"nvidia_cloud_gaming", 11}, {"quadro_rtx", 12}, {"nvidia_rtx", 13}, {"nvidia", 14},
+    {"geforce_rtx", 15}, {"titan_rtx", 16}, {NULL, 0}};
+static const enum_name compute_mode_names[] = {
+    {"default", 0}, {"exclusive_thread", 1}, {"prohibited", 2}, {"exclusive_process", 3}, {NULL, 0}};
+static const enum_name driver_model_names[] = {
+    {"unsupported", -1}, {"wddm", 0}, {"tcc", 1}, {"wdm", 1}, {"mcdm", 2}, {NULL, 0}};
+static const enum_name *const enum_tables[] = {
+    [E_ARCH] = arch_names, [E_BRAND] = brand_names,
+    [E_COMPUTE_MODE] = compute_mode_names, [E_DRIVER_MODEL] = driver_model_names};
 
 typedef struct {
     const char *key;
@@ -423,7 +521,74 @@ static const gkey gpu_keys[] = {
     {"cuda.corrupt", K_BOOL, G(cuda_corrupt), 0, 0, 0},
     {"cuda.hang_s", K_SECONDS, G(cuda_hang_s), 0, 0, 0},
     {"cuda.crash", K_INT, G(cuda_crash), 0, 0, 64},
+    /* identity and monitoring (nvitop, gpustat, exporters) */
+    {"architecture", K_ENUM, G(arch), E_ARCH, 0, 0},
+    {"brand", K_ENUM, G(brand), E_BRAND, 0, 0},
+    {"cuda_cc", K_CC, 0, 0, 0, 0},
+    {"display_mode", K_BOOL, G(display_mode), 0, 0, 0},
+    {"display_active", K_BOOL, G(display_active), 0, 0, 0},
+    {"temperature.gpu_max_c", K_INT, G(temp_gpu_max_c), 0, -1, 1000},
+    {"utilization.gpu", K_U32, G(util_gpu), 0, 0, 100},
+    {"utilization.memory", K_U32, G(util_mem), 0, 0, 100},
+    {"utilization.encoder", K_U32, G(util_enc), 0, 0, 100},
+    {"utilization.decoder", K_U32, G(util_dec), 0, 0, 100},
+    {"pstate", K_U32, G(pstate), 0, 0, 15},
+    {"fan_pct", K_INT, G(fan_pct), 0, -1, 100},
+    {"fans", K_U32, G(fans), 0, 0, 64},
+    {"power_limit_mw", K_U32, G(power_limit_mw), 0, 0, U32MAX},
+    {"power.default_limit_mw", K_U32, G(power_default_limit_mw), 0, 0, U32MAX},
+    {"power.enforced_limit_mw", K_U32, G(power_enforced_limit_mw), 0, 0, U32MAX},
+    {"power.min_limit_mw", K_U32, G(power_min_limit_mw), 0, 0, U32MAX},
+    {"power.max_limit_mw", K_U32, G(power_max_limit_mw), 0, 0, U32MAX},
+    {"energy_mj", K_U64, G(energy_mj), 0, 0, LLONG_MAX},
+    {"clocks.graphics_mhz", K_U32, G(clock_mhz[0]), 0, 0, 100000},
+    {"clocks.sm_mhz", K_U32, G(clock_mhz[1]), 0, 0, 100000},
+    {"clocks.mem_mhz", K_U32, G(clock_mhz[2]), 0, 0, 100000},
+    {"clocks.video_mhz", K_U32, G(clock_mhz[3]), 0, 0, 100000},
+    {"clocks.graphics_max_mhz", K_U32, G(clock_max_mhz[0]), 0, 0, 100000},
+    {"clocks.sm_max_mhz", K_U32, G(clock_max_mhz[1]), 0, 0, 100000},
+    {"clocks.mem_max_mhz", K_U32, G(clock_max_mhz[2]), 0, 0, 100000},
+    {"clocks.video_max_mhz", K_U32, G(clock_max_mhz[3]), 0, 0, 100000},
+    {"compute_mode", K_ENUM, G(compute_mode), E_COMPUTE_MODE, 0, 0},
+    {"driver_model", K_ENUM, G(driver_model), E_DRIVER_MODEL, 0, 0},
+    {"bar1.total_mib", K_U64, G(bar1_total_mib), 0, 0, 1LL << 24},
+    {"bar1.used_mib", K_U64, G(bar1_used_mib), 0, 0, 1LL << 24},
+    {"vbios_version", K_STR, G(vbios), FG_VBIOS_LEN, 0, 0},
+    {"pcie.tx_kbps", K_U32, G(pcie_tx_kbps), 0, 0, U32MAX},
+    {"pcie.rx_kbps", K_U32, G(pcie_rx_kbps), 0, 0, U32MAX},
+    {"graphics_processes", K_GPROCS, 0, 0, 0, 0},
+    {"mig.instances", K_U32, G(mig_instances), 0, 0, FG_MAX_MIG},
+    {"mig.memory_mib", K_U64, G(mig_memory_mib), 0, 0, 1LL << 24},
 };
+
+static int parse_enum(const char *v, const enum_name *names, unsigned int *out, perr *e)
+{
+    for (const enum_name *n = names; n->name; n++)
+        if (strcmp(n->name, v) == 0) {
+            *out = (unsigned int)n->value;   /* int fields take -1 through the same bits */
+            return 0;
+        }
+    char list[200] = "";
+    for (const enum_name *n = names; n->name; n++) {
+        size_t used = strlen(list);
+        snprintf(list + used, sizeof list - used, "%s%s", used ? ", " : "", n->name);
+    }
+    char m[256];
+    snprintf(m, sizeof m, "bad value '%.40s' (expected one of: %s)", v, list);
+    return fail(e, "%s", m);
+}
+
+/* "MAJOR.MINOR", e.g. 9.0 or 12.1 */
+static int parse_cc(const char *v, fg_gpu *g, perr *e)
+{
+    unsigned int major, minor;
+    char tail;
+    if (sscanf(v, "%2u.%2u%c", &major, &minor, &tail) != 2 || !isdigit((unsigned char)v[0]))
+        return fail(e, "bad cuda_cc '%s' (expected MAJOR.MINOR, e.g. 9.0)", v);
+    g->cc_major = major;
+    g->cc_minor = minor;
+    return 0;
+}
 
 static int apply_gpu_key(fg_gpu *g, const gkey *k, const char *v, perr *e)
 {
@@ -439,7 +604,13 @@ static int apply_gpu_key(fg_gpu *g, const gkey *k, const char *v, perr *e)
     case K_PCI:
         return parse_pci(v, g, e);
     case K_PROCS:
-        return parse_procs(v, g, e);
+        return parse_procs(v, g->procs, &g->nprocs, e);
+    case K_GPROCS:
+        return parse_procs(v, g->gprocs, &g->ngprocs, e);
+    case K_ENUM:
+        return parse_enum(v, enum_tables[k->cap], (unsigned int *)(void *)(base + k->off), e);
+    case K_CC:
+        return parse_cc(v, g, e);
     case K_UNSUP:
         return parse_unsupported(v, g, e);
     case K_U32:

@@ -22,6 +22,8 @@
 #define FG_UUID_LEN 96           /* == NVML_DEVICE_UUID_V2_BUFFER_SIZE */
 #define FG_SERIAL_LEN 30         /* == NVML_DEVICE_SERIAL_BUFFER_SIZE */
 #define FG_DRIVER_LEN 80         /* == NVML_SYSTEM_DRIVER_VERSION_BUFFER_SIZE */
+#define FG_VBIOS_LEN 32          /* == NVML_DEVICE_VBIOS_VERSION_BUFFER_SIZE */
+#define FG_MAX_MIG 7             /* gpu.N.mig.instances: at most 7 MIG devices per GPU */
 
 /* NVML queries that gpu.N.unsupported can switch off, one bit each. */
 enum fg_func {
@@ -34,6 +36,13 @@ enum fg_func {
     FG_F_MaxPcieLinkGeneration, FG_F_MaxPcieLinkWidth, FG_F_PersistenceMode,
     FG_F_MigMode, FG_F_FieldValues, FG_F_Architecture, FG_F_CudaComputeCapability,
     FG_F_Brand, FG_F_DisplayMode, FG_F_DisplayActive,
+    /* monitoring calls (nvitop, gpustat, exporters) */
+    FG_F_UtilizationRates, FG_F_EncoderUtilization, FG_F_DecoderUtilization,
+    FG_F_FanSpeed, FG_F_NumFans, FG_F_PerformanceState, FG_F_ClockInfo, FG_F_MaxClockInfo,
+    FG_F_PowerManagementLimit, FG_F_EnforcedPowerLimit, FG_F_PowerManagementDefaultLimit,
+    FG_F_PowerManagementLimitConstraints, FG_F_ComputeMode, FG_F_DriverModel,
+    FG_F_BAR1MemoryInfo, FG_F_VbiosVersion, FG_F_TotalEnergyConsumption,
+    FG_F_ProcessUtilization, FG_F_PcieThroughput,
     FG_F_COUNT
 };
 
@@ -79,6 +88,31 @@ typedef struct {
 
     int cuda_init_error, cuda_alloc_error, cuda_corrupt, cuda_crash;
     double cuda_hang_s;
+
+    /* Identity and monitoring fields that nvitop, gpustat and exporters read
+     * (gpu.N.architecture, utilization.*, pstate, clocks.*, ...; README.md). */
+    unsigned int arch;                  /* NVML_DEVICE_ARCH_* value */
+    unsigned int brand;                 /* nvmlBrandType_t value */
+    unsigned int cc_major, cc_minor;
+    int display_mode, display_active;
+    int temp_gpu_max_c;                 /* NVML_TEMPERATURE_THRESHOLD_GPU_MAX; -1 = not supported */
+    unsigned int util_gpu, util_mem, util_enc, util_dec;   /* percent */
+    unsigned int pstate;                /* 0..15; 32 = unknown */
+    int fan_pct;                        /* -1: no fan, FanSpeed is NOT_SUPPORTED */
+    unsigned int fans;                  /* nvmlDeviceGetNumFans */
+    unsigned int power_limit_mw, power_default_limit_mw, power_enforced_limit_mw;
+    unsigned int power_min_limit_mw, power_max_limit_mw;
+    unsigned long long energy_mj;
+    unsigned int clock_mhz[4], clock_max_mhz[4];   /* nvmlClockType_t order: graphics, sm, mem, video */
+    int compute_mode;                   /* nvmlComputeMode_t */
+    int driver_model;                   /* nvmlDriverModel_t; -1 = not supported (Linux) */
+    unsigned long long bar1_total_mib, bar1_used_mib;
+    char vbios[FG_VBIOS_LEN];
+    unsigned int pcie_tx_kbps, pcie_rx_kbps;
+    fg_proc gprocs[FG_MAX_PROCS];       /* graphics processes (G; C+G are in both lists) */
+    unsigned int ngprocs;
+    unsigned int mig_instances;         /* MIG devices while mig_mode is on, 0..FG_MAX_MIG */
+    unsigned long long mig_memory_mib;  /* memory of each; 0 = its share by profile */
 } fg_gpu;
 
 typedef struct {
@@ -109,6 +143,20 @@ void fg_sleep(double seconds);
 
 /* Name of an fg_func bit as used in gpu.N.unsupported. */
 const char *fg_func_name(int f);
+
+/*
+ * MIG devices, the same for NVML and CUDA.  MIG device k (0-based) of GPU g
+ * exists when g->mig_mode is on and k < g->mig_instances.  Its UUID is
+ * "MIG-" + 8-4-4-4-12 hex derived from the GPU's UUID and k; its GPU
+ * instance ID is k + 1 and its compute instance ID 0.  With K instances
+ * each gets the profile of K equal A100/H100 slices: 7g (K=1), 3g (2),
+ * 2g (3), 1g (4..7), with 8/8, 4/8, 2/8 or 1/8 of the GPU's memory
+ * (gpu.N.mig.memory_mib sets the memory of each instead).
+ */
+void fg_mig_uuid(const fg_gpu *g, unsigned int k, unsigned char bytes[16], char *text, size_t cap);
+unsigned long long fg_mig_memory_mib(const fg_gpu *g);
+/* "<GPU name> MIG <s>g.<m>gb", as NVML names a MIG device. */
+void fg_mig_name(const fg_gpu *g, char *text, size_t cap);
 
 #pragma GCC visibility pop
 
