@@ -49,7 +49,7 @@ CU_RESULT_NAMES = {
 
 class ProbeTarget(NamedTuple):
     index: int  # type: ignore[assignment]  # NVML index, for the result
-    uuid: str  # GPU-<uuid>: how the child selects its device
+    uuid: str  # GPU-<uuid>, or MIG-<uuid> for a MIG device: how the child selects its device
 
 
 class ProbeSize(NamedTuple):

@@ -173,10 +173,20 @@ def _probe(snapshot: NodeSnapshot, config: Config, level: str,
            cap_s: Optional[float] = None) -> Tuple[ProbeResult, ...]:
     from .cudaprobe import ProbeSize, ProbeTarget, run_probes
 
-    targets, skipped = [], []
+    targets: List[ProbeTarget] = []
+    skipped: List[ProbeResult] = []
     for gpu in snapshot.gpus:
         if gpu.index not in snapshot.selected or gpu.lost is not None:
             continue  # never allocate on GPUs another job holds; a lost GPU already fails
+        if gpu.mig_mode:
+            # CUDA cannot use a MIG-enabled GPU as a whole (its GPU- UUID gives no device, as the
+            # driver has it), only its MIG devices, and one process sees one: one child per device.
+            migs = [m for m in gpu.mig_devices or () if m.uuid]
+            if not migs:
+                skipped.append(ProbeResult(gpu.index, ProbeStatus.NOT_RUN,
+                                           detail="MIG is on and the GPU has no MIG device to probe"))
+            targets.extend(ProbeTarget(gpu.index, m.uuid) for m in migs if m.uuid)
+            continue
         if not gpu.uuid:
             skipped.append(ProbeResult(gpu.index, ProbeStatus.NOT_RUN, detail="NVML gave no UUID"))
             continue
@@ -194,11 +204,22 @@ def _probe(snapshot: NodeSnapshot, config: Config, level: str,
     if cap_s is not None and cap_s < timeout_s:
         if cap_s < MARGIN_S:
             # nothing left of act_budget_s: not checked (unknown), never a drain
-            return tuple(ProbeResult(t.index, ProbeStatus.NOT_RUN,
-                                     detail=f"no time left within act_budget_s = "
-                                            f"{config.act_budget_s:g} s") for t in targets) + tuple(skipped)
+            return _worst_per_gpu(tuple(
+                ProbeResult(t.index, ProbeStatus.NOT_RUN,
+                            detail=f"no time left within act_budget_s = {config.act_budget_s:g} s")
+                for t in targets)) + tuple(skipped)
         timeout_s = cap_s
-    return run_probes(targets, size, timeout_s) + tuple(skipped)
+    return _worst_per_gpu(run_probes(targets, size, timeout_s)) + tuple(skipped)
+
+
+def _worst_per_gpu(results: Tuple[ProbeResult, ...]) -> Tuple[ProbeResult, ...]:
+    """One result per GPU: a MIG-enabled GPU had one probe per MIG device, and any failure is its."""
+    by_gpu: Dict[int, ProbeResult] = {}
+    for result in results:
+        kept = by_gpu.get(result.index)
+        if kept is None or (kept.status is ProbeStatus.OK and result.status is not ProbeStatus.OK):
+            by_gpu[result.index] = result
+    return tuple(by_gpu.values())
 
 
 # --- judging (pure) ----------------------------------------------------------------------

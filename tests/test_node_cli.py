@@ -189,16 +189,31 @@ def test_unreadable_kernel_log_is_unknown_for_xid_only(node, tmp_path):
 DUMPS = sorted((FIXTURES / "nvidia-smi-xml").glob("*.xml"))
 
 
-@pytest.mark.parametrize("dump", DUMPS, ids=[d.stem for d in DUMPS])
+# Workstation boards that shipped with ECC off: the checker rightly warns about them.
+ECC_OFF_DUMPS = {"dual_a5000-v13", "pro-6000-maxq-blackwell-v13", "rtx-4000-sff-ada-v13"}
+# A desktop RTX 3080 busy (65 %, P2, 9 GiB) with processes this PID namespace cannot see (the
+# dump was taken in a container): not a leak, but read as one until issue 13 judges it.
+BUSY_ELSEWHERE = pytest.mark.xfail(strict=True, reason="issue 13: memory.leaked on a GPU busy "
+                                   "with processes in another PID namespace")
+DUMP_PARAMS = [pytest.param(d, id=d.stem, marks=[BUSY_ELSEWHERE] if d.stem == "rtx-3080-v13" else [])
+               for d in DUMPS]
+
+
+@pytest.mark.parametrize("dump", DUMP_PARAMS)
 def test_every_real_healthy_dump_replayed_comes_out_healthy(node, dump):
     import subprocess
     import sys
     scenario = subprocess.run([sys.executable, str(Path(__file__).parent / "fakegpu" / "from_nvidia_smi.py"),
                                str(dump)], capture_output=True, text=True, check=True).stdout
     result = node.run("--node", "--json", scenario=scenario)
+    assert not result.checks("fail"), (result.stdout, result.stderr)
+    if dump.stem in ECC_OFF_DUMPS:
+        assert result.rc == 1 and result.json["verdict"] == "warn"
+        assert set(result.checks("warn")) == {"ecc.mode"}
+        return
     assert result.rc == 0, (result.stdout, result.stderr)
     assert result.json["verdict"] == "pass"
-    assert not result.checks("fail") and not result.checks("warn")
+    assert not result.checks("warn")
 
 
 @pytest.mark.parametrize("quick_mib", [1, 3, 100, 257, 1000])
