@@ -1089,7 +1089,8 @@ def _dump_expectations(path):
     for gpu in root.findall("gpu"):
         def txt(p):
             node = gpu.find(p)
-            return node.text.strip() if node is not None and node.text and node.text.strip() != "N/A" else None
+            value = node.text.strip() if node is not None and node.text else None
+            return value if value and value.strip("[]") not in ("N/A", "REDACTED") else None
         busid = txt("pci/pci_bus_id") or gpu.get("id")
         ecc = None
         if txt("ecc_mode/current_ecc") == "Enabled":
@@ -1227,3 +1228,299 @@ print(lib.nvmlInit_v2(), cuda.cuInit(0))
     else:
         assert cuda_rc in (0, 100)  # 100: a scenario with gpus = 0
         assert nvml_rc == 0 or "nvml.init_error" in text
+
+
+# ------------------------------------------------- monitoring keys (issue 11)
+
+MONITORING = r'''
+def plain(x):
+    """ctypes values as JSON can carry them"""
+    if isinstance(x, (list, tuple)):
+        return [plain(v) for v in x]
+    return x.value if hasattr(x, "value") and not isinstance(x, (int, str)) else x
+
+def monitoring(h):
+    return {k: plain(v) for k, v in _monitoring(h).items()}
+
+def _monitoring(h):
+    util = E(N.nvmlDeviceGetUtilizationRates, h)
+    bar1 = E(N.nvmlDeviceGetBAR1MemoryInfo, h)
+    return {
+        "util": util if isinstance(util, str) else [util.gpu, util.memory],
+        "enc": E(N.nvmlDeviceGetEncoderUtilization, h), "dec": E(N.nvmlDeviceGetDecoderUtilization, h),
+        "pstate": E(N.nvmlDeviceGetPerformanceState, h), "fan": E(N.nvmlDeviceGetFanSpeed, h),
+        "fans": E(N.nvmlDeviceGetNumFans, h), "fan1": E(N.nvmlDeviceGetFanSpeed_v2, h, 1),
+        "clocks": [E(N.nvmlDeviceGetClockInfo, h, t) for t in range(4)],
+        "max_clocks": [E(N.nvmlDeviceGetMaxClockInfo, h, t) for t in range(4)],
+        "clock_bad": E(N.nvmlDeviceGetClockInfo, h, 4),
+        "app_clock": E(N.nvmlDeviceGetClock, h, 0, N.NVML_CLOCK_ID_APP_CLOCK_TARGET),
+        "limits": [E(N.nvmlDeviceGetPowerManagementLimit, h), E(N.nvmlDeviceGetEnforcedPowerLimit, h),
+                   E(N.nvmlDeviceGetPowerManagementDefaultLimit, h),
+                   E(N.nvmlDeviceGetPowerManagementLimitConstraints, h)],
+        "energy": E(N.nvmlDeviceGetTotalEnergyConsumption, h),
+        "compute_mode": E(N.nvmlDeviceGetComputeMode, h), "driver_model": E(N.nvmlDeviceGetDriverModel, h),
+        "bar1": bar1 if isinstance(bar1, str) else [bar1.bar1Total >> 20, bar1.bar1Used >> 20, bar1.bar1Free >> 20],
+        "vbios": s(E(N.nvmlDeviceGetVbiosVersion, h)),
+        "pcie": [E(N.nvmlDeviceGetPcieThroughput, h, 0), E(N.nvmlDeviceGetPcieThroughput, h, 1)],
+        "arch": E(N.nvmlDeviceGetArchitecture, h), "brand": E(N.nvmlDeviceGetBrand, h),
+        "cc": E(N.nvmlDeviceGetCudaComputeCapability, h),
+        "display": [E(N.nvmlDeviceGetDisplayMode, h), E(N.nvmlDeviceGetDisplayActive, h)],
+        "gpu_max": E(N.nvmlDeviceGetTemperatureThreshold, h, N.NVML_TEMPERATURE_THRESHOLD_GPU_MAX),
+        "proc_util": [[p.pid, p.smUtil, p.memUtil] for p in E(N.nvmlDeviceGetProcessUtilization, h, 0)]
+                     if not isinstance(E(N.nvmlDeviceGetProcessUtilization, h, 0), str)
+                     else E(N.nvmlDeviceGetProcessUtilization, h, 0),
+    }
+'''
+
+
+def test_monitoring_defaults_and_keys(tmp_path):
+    scenario = """
+        gpus = 2
+        gpu.1.architecture = ada
+        gpu.1.brand = nvidia_rtx
+        gpu.1.cuda_cc = 8.9
+        gpu.1.display_mode = 1
+        gpu.1.display_active = 1
+        gpu.1.temperature.gpu_max_c = -1
+        gpu.1.utilization.gpu = 60
+        gpu.1.utilization.memory = 37
+        gpu.1.utilization.encoder = 3
+        gpu.1.utilization.decoder = 4
+        gpu.1.pstate = 8
+        gpu.1.fan_pct = 30
+        gpu.1.fans = 2
+        gpu.1.power_limit_mw = 70000
+        gpu.1.power.enforced_limit_mw = 65000
+        gpu.1.power.min_limit_mw = 30000
+        gpu.1.energy_mj = 123456789
+        gpu.1.clocks.graphics_mhz = 0
+        gpu.1.clocks.video_mhz = -1
+        gpu.1.clocks.mem_max_mhz = 7001
+        gpu.1.compute_mode = exclusive_process
+        gpu.1.driver_model = wddm
+        gpu.1.bar1.total_mib = 32768
+        gpu.1.bar1.used_mib = 3732
+        gpu.1.vbios_version = 95.04.53.00.01
+        gpu.1.pcie.tx_kbps = 830
+        gpu.1.pcie.rx_kbps = 439
+        gpu.1.processes = 4937:160,34626:183
+        gpu.1.graphics_processes = 1842:410,34626:183
+    """
+    code = MONITORING + "N.nvmlInit()\nout([monitoring(N.nvmlDeviceGetHandleByIndex(i)) for i in (0, 1)])\n"
+    (h100, ada), _ = run(tmp_path, scenario, code)
+    NS, IA, NF = "NVMLError_NotSupported", "NVMLError_InvalidArgument", "NVMLError_NotFound"
+    # An idle H100 SXM5, as nvidia-smi -q shows a real one
+    assert h100 == {
+        "util": [0, 0], "enc": [0, 1000000], "dec": [0, 1000000], "pstate": 0, "fan": NS, "fans": NS,
+        "fan1": NS, "clocks": [345, 345, 2619, 765], "max_clocks": [1980, 1980, 2619, 1545], "clock_bad": IA,
+        "app_clock": NS, "limits": [700000, 700000, 700000, [200000, 700000]], "energy": 0,
+        "compute_mode": 0, "driver_model": NS, "bar1": [131072, 1, 131071], "vbios": "96.00.74.00.01",
+        "pcie": [0, 0], "arch": 9, "brand": 14, "cc": [9, 0], "display": [0, 0], "gpu_max": 85,
+        "proc_util": NF}
+    assert ada == {
+        "util": [60, 37], "enc": [3, 1000000], "dec": [4, 1000000], "pstate": 8, "fan": 30, "fans": 2,
+        "fan1": 30, "clocks": [0, 345, 2619, NS], "max_clocks": [1980, 1980, 7001, 1545], "clock_bad": IA,
+        "app_clock": NS, "limits": [70000, 65000, 70000, [30000, 70000]], "energy": 123456789,
+        "compute_mode": 3, "driver_model": [0, 0], "bar1": [32768, 3732, 29036], "vbios": "95.04.53.00.01",
+        "pcie": [830, 439], "arch": 8, "brand": 13, "cc": [8, 9], "display": [1, 1], "gpu_max": NS,
+        # three processes (34626 is C+G, counted once) share the 60 % and 37 %
+        "proc_util": [[4937, 20, 12], [34626, 20, 12], [1842, 20, 12]]}
+
+
+@pytest.mark.parametrize("text,what", [
+    ("gpu.0.architecture = fermi\n", "bad value 'fermi' (expected one of: kepler, maxwell"),
+    ("gpu.0.brand = acme\n", "bad value 'acme'"),
+    ("gpu.0.cuda_cc = 9\n", "bad cuda_cc '9'"),
+    ("gpu.0.cuda_cc = 9.0x\n", "bad cuda_cc '9.0x'"),
+    ("gpu.0.utilization.gpu = 101\n", "integer out of range '101'"),
+    ("gpu.0.pstate = 16\n", "integer out of range '16'"),
+    ("gpu.0.mig.instances = 8\n", "integer out of range '8'"),
+    ("gpu.0.compute_mode = exclusive\n", "bad value 'exclusive'"),
+    ("gpu.0.graphics_processes = 1:2,\n", "bad processes"),
+], ids=["arch", "brand", "cc", "cc_tail", "util", "pstate", "mig", "compute_mode", "gprocs"])
+def test_malformed_monitoring_keys_fail_init(tmp_path, text, what):
+    result, proc = run(tmp_path, text, "out(E(N.nvmlInit))\n")
+    assert result == "NVMLError_Unknown"
+    assert what in proc.stderr, proc.stderr
+
+
+def test_unknown_driver_and_cuda_versions_are_not_supported(tmp_path):
+    code = """
+N.nvmlInit()
+out([E(N.nvmlSystemGetDriverVersion), E(N.nvmlSystemGetNVMLVersion), E(N.nvmlSystemGetCudaDriverVersion)])
+"""
+    (driver, nvml, cuda), _ = run(tmp_path, "driver_version =\ncuda_driver_version = 0\n", code)
+    assert driver == nvml == cuda == "NVMLError_NotSupported"
+
+
+# ------------------------------------------------------------ MIG (issue 11)
+
+MIG_SCENARIO = """
+    gpus = 3
+    gpu.1.name = NVIDIA A100-SXM4-80GB
+    gpu.1.memory.total_mib = 81920
+    gpu.1.mig_mode = 1
+    gpu.1.mig.instances = 3
+    gpu.1.processes = 4321:2000
+    gpu.2.mig_mode = 1
+"""
+
+
+def test_mig_devices_in_nvml(tmp_path):
+    code = """
+N.nvmlInit()
+h0, h1, h2 = (N.nvmlDeviceGetHandleByIndex(i) for i in range(3))
+migs = [N.nvmlDeviceGetMigDeviceHandleByIndex(h1, k) for k in range(3)]
+def info(m):
+    mem = N.nvmlDeviceGetMemoryInfo(m)
+    parent = N.nvmlDeviceGetDeviceHandleFromMigDeviceHandle(m)
+    return [s(N.nvmlDeviceGetName(m)), s(N.nvmlDeviceGetUUID(m)), mem.total >> 20, mem.used,
+            N.nvmlDeviceIsMigDeviceHandle(m).value, N.nvmlDeviceGetGpuInstanceId(m),
+            N.nvmlDeviceGetComputeInstanceId(m), N.nvmlDeviceGetIndex(m),
+            s(N.nvmlDeviceGetUUID(parent)), [p.pid for p in N.nvmlDeviceGetComputeRunningProcesses(m)],
+            E(N.nvmlDeviceGetUtilizationRates, m), E(N.nvmlDeviceGetEccMode, m)]
+by_uuid = N.nvmlDeviceGetHandleByUUID(s(N.nvmlDeviceGetUUID(migs[2])))
+out([[info(m) for m in migs],
+     [N.nvmlDeviceGetMaxMigDeviceCount(h) for h in (h0, h1, h2)],
+     [E(N.nvmlDeviceGetMigDeviceHandleByIndex, h1, 3), E(N.nvmlDeviceGetMigDeviceHandleByIndex, h1, 7),
+      E(N.nvmlDeviceGetMigDeviceHandleByIndex, h2, 0), E(N.nvmlDeviceGetMigDeviceHandleByIndex, h0, 0)],
+     [N.nvmlDeviceIsMigDeviceHandle(h1).value, E(N.nvmlDeviceGetDeviceHandleFromMigDeviceHandle, h1),
+      E(N.nvmlDeviceGetGpuInstanceId, h0), E(N.nvmlDeviceGetGpuInstanceId, h1)],
+     N.nvmlDeviceGetIndex(by_uuid), s(N.nvmlDeviceGetUUID(h1)),
+     [[p.pid, p.gpuInstanceId, p.computeInstanceId] for p in N.nvmlDeviceGetComputeRunningProcesses(h1)],
+     E(N.nvmlDeviceGetUtilizationRates, h1)])
+"""
+    (migs, counts, errors, flags, by_uuid, parent_uuid, procs, util), _ = run(tmp_path, MIG_SCENARIO, code)
+    assert [m[0] for m in migs] == ["NVIDIA A100-SXM4-80GB MIG 2g.20gb"] * 3
+    uuids = [m[1] for m in migs]
+    assert len(set(uuids)) == 3 and all(re.match(r"^MIG-[0-9a-f]{8}(-[0-9a-f]{4}){3}-[0-9a-f]{12}$", u)
+                                        for u in uuids)
+    assert all(m[2:4] == [20480, 0] for m in migs)
+    assert [m[4:8] for m in migs] == [[1, 1, 0, 0], [1, 2, 0, 1], [1, 3, 0, 2]]
+    assert all(m[8] == parent_uuid for m in migs)
+    assert [m[9] for m in migs] == [[4321], [], []]      # every process runs in MIG device 0
+    assert all(m[10:] == ["NVMLError_NotSupported", "NVMLError_InvalidArgument"] for m in migs)
+    assert counts == [0, 7, 7]
+    assert errors == ["NVMLError_NotFound", "NVMLError_InvalidArgument", "NVMLError_NotFound",
+                      "NVMLError_NotSupported"]
+    assert flags == [0, "NVMLError_InvalidArgument", "NVMLError_NotSupported", "NVMLError_InvalidArgument"]
+    assert by_uuid == 2
+    assert procs == [[4321, 1, 0]] and util == "NVMLError_NotSupported"
+
+
+MIG_CUDA = CUDA_ENUM + """
+mem = []
+for i in range(n.value):
+    name = ctypes.create_string_buffer(128)
+    cu().cuDeviceGetName(name, 128, i)
+    total = c_size_t()
+    cu().cuDeviceTotalMem_v2(byref(total), i)
+    mem.append([s(name.value), total.value >> 20])
+print("RESULT " + json.dumps([r, n.value, devs, mem]))
+"""
+
+
+def _mig_uuids(tmp_path):
+    code = """
+N.nvmlInit()
+h1 = N.nvmlDeviceGetHandleByIndex(1)
+out([s(N.nvmlDeviceGetUUID(N.nvmlDeviceGetMigDeviceHandleByIndex(h1, k))) for k in range(3)])
+"""
+    return run(tmp_path, MIG_SCENARIO, code)[0]
+
+
+def test_cuda_sees_mig_devices_as_the_driver_does(tmp_path):
+    migs = _mig_uuids(tmp_path)
+    hexes = [m[4:].replace("-", "") for m in migs]
+
+    def enum(cvd):
+        env = {} if cvd is None else {"CUDA_VISIBLE_DEVICES": cvd}
+        result, _ = run(tmp_path, MIG_SCENARIO, MIG_CUDA, env=env)
+        r, n, devs, mem = result
+        return r, [d[0] for d in devs], mem
+
+    # A MIG device by its UUID: its own name, UUID and memory share
+    r, uuids, mem = enum(migs[1])
+    assert (r, uuids, mem) == (0, [hexes[1]], [["NVIDIA A100-SXM4-80GB MIG 2g.20gb", 20480]])
+    assert enum(migs[2][:12])[1] == [hexes[2]]                     # a unique prefix is enough
+    assert enum("MIG-GPU-fa4e0000-0000-4000-8000-000000000001/3/0")[1] == [hexes[2]]  # older form
+    # The whole of a MIG-enabled GPU is no CUDA device, by UUID or index: the list ends there
+    assert enum("GPU-fa4e0000-0000-4000-8000-000000000001")[:2] == (100, [])
+    assert enum("1")[:2] == (100, [])
+    assert enum("0,1,2")[1] == [uuid_hex(0)]
+    # One MIG device per process: a second ends the list
+    assert enum(f"{migs[0]},{migs[1]}")[1] == [hexes[0]]
+    assert enum(f"0,{migs[0]}")[1] == [uuid_hex(0), hexes[0]]
+    # Unset: the first MIG device stands in for its GPU; a MIG GPU without devices gives none
+    assert enum(None)[1] == [uuid_hex(0), hexes[0]]
+
+
+# ---------------------------------------------- converter: what dumps say (issue 11)
+
+EDITED = HERE / "fixtures" / "nvidia-smi-xml-edited"
+
+
+def test_replay_v13_sram_parity_and_secded_errors_count(tmp_path):
+    g = read_gpus(tmp_path, from_nvidia_smi.convert(EDITED / "v13-ecc-sram-errors.xml"), [0])[0]
+    # volatile: SRAM 5 + DRAM 7 corrected; SRAM parity 2 + SECDED 1 uncorrected
+    assert g["ecc_mode"] == [1, 1]
+    assert g["ecc"] == [12, 3, 20, 3]
+
+
+def test_replay_newer_power_fields_and_relative_thresholds(tmp_path):
+    code = MONITORING + READ_GPU + """
+N.nvmlInit()
+h = N.nvmlDeviceGetHandleByIndex(0)
+out([read_gpu(0)["power"], read_gpu(0)["thresholds"], monitoring(h)["limits"]])
+"""
+    # rtx-3060-v12 (driver 570): average_power_draw 11.60 W, instant 11.63 W, no power_draw
+    power, _, limits = run(tmp_path, from_nvidia_smi.convert(FIXTURES / "rtx-3060-v12.xml"), code)[0]
+    assert power == 11600 and limits == [170000, 170000, 170000, [100000, 190000]]
+    # rtx-4000-sff-ada-v13: 38 C, T.Limit margin 49 C, so T.Limit is 87 C; slowdown at -2 C,
+    # shutdown at -7 C, GPU max at 0 C relative to it
+    power, thresholds, limits = run(tmp_path, from_nvidia_smi.convert(FIXTURES / "rtx-4000-sff-ada-v13.xml"),
+                                    code)[0]
+    assert thresholds == [89, 94, 87]
+    assert power == 8810 and limits == [70000, 70000, 70000, [30000, 70000]]
+
+
+@pytest.mark.parametrize("dump", DUMPS, ids=[d.stem for d in DUMPS])
+def test_replay_shows_no_default_of_the_fake(tmp_path, dump):
+    """Whatever the dump lacks, the fake's H100 never shows through (issue 11)."""
+    root = ET.fromstring(dump.read_text())
+    code = MONITORING + """
+N.nvmlInit()
+out([s(E(N.nvmlSystemGetDriverVersion)), E(N.nvmlSystemGetCudaDriverVersion),
+     [monitoring(N.nvmlDeviceGetHandleByIndex(i)) for i in range(N.nvmlDeviceGetCount())],
+     [N.nvmlDeviceGetPciInfo(N.nvmlDeviceGetHandleByIndex(i)).pciDeviceId for i in range(N.nvmlDeviceGetCount())]])
+"""
+    driver, cuda, gpus, pci_ids = run(tmp_path, from_nvidia_smi.convert(dump), code)[0]
+    text = (root.findtext("driver_version") or "").strip()
+    assert driver == (text if text and text != "N/A" else "NVMLError_NotSupported")
+    assert cuda != 12040 and driver != "550.54.15"
+    for gpu, got, pci_id in zip(root.findall("gpu"), gpus, pci_ids):
+        assert got["vbios"] == ((gpu.findtext("vbios_version") or "").strip() or "NVMLError_NotSupported")
+        bar1 = (gpu.findtext("bar1_memory_usage/total") or "N/A").split()[0]
+        assert got["bar1"] == "NVMLError_NotSupported" if bar1 == "N/A" else got["bar1"][0] == int(bar1)
+        assert got["arch"] != 9 or (gpu.findtext("product_architecture") or "").strip() == "Hopper"
+        assert got["brand"] == "NVMLError_NotSupported" or gpu.findtext("product_brand")
+        assert got["cc"] == "NVMLError_NotSupported"  # nvidia-smi -q -x never says
+        assert got["limits"][0] != 700000 and got["clocks"] != [345, 345, 2619, 765]
+        assert pci_id != 0x233010DE
+        if (gpu.findtext("pci/pci_device_id") or "N/A").strip().strip("[]") in ("N/A", "REDACTED"):
+            assert pci_id == 0
+        max_gpu = gpu.findtext("temperature/gpu_temp_max_gpu_threshold")
+        if max_gpu is not None and max_gpu.strip() != "N/A":
+            assert got["gpu_max"] == int(max_gpu.split()[0])
+
+
+def test_replay_redacted_and_absent_fields_are_not_supported(tmp_path):
+    # rtx-3090-v12 redacts its PCI IDs; rtx-4000-sff-ada-v13 its serial ("REDACTED"); gtx-1070-ti
+    # (v10, minimal) has no processes section, no power draw, no brand
+    g = read_gpus(tmp_path, from_nvidia_smi.convert(FIXTURES / "rtx-4000-sff-ada-v13.xml"), [0])[0]
+    assert g["serial"] == "NVMLError_NotSupported"
+    g = read_gpus(tmp_path, from_nvidia_smi.convert(FIXTURES / "rtx-3090-v12.xml"), [0])[0]
+    assert g["pciDeviceId"] == 0
+    g = read_gpus(tmp_path, from_nvidia_smi.convert(FIXTURES / "gtx-1070-ti.xml"), [0])[0]
+    assert g["procs"] == g["gprocs"] == "NVMLError_NotSupported"
+    assert g["power"] == "NVMLError_NotSupported"

@@ -216,6 +216,19 @@ def test_every_real_healthy_dump_replayed_comes_out_healthy(node, dump):
     assert not result.checks("warn")
 
 
+def test_v13_dump_with_sram_uncorrectable_errors_fails_ecc(node):
+    """v13 splits SRAM uncorrectable errors into parity and SECDED; both count (issue 11)."""
+    import subprocess
+    import sys
+    dump = FIXTURES / "nvidia-smi-xml-edited" / "v13-ecc-sram-errors.xml"
+    scenario = subprocess.run([sys.executable, str(Path(__file__).parent / "fakegpu" / "from_nvidia_smi.py"),
+                               str(dump)], capture_output=True, text=True, check=True).stdout
+    result = node.run("--node", "--json", scenario=scenario)
+    assert result.rc == 2
+    [ecc] = [f for f in result.json["findings"] if f["check"] == "ecc.volatile_uncorrected"]
+    assert ecc["severity"] == "fail" and ecc["value"] == 3 and ecc["gpu"] == 0
+
+
 @pytest.mark.parametrize("quick_mib", [1, 3, 100, 257, 1000])
 def test_quick_probe_of_any_size_reads_back_aligned_samples(node, quick_mib):
     node.write_config(f"[probe]\nquick_mib = {quick_mib}")

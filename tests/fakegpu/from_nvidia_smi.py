@@ -259,6 +259,8 @@ def _gpu_lines(n, gpu):
             procs.append(entry)
         if "G" in ptype:
             gprocs.append(entry)
+    if gpu.find("processes") is None:
+        unsup("ComputeRunningProcesses", "GraphicsRunningProcesses")  # the dump does not say
     if procs:
         put("processes", ",".join(procs[:64]))
     if gprocs:
@@ -458,9 +460,9 @@ def _monitoring_lines(gpu, put, unsup):
     for prefix, suffix in (("clocks/", "_mhz"), ("max_clocks/", "_max_mhz")):
         for key, name in _CLOCKS:
             value = _int(gpu, prefix + name)
-            ok = value is not None and 0 < value <= 100000
+            ok = value is not None and value <= 100000
             any_clock |= ok and prefix == "clocks/"
-            put("clocks.%s%s" % (key, suffix), value if ok else 0)  # 0: NOT_SUPPORTED
+            put("clocks.%s%s" % (key, suffix), value if ok else -1)  # -1: NOT_SUPPORTED
     if not any_clock:
         unsup("ClockInfo")
 

@@ -151,18 +151,18 @@ nvmlReturn_t nvmlDeviceGetPowerState(nvmlDevice_t device, nvmlPstates_t *pState)
 nvmlReturn_t nvmlDeviceGetClockInfo(nvmlDevice_t device, nvmlClockType_t type, unsigned int *clock)
 {
     BEGIN(FG_F_ClockInfo, clock != NULL && type >= 0 && type < NVML_CLOCK_COUNT);
-    if (g.clock_mhz[type] == 0)
-        return NVML_ERROR_NOT_SUPPORTED;   /* 0 MHz: the dump had no value */
-    *clock = g.clock_mhz[type];
+    if (g.clock_mhz[type] < 0)
+        return NVML_ERROR_NOT_SUPPORTED;   /* -1: the dump had no value */
+    *clock = (unsigned int)g.clock_mhz[type];
     return NVML_SUCCESS;
 }
 
 nvmlReturn_t nvmlDeviceGetMaxClockInfo(nvmlDevice_t device, nvmlClockType_t type, unsigned int *clock)
 {
     BEGIN(FG_F_MaxClockInfo, clock != NULL && type >= 0 && type < NVML_CLOCK_COUNT);
-    if (g.clock_max_mhz[type] == 0)
+    if (g.clock_max_mhz[type] < 0)
         return NVML_ERROR_NOT_SUPPORTED;
-    *clock = g.clock_max_mhz[type];
+    *clock = (unsigned int)g.clock_max_mhz[type];
     return NVML_SUCCESS;
 }
 
@@ -172,12 +172,12 @@ nvmlReturn_t nvmlDeviceGetClock(nvmlDevice_t device, nvmlClockType_t clockType, 
     BEGIN(FG_F_ClockInfo, clockMHz != NULL && clockType >= 0 && clockType < NVML_CLOCK_COUNT &&
                               clockId >= 0 && clockId < NVML_CLOCK_ID_COUNT);
     /* Application clocks are deprecated on current boards: not supported. */
-    unsigned int v = clockId == NVML_CLOCK_ID_CURRENT ? g.clock_mhz[clockType]
-                     : clockId == NVML_CLOCK_ID_CUSTOMER_BOOST_MAX ? g.clock_max_mhz[clockType]
-                     : 0;
-    if (v == 0)
+    int v = clockId == NVML_CLOCK_ID_CURRENT ? g.clock_mhz[clockType]
+            : clockId == NVML_CLOCK_ID_CUSTOMER_BOOST_MAX ? g.clock_max_mhz[clockType]
+            : -1;
+    if (v < 0)
         return NVML_ERROR_NOT_SUPPORTED;
-    *clockMHz = v;
+    *clockMHz = (unsigned int)v;
     return NVML_SUCCESS;
 }
 

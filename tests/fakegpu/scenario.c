@@ -153,7 +153,7 @@ static void gpu_defaults(fg_gpu *g, unsigned int n)
     g->fan_pct = -1;                    /* passively cooled */
     g->power_limit_mw = 700000;
     g->power_min_limit_mw = 200000;
-    static const unsigned int clk[4] = {345, 345, 2619, 765}, clk_max[4] = {1980, 1980, 2619, 1545};
+    static const int clk[4] = {345, 345, 2619, 765}, clk_max[4] = {1980, 1980, 2619, 1545};
     memcpy(g->clock_mhz, clk, sizeof clk);
     memcpy(g->clock_max_mhz, clk_max, sizeof clk_max);
     g->driver_model = -1;               /* Windows only */
@@ -541,14 +541,14 @@ static const gkey gpu_keys[] = {
     {"power.min_limit_mw", K_U32, G(power_min_limit_mw), 0, 0, U32MAX},
     {"power.max_limit_mw", K_U32, G(power_max_limit_mw), 0, 0, U32MAX},
     {"energy_mj", K_U64, G(energy_mj), 0, 0, LLONG_MAX},
-    {"clocks.graphics_mhz", K_U32, G(clock_mhz[0]), 0, 0, 100000},
-    {"clocks.sm_mhz", K_U32, G(clock_mhz[1]), 0, 0, 100000},
-    {"clocks.mem_mhz", K_U32, G(clock_mhz[2]), 0, 0, 100000},
-    {"clocks.video_mhz", K_U32, G(clock_mhz[3]), 0, 0, 100000},
-    {"clocks.graphics_max_mhz", K_U32, G(clock_max_mhz[0]), 0, 0, 100000},
-    {"clocks.sm_max_mhz", K_U32, G(clock_max_mhz[1]), 0, 0, 100000},
-    {"clocks.mem_max_mhz", K_U32, G(clock_max_mhz[2]), 0, 0, 100000},
-    {"clocks.video_max_mhz", K_U32, G(clock_max_mhz[3]), 0, 0, 100000},
+    {"clocks.graphics_mhz", K_INT, G(clock_mhz[0]), 0, -1, 100000},
+    {"clocks.sm_mhz", K_INT, G(clock_mhz[1]), 0, -1, 100000},
+    {"clocks.mem_mhz", K_INT, G(clock_mhz[2]), 0, -1, 100000},
+    {"clocks.video_mhz", K_INT, G(clock_mhz[3]), 0, -1, 100000},
+    {"clocks.graphics_max_mhz", K_INT, G(clock_max_mhz[0]), 0, -1, 100000},
+    {"clocks.sm_max_mhz", K_INT, G(clock_max_mhz[1]), 0, -1, 100000},
+    {"clocks.mem_max_mhz", K_INT, G(clock_max_mhz[2]), 0, -1, 100000},
+    {"clocks.video_max_mhz", K_INT, G(clock_max_mhz[3]), 0, -1, 100000},
     {"compute_mode", K_ENUM, G(compute_mode), E_COMPUTE_MODE, 0, 0},
     {"driver_model", K_ENUM, G(driver_model), E_DRIVER_MODEL, 0, 0},
     {"bar1.total_mib", K_U64, G(bar1_total_mib), 0, 0, 1LL << 24},

@@ -103,7 +103,7 @@ typedef struct {
     unsigned int power_limit_mw, power_default_limit_mw, power_enforced_limit_mw;
     unsigned int power_min_limit_mw, power_max_limit_mw;
     unsigned long long energy_mj;
-    unsigned int clock_mhz[4], clock_max_mhz[4];   /* nvmlClockType_t order: graphics, sm, mem, video */
+    int clock_mhz[4], clock_max_mhz[4]; /* nvmlClockType_t order: graphics, sm, mem, video; -1 = n/s */
     int compute_mode;                   /* nvmlComputeMode_t */
     int driver_model;                   /* nvmlDriverModel_t; -1 = not supported (Linux) */
     unsigned long long bar1_total_mib, bar1_used_mib;
