@@ -1195,7 +1195,10 @@ from hypothesis import strategies as st  # noqa: E402
 
 _KEYS = ["gpus", "driver_version", "cuda_driver_version", "gpu.0.name", "gpu.*.temperature_c",
          "gpu.3.processes", "gpu.1.unsupported", "gpu.2.uuid", "gpu.0.pci_bus_id", "gpu.9.nvml.hang_s",
-         "gpu.0.ecc_mode", "gpu.300.lost", "gpu.x.lost", "bogus"]
+         "gpu.0.ecc_mode", "gpu.300.lost", "gpu.x.lost", "bogus", "gpu.0.architecture", "gpu.1.brand",
+         "gpu.0.cuda_cc", "gpu.0.utilization.gpu", "gpu.0.pstate", "gpu.0.fan_pct", "gpu.*.clocks.sm_mhz",
+         "gpu.0.compute_mode", "gpu.0.driver_model", "gpu.0.vbios_version", "gpu.0.graphics_processes",
+         "gpu.0.mig.instances", "gpu.0.mig.memory_mib", "gpu.0.temperature.gpu_max_c"]
 _line = st.one_of(
     st.text(max_size=40),
     st.builds(lambda k, v, c: "%s = %s%s" % (k, v, c), st.sampled_from(_KEYS),
