@@ -89,7 +89,7 @@ def job_from_env(environ: Mapping[str, str]) -> JobContext:
 def map_job_gpus(ids: Sequence[str], gpus: Sequence[GpuSnapshot],
                  layout: Optional["GresLayout"] = None) -> Tuple[Tuple[int, ...], Optional[str]]:
     """Slurm's ids -> NVML indices: gres indices through slurmd's device list (gres.py), UUIDs
-    directly.
+    directly (GPU- or MIG-).
 
     Never by NVML order, and never by taking a gres index for a minor number: the two agree only
     while gres.conf lists every device in order.  Returns the indices and an error naming the
@@ -98,6 +98,8 @@ def map_job_gpus(ids: Sequence[str], gpus: Sequence[GpuSnapshot],
     from .gres import map_gres_indices
 
     by_uuid = {g.uuid.lower(): g.index for g in gpus if g.uuid}
+    # A job on a MIG device is named by its MIG- UUID: it runs on that device's GPU.
+    by_uuid.update({m.uuid.lower(): g.index for g in gpus for m in g.mig_devices or () if m.uuid})
     found: List[int] = []
     missing: List[str] = []
     errors: List[str] = []

@@ -229,6 +229,25 @@ def test_v13_dump_with_sram_uncorrectable_errors_fails_ecc(node):
     assert ecc["severity"] == "fail" and ecc["value"] == 3 and ecc["gpu"] == 0
 
 
+def test_mig_enabled_gpu_is_probed_through_its_mig_devices(node):
+    """CUDA cannot use a MIG-enabled GPU by its GPU- UUID (no device); each MIG- UUID works."""
+    scenario = "gpus = 2\ngpu.1.mig_mode = 1\ngpu.1.mig.instances = 2\n"
+    result = node.run("--node", "--json", scenario=scenario)
+    assert result.rc == 0, (result.stdout, result.stderr)
+    probes = {p["gpu"]: p for p in result.json["probes"]}
+    assert probes[1]["status"] == "ok" and probes[0]["status"] == "ok"
+    # A bad cell on that GPU shows through its MIG devices
+    result = node.run("--node", "--json", scenario=scenario + "gpu.1.cuda.corrupt = 1\n")
+    assert result.rc == 2
+    [probe] = [f for f in result.json["findings"] if f["check"] == "cuda.probe"]
+    assert probe["gpu"] == 1 and probe["severity"] == "fail"
+    # MIG on without a MIG device: nothing CUDA could use, said as unknown, never a drain
+    result = node.run("--node", "--json", scenario="gpus = 1\ngpu.0.mig_mode = 1\n")
+    assert result.rc == 3
+    [probe] = [f for f in result.json["findings"] if f["check"] == "cuda.probe"]
+    assert probe["severity"] == "unknown" and "no MIG device" in probe["message"]
+
+
 @pytest.mark.parametrize("quick_mib", [1, 3, 100, 257, 1000])
 def test_quick_probe_of_any_size_reads_back_aligned_samples(node, quick_mib):
     node.write_config(f"[probe]\nquick_mib = {quick_mib}")

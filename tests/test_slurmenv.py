@@ -4,7 +4,7 @@ import pytest
 from hypothesis import given, settings, strategies as st
 
 from healthcheck.gres import parse_gres_conf
-from healthcheck.model import GpuSnapshot
+from healthcheck.model import GpuSnapshot, MigDevice
 from healthcheck.slurmenv import GpuListError, job_from_env, map_job_gpus, parse_gpu_list
 
 
@@ -38,6 +38,15 @@ def test_map_through_gres_conf_and_minor_numbers_not_nvml_order():
     assert found == () and "7" in error
     found, error = map_job_gpus(["0"], gpus)  # no gres.conf: a gres index is never taken for a minor
     assert found == () and "no gres.conf" in error
+
+
+def test_a_mig_device_maps_to_its_gpu():
+    mig = MigDevice(index=1, uuid="MIG-0929581a-2be6-5dec-bf34-0954c6c529a6", memory_total_mib=40192)
+    gpus = [GpuSnapshot(index=0, minor_number=0, uuid="GPU-a"),
+            GpuSnapshot(index=1, minor_number=1, uuid="GPU-b", mig_mode=True, mig_devices=(mig,))]
+    ids = parse_gpu_list("MIG-0929581a-2be6-5dec-bf34-0954c6c529a6")
+    assert map_job_gpus(ids, gpus) == ((1,), None)
+    assert map_job_gpus(["MIG-0929581a"], gpus) == ((1,), None)  # a unique prefix, as CUDA takes
 
 
 @settings(max_examples=500)
