@@ -14,7 +14,7 @@ import os
 import signal
 import sys
 import time
-from typing import TYPE_CHECKING, List, NoReturn, Optional, Sequence
+from typing import TYPE_CHECKING, List, Mapping, NoReturn, Optional, Sequence
 
 from . import __version__
 from .model import UsageError
@@ -88,6 +88,9 @@ def build_parser() -> "argparse.ArgumentParser":
                       "[checks] disabled), severity, action, threshold key, what it catches")
     what.add_argument("--check-config", action="store_true", help="validate the configuration "
                       "and print each key's effective value and where it came from")
+    what.add_argument("--job-report", action="store_true", help="inside a job, as its user: "
+                      "which of the job's GPUs is at fault (read-only; the SPANK plugin runs it "
+                      "when a task fails)")
     what.add_argument("--version", action="store_true", help="print the version and exit")
     parser.add_argument("--json", action="store_true", help="print one JSON document")
     parser.add_argument("--act", action="store_true", help="with --node: drain on failure, "
@@ -95,11 +98,17 @@ def build_parser() -> "argparse.ArgumentParser":
     parser.add_argument("--config", metavar="FILE", help="configuration file (TOML)")
     parser.add_argument("--gpus", metavar="LIST", help="with --node: only these NVML indices, "
                         "e.g. 0,3")
-    parser.add_argument("--level", choices=("quick", "full"), default="quick",
-                        help="CUDA probe size: quick (256 MiB) or full (a share of free memory)")
+    parser.add_argument("--level", choices=LEVELS, default=None,
+                        help="CUDA probe size: quick (256 MiB, the default) or full (a share of "
+                             "free memory); --prolog without it takes the job's "
+                             "--gpu-healthcheck= choice ($SPANK_GPU_HEALTHCHECK_LEVEL)")
     return parser
 
 
+LEVELS = ("quick", "full")
+# The job's --gpu-healthcheck= choice, put into the prolog's environment by the SPANK plugin
+# (spank_job_control_setenv adds the SPANK_ prefix).
+LEVEL_VAR = "SPANK_GPU_HEALTHCHECK_LEVEL"
 _FAST_FLAGS = {"--node", "--prolog", "--epilog", "--json", "--act"}
 
 
@@ -107,6 +116,9 @@ def _fast_args(argv: List[str]) -> Optional["argparse.Namespace"]:
     """The plain forms slurmd and HealthCheckProgram run (`--prolog`, `--node --act`, ...),
     without building the argparse parser (~4 ms of every job start).  Anything else, including
     every mistake, goes to argparse for its checks and messages."""
+    level = None
+    if len(argv) >= 2 and argv[-2] == "--level" and argv[-1] in LEVELS:  # what the plugin runs
+        argv, level = argv[:-2], argv[-1]
     modes = [a for a in argv if a in ("--node", "--prolog", "--epilog")]
     if len(modes) != 1 or len(set(argv)) != len(argv) or not set(argv) <= _FAST_FLAGS:
         return None
@@ -115,8 +127,19 @@ def _fast_args(argv: List[str]) -> Optional["argparse.Namespace"]:
     return SimpleNamespace(node=modes[0] == "--node", prolog=modes[0] == "--prolog",  # type: ignore[return-value]
                            epilog=modes[0] == "--epilog", version=False, history=None,
                            cluster=False, list_checks=False, check_config=False,
-                           json="--json" in argv, act="--act" in argv,
-                           config=None, gpus=None, level="quick")
+                           job_report=False, json="--json" in argv, act="--act" in argv,
+                           config=None, gpus=None, level=level)
+
+
+def _level(given: Optional[str], mode: "Mode", environ: Mapping[str, str]) -> str:
+    """--level, else (prolog only) the job's own choice, else quick."""
+    from .model import Mode
+
+    if given:
+        return given
+    if mode is Mode.PROLOG and environ.get(LEVEL_VAR) in LEVELS:
+        return environ[LEVEL_VAR]
+    return "quick"
 
 
 def _parse_gpus(text: str) -> tuple:
@@ -155,9 +178,14 @@ def _main(args_list: List[str]) -> int:
         return check_config(args.config, os.environ, args.json, sys.stdout, sys.stderr)
     if args.history is not None or args.cluster:
         return _admin_view(args)
+    if args.job_report:
+        from .jobreport import main as job_report
+
+        return job_report()
     from .model import Mode
 
     mode = Mode.NODE if args.node else Mode.PROLOG if args.prolog else Mode.EPILOG
+    args.level = _level(args.level, mode, os.environ)
     if args.act and mode is not Mode.NODE:
         raise UsageError("--act goes with --node (prolog and epilog always act)")
     if args.gpus and mode is not Mode.NODE:

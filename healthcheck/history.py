@@ -7,6 +7,7 @@ One line (a JSON object, schema 1):
 
     {"schema": 1, "time": "2026-11-29T19:01:02+00:00", "epoch": 1795978862.1, "mode": "epilog",
      "node": "gpu-a", "host": "gpu-a", "job_id": "1234", "verdict": "fail", "duration_s": 0.21,
+     "level": "quick", "probes": [{"gpu": 2, "status": "ok", "bytes_tested": 268435456}],
      "findings": [{"check": "ecc.volatile_uncorrected", "severity": "fail", "gpu": 2,
                    "pci_bus_id": "00000000:38:00.0", "serial": "1650522003802", "uuid": "GPU-...",
                    "value": 3, "message": "..."}],
@@ -89,7 +90,9 @@ def build_record(report: Dict[str, Any], events: Sequence["LogEvent"], now: floa
         "started_at": report.get("started_at"), "mode": report.get("mode"),
         "node": report.get("node"), "host": report.get("host"), "job_id": report.get("job_id"),
         "verdict": report.get("verdict"), "duration_s": report.get("duration_s"),
-        "tool_version": report.get("tool_version"),
+        "tool_version": report.get("tool_version"), "level": report.get("level"),
+        "probes": [{"gpu": p.get("gpu"), "status": p.get("status"),
+                    "bytes_tested": p.get("bytes_tested")} for p in report.get("probes") or ()],
         "findings": findings[:MAX_ITEMS],
         "action": {"taken": action.get("taken", "none"), "reason": action.get("reason"),
                    "detail": _clip(action.get("detail")),
@@ -355,7 +358,8 @@ def format_table(records: Sequence[Dict[str, Any]]) -> Iterator[str]:
     for r in records:
         verdict = ("INTERNAL-ERROR" if r.get("internal_error") else "TERMINATED" if r.get("terminated")
                    else str(r.get("verdict") or "?"))
-        rows.append((str(r.get("time") or "?"), str(r.get("mode") or "?"),
+        mode = str(r.get("mode") or "?") + (" (full)" if r.get("level") == "full" else "")
+        rows.append((str(r.get("time") or "?"), mode,
                      str(r.get("job_id") or "-"), verdict, _action_text(r), _worst_finding(r)))
     widths = [max(len(row[i]) for row in rows) for i in range(5)]
     for row in rows:

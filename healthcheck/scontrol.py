@@ -72,6 +72,16 @@ def reason_time(line: str) -> Optional[str]:
     return m.group("when") if m and m.group("when") else None
 
 
+def parse_admin_comment(text: str) -> Optional[str]:
+    """AdminComment from `scontrol show job` (not -o: there the free text has a line of its
+    own, so "key=value" inside it cannot be mistaken for the next field)."""
+    for line in text.splitlines():
+        stripped = line.strip()
+        if stripped.startswith("AdminComment="):
+            return stripped[len("AdminComment="):].strip() or None
+    return None
+
+
 def parse_show_nodes(text: str) -> List[NodeState]:
     nodes = []
     for line in text.splitlines():
@@ -129,6 +139,10 @@ class Scontrol:
 
     def resume(self, node: str) -> None:
         self._run(["update", f"NodeName={node}", "State=RESUME"])
+
+    def show_job(self, job_id: str) -> str:
+        """`scontrol show job ID` (several lines: AdminComment gets a line of its own)."""
+        return self._run(["show", "job", job_id])
 
     def set_admin_comment(self, job_id: str, text: str) -> None:
         self._run(["update", f"JobId={job_id}", f"AdminComment={sanitise(text)}"])

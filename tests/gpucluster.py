@@ -31,6 +31,14 @@ def serial(index: int) -> str:
     return f"16505220038{index:02d}"
 
 
+def spank_plugin() -> Path:
+    """spank/build/gpu_healthcheck.so, built by `make -C spank` against this host's spank.h."""
+    done = subprocess.run(["make", "-C", str(ROOT / "spank")], capture_output=True, text=True)
+    if done.returncode != 0:
+        raise RuntimeError(f"make -C spank failed:\n{done.stdout}{done.stderr}")
+    return ROOT / "spank" / "build" / "gpu_healthcheck.so"
+
+
 def gpu_healthcheck_bin(bin_dir: Path) -> Path:
     """The installed console script, else a shim running this checkout."""
     installed = shutil.which("gpu-healthcheck", path=os.path.dirname(sys.executable))
@@ -50,9 +58,14 @@ class GpuCluster:
 
     def __init__(self, wd: Path, fake: Path, max_fraction: float = 1.0,
                  weights: Optional[Dict[str, int]] = None, nodes: Optional[List[str]] = None,
-                 gres_minors: Optional[Dict[str, List[int]]] = None) -> None:
+                 gres_minors: Optional[Dict[str, List[int]]] = None, scripts: bool = True,
+                 plugstack: Optional[str] = None) -> None:
         """gres_minors: per node, the /dev/nvidiaN that gres.conf lists (default 0-7), e.g.
-        {"gpu-a": [0, 1, 2, 4, 5, 6, 7]} for a node whose broken GPU 3 was taken out."""
+        {"gpu-a": [0, 1, 2, 4, 5, 6, 7]} for a node whose broken GPU 3 was taken out.
+        scripts: Prolog=/Epilog= run our scripts.  plugstack: arguments of our SPANK plugin
+        (spank/build/gpu_healthcheck.so, built by `make -C spank`) in this cluster's
+        plugstack.conf, e.g. "run=prolog,epilog,report"; its exec= defaults to
+        `exec_wrapper`, which runs gpu-healthcheck with the node's scenario and config."""
         self.wd = wd
         self.nodes = list(nodes or NODES)
         self.fake = fake
@@ -63,7 +76,8 @@ class GpuCluster:
         bin_dir = wd / "bin"
         gpu_healthcheck_bin(bin_dir)
         self.cluster = SlurmCluster(wd / "slurm", nodes=self.nodes, node_weights=weights or {"gpu-a": 1, "gpu-b": 10, "gpu-c": 20},
-                                    prolog=str(wd / "prolog-wrapper"), epilog=str(wd / "epilog-wrapper"),
+                                    prolog=str(wd / "prolog-wrapper") if scripts else None,
+                                    epilog=str(wd / "epilog-wrapper") if scripts else None,
                                     prolog_epilog_timeout=120, gres_minors=gres_minors)
         for node in self.nodes:
             self.scenario(node).write_text(HEALTHY)
@@ -73,6 +87,20 @@ class GpuCluster:
         env["PATH"] = f"{bin_dir}:/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
         self.cluster.write_wrapper(wd / "prolog-wrapper", str(ROOT / "prolog" / "gpu-healthcheck-prolog"), env)
         self.cluster.write_wrapper(wd / "epilog-wrapper", str(ROOT / "epilog" / "gpu-healthcheck-epilog"), env)
+        # what the SPANK plugin execs: slurmd's prolog environment, or the job's for --job-report
+        self.exec_wrapper = self.cluster.write_wrapper(wd / "exec-wrapper", str(bin_dir / "gpu-healthcheck"), env)
+        if plugstack is not None:
+            self.write_plugstack(plugstack)
+
+    def write_plugstack(self, args: str) -> Path:
+        """This cluster's plugstack.conf: our plugin with these arguments (read by slurmd and by
+        sbatch/srun/salloc at each start, so a test may rewrite it between jobs)."""
+        if "exec=" not in args:
+            args = f"exec={self.exec_wrapper} {args}"
+        path = self.cluster.etc_dir / "plugstack.conf"
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(f"required {spank_plugin()} {args}\n")
+        return path
 
     def node_env(self, node: str) -> Dict[str, str]:
         return {"LD_LIBRARY_PATH": str(self.fake),

@@ -1,0 +1,142 @@
+"""`gpu-healthcheck --job-report`: inside a job, as its user, say which GPU failed it.
+
+    gpu-healthcheck: gpu-a GPU 2 (00000000:38:00.0, SN 1650522003802): 3 volatile uncorrected
+    ECC errors, limit 0; this node will be drained
+
+Read-only: it acts on nothing, needs no root, and never fails the job.  The SPANK plugin runs it
+(spank/gpu_healthcheck.c) with the job's environment and the task's stderr:
+  - GPU_HEALTHCHECK_REPORT=task-exit when a task exited non-zero: a fast NVML read of the job's
+    GPUs, judged by the epilog's own checks, one line per faulty GPU (or one saying they look
+    healthy);
+  - GPU_HEALTHCHECK_REPORT=requeued at the first task of a requeued batch job: why it was
+    requeued, from the job's AdminComment (slurmctld sends it to every reader of the job,
+    its owner included; the prolog that refused the job wrote our drain reason there).
+Run by hand (no GPU_HEALTHCHECK_REPORT) it prints both.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+from typing import Dict, List, Mapping, Optional, Sequence, TextIO, Tuple
+
+from .model import Finding, Mode, NodeSnapshot
+
+PREFIX = "gpu-healthcheck:"
+
+
+# --- pure ----------------------------------------------------------------------------------
+
+def _short(message: str) -> str:
+    """A check message without its advice: "GPU 2 (...): 3 volatile ... errors, limit 0"."""
+    head, sep, _ = message.partition(". ")
+    return head if sep else message.rstrip(".")
+
+
+def report_lines(node: str, findings: Sequence[Finding], snapshot: NodeSnapshot) -> List[str]:
+    """One line per faulty GPU of the job, naming its worst finding (node-wide faults too), or
+    one line saying the job's GPUs look healthy."""
+    from .verdict import draining
+
+    selected = set(snapshot.selected)
+    worst: Dict[Optional[int], Finding] = {}
+    for f in draining(findings):  # worst first
+        if f.gpu is None or f.gpu in selected:
+            worst.setdefault(f.gpu, f)
+    if worst:
+        return [f"{PREFIX} {node} {_short(f.message)}; this node will be drained"
+                for f in worst.values()]
+    gpus = ", ".join(str(i) for i in sorted(selected)) or "none"
+    return [f"{PREFIX} {node}: the job's GPUs ({gpus}) look healthy (ECC, row remapping, "
+            f"retired pages, lost GPUs read through NVML)"]
+
+
+def requeue_line(restarts: int, admin_comment: Optional[str]) -> Optional[str]:
+    """Why a requeued job was requeued, as far as the job may see it."""
+    if restarts <= 0:
+        return None
+    times = "once" if restarts == 1 else f"{restarts} times"
+    if admin_comment and admin_comment.startswith(PREFIX):
+        return (f"{PREFIX} this job was requeued {times}; the node it was first given failed "
+                f"its check: {admin_comment[len(PREFIX):].strip()}")
+    if admin_comment:
+        return f"{PREFIX} this job was requeued {times}; AdminComment: {admin_comment}"
+    return f"{PREFIX} this job was requeued {times}; Slurm recorded no reason the job can see"
+
+
+# --- reading and writing -------------------------------------------------------------------
+
+def _gpu_lines(environ: Mapping[str, str]) -> Tuple[List[str], int]:
+    from .checks import CheckContext, run_checks
+    from .config import Config, ConfigError, load_config
+    from .nvml import read_nvml
+    from .slurmenv import job_from_env, map_job_gpus
+    from .state import StateStore
+
+    try:
+        config = load_config(None, environ)
+    except ConfigError:
+        config = Config()  # the admin's file may be unreadable to the user: defaults judge
+    node = config.node_name or environ.get("SLURMD_NODENAME") or os.uname().nodename.split(".")[0]
+    job = job_from_env(environ)
+    nvml = read_nvml(config.nvml_timeout_s)
+    selected: Tuple[int, ...] = tuple(g.index for g in nvml.gpus)
+    if job.gpu_ids and nvml.error is None:
+        mapped, _ = map_job_gpus(job.gpu_ids, nvml.gpus)
+        selected = mapped or selected
+    snapshot = NodeSnapshot(host=node, nvml_error=nvml.error, driver_version=nvml.driver_version,
+                            gpus=nvml.gpus, job=job, selected=selected)
+    if job.job_id:  # the prolog's baseline, where the user may read it: only new errors count
+        baseline, _ = StateStore(config.state_dir).read_baseline(job.job_id)
+        snapshot = snapshot._replace(baseline=baseline)
+    findings, _ = run_checks(snapshot, CheckContext(config=config, mode=Mode.EPILOG,
+                                                    selected=selected))
+    lines = report_lines(node, findings, snapshot)
+    return lines, 2 if lines[0].endswith("will be drained") else 0
+
+
+def _admin_comment(environ: Mapping[str, str], job_id: str) -> Optional[str]:
+    from .config import Config, ConfigError, load_config
+    from .scontrol import Scontrol, ScontrolError, find_scontrol, parse_admin_comment
+
+    try:
+        config = load_config(None, environ)
+    except ConfigError:
+        config = Config()
+    try:
+        ctl = Scontrol(find_scontrol(config.scontrol, environ), config.scontrol_timeout_s)
+        return parse_admin_comment(ctl.show_job(job_id))
+    except ScontrolError:
+        return None
+
+
+def job_report(environ: Mapping[str, str], out: TextIO) -> int:
+    """Exit 0 healthy, 2 a GPU of the job is at fault, 3 could not check."""
+    phase = environ.get("GPU_HEALTHCHECK_REPORT", "")
+    status = 0
+    if phase in ("", "requeued"):
+        try:
+            restarts = int(environ.get("SLURM_RESTART_COUNT", "0") or 0)
+        except ValueError:
+            restarts = 0
+        job_id = environ.get("SLURM_JOB_ID") or environ.get("SLURM_JOBID")
+        if restarts > 0 and job_id:
+            line = requeue_line(restarts, _admin_comment(environ, job_id))
+            if line:
+                print(line, file=out)
+    if phase in ("", "task-exit"):
+        lines, status = _gpu_lines(environ)
+        for line in lines:
+            print(line, file=out)
+    out.flush()
+    return status
+
+
+def main(environ: Optional[Mapping[str, str]] = None, out: Optional[TextIO] = None) -> int:
+    try:
+        return job_report(os.environ if environ is None else environ,
+                          sys.stdout if out is None else out)
+    except Exception as exc:  # noqa: BLE001 - a report must never add a failure to the job
+        print(f"{PREFIX} --job-report could not check the job's GPUs ({type(exc).__name__}: "
+              f"{exc}); a bug in gpu-healthcheck", file=sys.stderr)
+        return 3
