@@ -441,10 +441,10 @@ int slurm_spank_init(spank_t sp, int ac, char **av)
 	spank_context_t ctx = spank_context();
 
 	if (parse_args(ac, av) == 0 && ctx == S_CTX_SLURMD) /* slurmd's log: what it will do */
-		slurm_info("%s: exec=%s level=%s allow_full=%s run=%s%s%s", PLUGIN, conf.exec,
-			   conf.level, conf.allow_full ? "yes" : "no",
+		slurm_info("%s: exec=%s level=%s allow_full=%s run=%s%s%s timeout=%d s", PLUGIN,
+			   conf.exec, conf.level, conf.allow_full ? "yes" : "no",
 			   conf.run_prolog ? "prolog," : "", conf.run_epilog ? "epilog," : "",
-			   conf.run_report ? "report" : "");
+			   conf.run_report ? "report" : "", script_timeout());
 	if (ctx == S_CTX_LOCAL || ctx == S_CTX_ALLOCATOR || ctx == S_CTX_REMOTE) {
 		if (spank_option_register(sp, &level_option) != ESPANK_SUCCESS)
 			slurm_error("%s: cannot register --gpu-healthcheck", PLUGIN);

@@ -84,7 +84,9 @@ def test_plugin_only_cluster_replays_the_seed_incident(plugin_only, tmp_path):
     c = plugin_only
     assert "Prolog=" not in c.cluster.conf_path.read_text()
     assert "--gpu-healthcheck=quick|full" in c.cluster.run(["sbatch", "--help"]).stdout
-    assert "gpu_healthcheck: exec=" in _slurmd_log(c, "gpu-a")  # loaded by slurmd at start
+    # loaded by slurmd at start; its deadline: PrologEpilogTimeout (120 s here) less 5 s
+    assert re.search(r"gpu_healthcheck: exec=\S+ level=quick allow_full=yes "
+                     r"run=prolog,epilog,report timeout=115 s", _slurmd_log(c, "gpu-a"))
     c.scenario("gpu-b").write_text(HEALTHY + "gpu.5.ecc.volatile.uncorrected = 4\n")
 
     go = tmp_path / "go"
@@ -188,6 +190,24 @@ def test_the_plugins_own_failures_are_logged_and_the_job_goes_on(plugin_only, tm
         assert not c.drained("gpu-a"), c.reason("gpu-a")
 
 
+def test_past_its_deadline_gpu_healthcheck_is_stopped_cleanly_and_the_job_runs(plugin_only):
+    """The CUDA probe hangs past the plugin's deadline: gpu-healthcheck gets SIGTERM, kills its
+    probe children, leaves a TERMINATED history line for the job, and the job starts; nothing
+    is drained."""
+    c = plugin_only
+    c.scenario("gpu-a").write_text(HEALTHY + "gpu.*.cuda.hang_s = 60\n")
+    c.write_plugstack("timeout=3 run=prolog,epilog,report")
+    job = c.cluster.sbatch(["--gres=gpu:1", "-w", "gpu-a"], "echo ran\n")
+    c.cluster.wait_job(job, timeout=90)
+    assert c.cluster.job_output(job) == "ran\n"
+    log = _wait_log(c, "gpu-a", "epilog: ")
+    assert f"gpu_healthcheck: prolog: {c.exec_wrapper} passed its deadline of 3 s; sending SIGTERM" in log
+    assert "prolog: gpu-healthcheck: prolog: terminated by SIGTERM" in log
+    [prolog] = [r for r in _history(c, "gpu-a", job) if r["mode"] == "prolog"]
+    assert prolog["terminated"] is True and prolog["action"]["taken"] == "none"
+    assert not c.drained("gpu-a")
+
+
 def test_ownership_and_budget_hold_through_the_plugin_epilog(plugin_only, tmp_path):
     c = plugin_only
     for node in ("gpu-a", "gpu-b", "gpu-c"):
@@ -244,6 +264,27 @@ def test_scripts_keep_the_prolog_and_the_plugin_adds_the_option_and_the_report(t
         assert c.wait_reason("gpu-a").startswith(f"gpu-healthcheck: gpu{first} ")
 
 
+def _site_for_nobody(root: Path, fakegpu: Path) -> Dict[str, str]:
+    """What an unprivileged user needs to run gpu-healthcheck: the system python3, pynvml and
+    this checkout's package copied where every user can read them (the test's python may live
+    under /root), and the fake GPU libraries."""
+    import pynvml
+
+    site = root / "site"
+    site.mkdir()
+    shutil.copy(pynvml.__file__, site / "pynvml.py")
+    shutil.copytree(ROOT / "healthcheck", site / "healthcheck",
+                    ignore=shutil.ignore_patterns("__pycache__"))
+    libs = root / "libs"
+    shutil.copytree(fakegpu, libs)
+    return {"PYTHONPATH": str(site), "LD_LIBRARY_PATH": str(libs)}
+
+
+def _can_become_nobody() -> None:
+    if os.geteuid() != 0 or not shutil.which("setpriv") or not os.path.exists("/usr/bin/python3"):
+        pytest.skip("needs root, setpriv and /usr/bin/python3 to become another user")
+
+
 @pytest.fixture
 def open_tmp():
     """A temporary folder every user can reach (pytest's own is 0700 above the test's)."""
@@ -258,18 +299,9 @@ def open_tmp():
 def test_job_report_runs_without_root_and_acts_on_nothing(open_tmp, fakegpu):
     """--job-report as an unprivileged user, with the job's environment only: it reads NVML, names
     the faulty GPU of the job and touches no state (a user cannot write the state dir anyway)."""
-    if os.geteuid() != 0 or not shutil.which("setpriv") or not os.path.exists("/usr/bin/python3"):
-        pytest.skip("needs root, setpriv and /usr/bin/python3 to become another user")
-    import pynvml
-
+    _can_become_nobody()
     tmp_path = open_tmp
-    site = tmp_path / "site"  # what an unprivileged user can import: pynvml and this checkout
-    site.mkdir()
-    shutil.copy(pynvml.__file__, site / "pynvml.py")
-    shutil.copytree(ROOT / "healthcheck", site / "healthcheck",
-                    ignore=shutil.ignore_patterns("__pycache__"))
-    libs = tmp_path / "libs"
-    shutil.copytree(fakegpu, libs)
+    site = _site_for_nobody(tmp_path, fakegpu)
     scenario = tmp_path / "scenario"
     scenario.write_text(HEALTHY + "gpu.6.ecc.volatile.uncorrected = 2\ngpu.1.remap.failure = 1\n")
     state = tmp_path / "state"
@@ -278,7 +310,7 @@ def test_job_report_runs_without_root_and_acts_on_nothing(open_tmp, fakegpu):
     config.write_text(f'state_dir = "{state}"\nnode_name = "gpu-x"\n')
     for p in (scenario, config):
         p.chmod(0o644)
-    env = {"PATH": "/usr/bin:/bin", "PYTHONPATH": str(site), "LD_LIBRARY_PATH": str(libs),
+    env = {"PATH": "/usr/bin:/bin", **site,
            "FAKEGPU_SCENARIO": str(scenario), "GPU_HEALTHCHECK_CONFIG": str(config),
            "SLURM_JOB_ID": "77", "SLURM_JOB_GPUS": "6,7", "GPU_HEALTHCHECK_REPORT": "task-exit"}
     done = subprocess.run(["setpriv", "--reuid=65534", "--regid=65534", "--clear-groups",
@@ -295,3 +327,50 @@ def test_job_report_runs_without_root_and_acts_on_nothing(open_tmp, fakegpu):
     assert (done.returncode, done.stdout) == (0, "gpu-healthcheck: gpu-x: the job's GPUs (2, 3) look "
                                                  "healthy (ECC, row remapping, retired pages, lost "
                                                  "GPUs read through NVML)\n"), done.stderr
+
+
+def test_the_report_runs_as_the_jobs_user_in_a_real_job(open_tmp, fakegpu):
+    """A job of user nobody (sbatch --uid, Slurm before 23.02) dies after a DBE on its GPU: the
+    report runs as nobody, with the job's environment, into the job's own output."""
+    _can_become_nobody()
+    require_slurm()
+    c = GpuCluster(open_tmp / "c", fakegpu, scripts=False)
+    site = _site_for_nobody(open_tmp, fakegpu)
+    uids = open_tmp / "uids"
+    uids.mkdir(mode=0o1777)
+    uids.chmod(0o1777)
+    as_user = open_tmp / "exec-as-user"
+    as_user.write_text(
+        "#!/bin/sh\n"
+        'if [ "$1" = --job-report ]; then\n'
+        f'    id -u > {uids}/report-$SLURM_JOB_ID\n'
+        f'    PYTHONPATH={site["PYTHONPATH"]} LD_LIBRARY_PATH={site["LD_LIBRARY_PATH"]} '
+        f'FAKEGPU_SCENARIO={c.wd}/scenarios/$SLURMD_NODENAME.scenario '
+        f'GPU_HEALTHCHECK_CONFIG={c.wd}/config/$SLURMD_NODENAME.toml '
+        'exec /usr/bin/python3 -m healthcheck.cli "$@"\n'
+        "fi\n"
+        f'exec {c.exec_wrapper} "$@"\n')
+    as_user.chmod(0o755)
+    c.write_plugstack(f"exec={as_user} run=prolog,epilog,report")
+    with c.cluster:
+        if "--uid" not in c.cluster.run(["sbatch", "--help"]).stdout:
+            pytest.skip("this sbatch has no --uid (removed in Slurm 23.02)")
+        go = open_tmp / "go"
+        job = c.cluster.sbatch(["--uid=65534", "--gid=65534", "--gres=gpu:1", "-w", "gpu-a"],
+                               "echo started uid=$(id -u) gpus=$SLURM_JOB_GPUS\n"
+                               f"while [ ! -e {go} ]; do sleep 0.1; done\nexit 1\n")
+        c.cluster.wait_job(job, states=("RUNNING",), timeout=60)
+        from tests.slurmcluster import _wait_until
+
+        _wait_until(lambda: "started" in c.cluster.job_output(job), 60, what="the job's script")
+        [gpu] = _job_gpus(c, job)
+        with c.scenario("gpu-a").open("a") as scenario:
+            scenario.write(f"gpu.{gpu}.ecc.volatile.uncorrected = 2\n")
+        go.touch()
+        c.cluster.wait_job(job, states=("FAILED",), timeout=60)
+        output = c.cluster.job_output(job)
+        assert output.startswith("started uid=65534 "), output
+        assert (f"gpu-healthcheck: gpu-a GPU {gpu} ({pci(gpu)}, SN {serial(gpu)}): 2 volatile "
+                f"uncorrected ECC errors") in output
+        assert (uids / f"report-{job}").read_text().strip() == "65534"
+        c.wait_reason("gpu-a")
