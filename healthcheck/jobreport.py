@@ -82,7 +82,13 @@ def _gpu_lines(environ: Mapping[str, str]) -> Tuple[List[str], int]:
     nvml = read_nvml(config.nvml_timeout_s)
     selected: Tuple[int, ...] = tuple(g.index for g in nvml.gpus)
     if job.gpu_ids and nvml.error is None:
-        mapped, _ = map_job_gpus(job.gpu_ids, nvml.gpus)
+        layout = None
+        if any(i.isdigit() for i in job.gpu_ids):  # gres indices: numbered as slurmd does
+            from .gres import gres_conf_path, read_layout
+
+            # no state_dir: the layout cache is root's, and a report writes nothing
+            layout = read_layout(gres_conf_path(config.gres_conf, dict(environ)), node)
+        mapped, _ = map_job_gpus(job.gpu_ids, nvml.gpus, layout)
         selected = mapped or selected
     snapshot = NodeSnapshot(host=node, nvml_error=nvml.error, driver_version=nvml.driver_version,
                             gpus=nvml.gpus, job=job, selected=selected)
