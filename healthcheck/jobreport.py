@@ -33,7 +33,8 @@ def _short(message: str) -> str:
     return head if sep else message.rstrip(".")
 
 
-def report_lines(node: str, findings: Sequence[Finding], snapshot: NodeSnapshot) -> List[str]:
+def report_lines(node: str, findings: Sequence[Finding], snapshot: NodeSnapshot,
+                 whose: str = "the job's GPUs") -> List[str]:
     """One line per faulty GPU of the job, naming its worst finding (node-wide faults too), or
     one line saying the job's GPUs look healthy."""
     from .verdict import draining
@@ -47,7 +48,7 @@ def report_lines(node: str, findings: Sequence[Finding], snapshot: NodeSnapshot)
         return [f"{PREFIX} {node} {_short(f.message)}; this node will be drained"
                 for f in worst.values()]
     gpus = ", ".join(str(i) for i in sorted(selected)) or "none"
-    return [f"{PREFIX} {node}: the job's GPUs ({gpus}) look healthy (ECC, row remapping, "
+    return [f"{PREFIX} {node}: {whose} ({gpus}) look healthy (ECC, row remapping, "
             f"retired pages, lost GPUs read through NVML)"]
 
 
@@ -81,6 +82,7 @@ def _gpu_lines(environ: Mapping[str, str]) -> Tuple[List[str], int]:
     job = job_from_env(environ)
     nvml = read_nvml(config.nvml_timeout_s)
     selected: Tuple[int, ...] = tuple(g.index for g in nvml.gpus)
+    whose = "the job's GPUs"
     if job.gpu_ids and nvml.error is None:
         layout = None
         if any(i.isdigit() for i in job.gpu_ids):  # gres indices: numbered as slurmd does
@@ -89,7 +91,10 @@ def _gpu_lines(environ: Mapping[str, str]) -> Tuple[List[str], int]:
             # no state_dir: the layout cache is root's, and a report writes nothing
             layout = read_layout(gres_conf_path(config.gres_conf, dict(environ)), node)
         mapped, _ = map_job_gpus(job.gpu_ids, nvml.gpus, layout)
-        selected = mapped or selected
+        if mapped:
+            selected = mapped
+        else:  # better every GPU of the node than none: the line says which it judged
+            whose = "this node's GPUs (the job's could not be told apart)"
     snapshot = NodeSnapshot(host=node, nvml_error=nvml.error, driver_version=nvml.driver_version,
                             gpus=nvml.gpus, job=job, selected=selected)
     if job.job_id:  # the prolog's baseline, where the user may read it: only new errors count
@@ -97,7 +102,7 @@ def _gpu_lines(environ: Mapping[str, str]) -> Tuple[List[str], int]:
         snapshot = snapshot._replace(baseline=baseline)
     findings, _ = run_checks(snapshot, CheckContext(config=config, mode=Mode.EPILOG,
                                                     selected=selected))
-    lines = report_lines(node, findings, snapshot)
+    lines = report_lines(node, findings, snapshot, whose)
     return lines, 2 if lines[0].endswith("will be drained") else 0
 
 

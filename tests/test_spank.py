@@ -308,9 +308,10 @@ def test_job_report_runs_without_root_and_acts_on_nothing(open_tmp, fakegpu):
     state.mkdir(mode=0o700)
     config = tmp_path / "config.toml"
     config.write_text(f'state_dir = "{state}"\nnode_name = "gpu-x"\n')
-    for p in (scenario, config):
+    (tmp_path / "gres.conf").write_text("AutoDetect=off\nNodeName=gpu-x Name=gpu File=/dev/nvidia[0-7]\n")
+    for p in (scenario, config, tmp_path / "gres.conf"):
         p.chmod(0o644)
-    env = {"PATH": "/usr/bin:/bin", **site,
+    env = {"PATH": "/usr/bin:/bin", **site, "SLURM_CONF": str(tmp_path / "slurm.conf"),
            "FAKEGPU_SCENARIO": str(scenario), "GPU_HEALTHCHECK_CONFIG": str(config),
            "SLURM_JOB_ID": "77", "SLURM_JOB_GPUS": "6,7", "GPU_HEALTHCHECK_REPORT": "task-exit"}
     done = subprocess.run(["setpriv", "--reuid=65534", "--regid=65534", "--clear-groups",
