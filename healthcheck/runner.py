@@ -373,6 +373,27 @@ def apply_pending(effects: _Effects, store: StateStore, node: str, events: List[
     fields = {"GPU_HEALTHCHECK_PENDING_FROM": pending.mode, "SLURMD_NODENAME": node}
     if pending.job_id:
         fields["SLURM_JOB_ID"] = pending.job_id
+    from .scontrol import ScontrolError
+
+    try:
+        this = next((n for n in effects.ctl.show_nodes() if n.name == node), None)
+    except ScontrolError as exc:
+        events.append(LogEvent("pending", CRIT, f"cannot apply the pending drain of {node} yet "
+                                                f"({exc}); kept: {pending.reason}", fields))
+        return None
+    if this is not None and not this.drained:
+        # The pending drain stood for a node that our failed exit took out of service.  It is in
+        # service now: an admin resumed it (or Slurm never drained it, as after HealthCheckProgram).
+        # Applying it would undo the admin's decision with an old verdict; this run's own checks
+        # decide instead, and drain again if the fault is still there.
+        store.clear_pending(expected=pending)
+        events.append(LogEvent("pending", WARNING, f"pending drain of {node} from "
+                                                   f"{_iso(pending.created_at)} dropped: the node is "
+                                                   f"in service ({this.state}), so its state changed "
+                                                   f"after the drain was recorded; this run's checks "
+                                                   f"decide. Was: {pending.reason}",
+                               {**fields, "GPU_HEALTHCHECK_OUTCOME": "dropped"}))
+        return None
     action = _drain(effects, store, node, pending.reason, Mode(pending.mode), None, events,
                     fields, replace_slurm_reason=True)
     if action.extra.get("pending"):
@@ -424,7 +445,8 @@ def run(request: RunRequest, config: Config, node_name: Optional[str] = None) ->
     if acting and reason:
         action = _drain(effects, store, node, reason, mode, job_id, events, base_fields)
     elif mode is Mode.NODE and request.act and verdict is not Verdict.FAIL:
-        action = _maybe_resume(effects, node, findings, snapshot, events, base_fields)
+        action = _maybe_resume(effects, node, findings, snapshot, events, base_fields, config,
+                               request)
 
     if mode is Mode.EPILOG and job_id and snapshot.baseline is not None:
         store.remove_baseline(job_id)
@@ -457,8 +479,25 @@ def run(request: RunRequest, config: Config, node_name: Optional[str] = None) ->
     return RunOutcome(exit_code, report, events, snapshot, findings, crashes)
 
 
+def judge_as_drained(snapshot: NodeSnapshot, config: Config, reason: Optional[str],
+                     level: str) -> Tuple[Optional[str], List[Finding]]:
+    """The findings of this snapshot judged in the context our drain reason names (prolog or
+    epilog), on every GPU (pure).  A prolog-only fault (memory.leaked, processes.leftover) is
+    a warning by hand but failed the prolog: resuming because `--node` calls it a warning would
+    drain the node again at the next job start, and so on."""
+    from .verdict import parse_reason
+
+    fields = parse_reason(reason or "") or {}
+    context = fields.get("context")
+    if context not in (Mode.PROLOG.value, Mode.EPILOG.value):
+        return None, []
+    ctx = CheckContext(config=config, mode=Mode(context), level=level, selected=None)
+    return context, run_checks(snapshot, ctx)[0]
+
+
 def _maybe_resume(effects: _Effects, node: str, findings: List[Finding], snapshot: NodeSnapshot,
-                  events: List[LogEvent], fields: Dict[str, str]) -> NodeAction:
+                  events: List[LogEvent], fields: Dict[str, str], config: Config,
+                  request: RunRequest) -> NodeAction:
     from .scontrol import ScontrolError
 
     try:
@@ -466,7 +505,9 @@ def _maybe_resume(effects: _Effects, node: str, findings: List[Finding], snapsho
         this = next((n for n in nodes if n.name == node), None)
         if this is None or not this.drained:
             return NodeAction("none")
-        why_not = may_resume(this, findings, snapshot.gpus)
+        context, as_drained = judge_as_drained(snapshot, config, this.reason, request.level)
+        why_not = may_resume(this, findings, snapshot.gpus, partial=request.gpus is not None,
+                             drain_context=context, context_findings=as_drained)
         if why_not:
             events.append(LogEvent("resume", INFO, f"{node} stays drained: {why_not}",
                                    {**fields, "GPU_HEALTHCHECK_OUTCOME": "kept"}))

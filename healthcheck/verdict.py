@@ -175,11 +175,15 @@ def beyond_budget(cluster: Sequence[NodeState], max_fraction: float) -> List[str
     return [n.name for n in ranked[drain_budget(len(cluster), max_fraction):]]
 
 
-def may_resume(this: NodeState, findings: Sequence[Finding], gpus: Sequence[GpuSnapshot]) -> Optional[str]:
+def may_resume(this: NodeState, findings: Sequence[Finding], gpus: Sequence[GpuSnapshot],
+               partial: bool = False, drain_context: Optional[str] = None,
+               context_findings: Sequence[Finding] = ()) -> Optional[str]:
     """None when --node --act may resume this node, else why not.
 
-    Only our own drain, never one an admin must clear (rma), and only once a full check passes
-    with clean volatile counters (the GPU was reset) and no pending remap.
+    Only our own drain, never one an admin must clear (rma), and only once a full check of
+    every GPU (never a --gpus subset) passes with clean volatile counters (the GPU was reset)
+    and no pending remap, and the checks judged as the context that drained it (prolog,
+    epilog: `context_findings`) no longer drain: the cause is gone, not just milder by hand.
     """
     if not this.drained:
         return "not drained"
@@ -187,9 +191,16 @@ def may_resume(this: NodeState, findings: Sequence[Finding], gpus: Sequence[GpuS
         return "drained by someone else"
     if is_rma(this.reason):
         return "drained for RMA: only an admin may resume it"
+    if partial:
+        return "only some GPUs were checked (--gpus): resuming needs a full check of every GPU"
     fails = [f for f in findings if f.severity is Severity.FAIL]
     if fails:
         return f"still failing: {fails[0].check}"
+    still = draining(context_findings)
+    if still:
+        where = f" on GPU {still[0].gpu}" if still[0].gpu is not None else ""
+        return (f"the cause is still there: {still[0].check}{where} would fail the "
+                f"{drain_context or 'run'} that drained it ({still[0].message})")
     unknown = [f for f in findings if f.severity is Severity.UNKNOWN]
     if unknown:
         return f"could not check everything: {unknown[0].check}"

@@ -20,7 +20,7 @@ from typing import Dict, List, Optional
 
 import pytest
 
-from tests.gpucluster import HEALTHY, NODES, GpuCluster, require_slurm
+from tests.gpucluster import HEALTHY, NODES, GpuCluster, pci, require_slurm, serial
 
 JOB = {"SLURM_JOB_ID": "4242", "SLURM_JOB_GPUS": "0,1"}
 
@@ -160,6 +160,7 @@ def test_scontrol_missing_nonzero_hanging_or_slurmctld_down_pending_drain_kept_a
     assert "pending" in logged(c.state("gpu-a")) and "cannot drain gpu-a" in logged(c.state("gpu-a"))
     assert not c.reason("gpu-a").startswith("gpu-healthcheck:")
 
+    c.cluster.drain("gpu-a", "Prolog error")  # what slurmctld does with the prolog's exit 1
     c.write_config("gpu-a")  # scontrol and slurmctld work again
     c.check("gpu-a", "--node", "--act")
     assert c.reason("gpu-a") == pending["reason"]
@@ -464,3 +465,72 @@ def test_probe_children_die_with_their_parent_sigkill_of_the_parent_or_its_proce
     proc.communicate(timeout=30)
     assert proc.returncode == -signal.SIGKILL
     assert _wait_gone(children) == []
+
+
+# --- no drain/resume flap (issue 13) --------------------------------------------------------
+
+def _node_act(c: GpuCluster, *extra: str) -> Dict:
+    result = c.check("gpu-a", "--node", "--act", "--json", *extra)
+    return json.loads(result.stdout)
+
+
+@pytest.mark.parametrize("fault,check", [("gpu.4.memory.used_mib = 61440", "memory.leaked"),
+                                         ("gpu.4.processes = 999999:1024", "processes.leftover")])
+def test_a_prolog_only_fault_memory_leaked_or_processes_leftover_blocks_resume_while_present(c, fault, check):
+    """The prolog drains for a fault that `--node` alone calls a warning (or info); the
+    HealthCheckProgram must judge it as the prolog did and keep the node drained while it is
+    there (before: "Verdict: WARN; resume", and the next job drained it again)."""
+    c.scenario("gpu-a").write_text(HEALTHY + fault + "\n")
+    assert prolog(c, env={"SLURM_JOB_GPUS": "4"}).returncode == 1
+    assert c.reason("gpu-a").startswith(f"gpu-healthcheck: gpu4 pci={pci(4)} sn={serial(4)} {check}=")
+    for _ in range(2):  # repeated HealthCheckProgram runs: no flap
+        doc = _node_act(c)
+        assert doc["verdict"] in ("warn", "pass") and doc["action"]["taken"] == "none"
+        assert f"the cause is still there: {check} on GPU 4 would fail the prolog" in doc["action"]["detail"]
+        assert c.drained("gpu-a")
+    assert "stays drained" in logged(c.state("gpu-a"))
+    c.scenario("gpu-a").write_text(HEALTHY)  # the admin reset the GPU / killed the process
+    assert _node_act(c)["action"]["taken"] == "resume"
+    assert not c.drained("gpu-a")
+
+
+def test_a_lost_gpu_outside_gpus_keeps_the_node_drained_resume_needs_a_full_check(c):
+    c.scenario("gpu-a").write_text(HEALTHY + "gpu.5.lost = 1\n")
+    assert _node_act(c)["action"]["taken"] == "drain"
+    doc = _node_act(c, "--gpus", "0")
+    assert doc["verdict"] == "pass" and doc["action"]["taken"] == "none"
+    assert "needs a full check of every GPU" in doc["action"]["detail"]
+    assert c.reason("gpu-a").startswith("gpu-healthcheck: gpu5 gpu.lost=GPU_IS_LOST node")
+    c.scenario("gpu-a").write_text(HEALTHY)
+    assert _node_act(c, "--gpus", "5")["action"]["taken"] == "none"  # still only a part
+    assert _node_act(c)["action"]["taken"] == "resume"
+
+
+def test_a_stale_pending_drain_is_dropped_once_the_admin_resumed_the_node(c, tmp_path):
+    """scontrol failed, so the prolog kept its drain pending and exited 1 (Slurm drained the
+    node "Prolog error").  The admin fixed the GPU and resumed the node.  The next job's prolog
+    must not apply the old drain: it drops it (logged) and its own checks pass."""
+    c.write_config("gpu-a", scontrol=str(tmp_path / "no-such-scontrol"))
+    c.scenario("gpu-a").write_text(HEALTHY + "gpu.0.ecc.volatile.uncorrected = 1\n")
+    job = c.cluster.sbatch(["--gres=gpu:8", "-w", "gpu-a"], "echo ran on $SLURMD_NODENAME\n")
+    # the prolog fails, then Slurm runs the epilog, which fails too; Slurm drains the node with
+    # its own reason since ours could not be applied
+    deadline = time.monotonic() + 60
+    while not any(r.get("mode") == "epilog" and r.get("job_id") == job for r in history(c.state("gpu-a"))):
+        assert time.monotonic() < deadline, history(c.state("gpu-a"))
+        time.sleep(0.1)
+    # and slurmctld has the epilog's exit status (the node no longer COMPLETING), so nothing
+    # of the first job drains the node after the admin resumes it
+    c.cluster.wait_node("gpu-a", lambda info: c._reason_of(info).startswith(("Prolog error", "Epilog error"))
+                        and "COMPLETING" not in info.get("State", ""), 30)
+    assert json.loads((c.state("gpu-a") / "pending-drain.json").read_text())["job_id"] == job
+    c.cluster.run(["scancel", job], check=True)  # requeued: the user gives up on it
+    c.scenario("gpu-a").write_text(HEALTHY)  # the admin resets the GPU ...
+    c.write_config("gpu-a")  # ... scontrol works again ...
+    c.cluster.resume("gpu-a")  # ... and resumes the node
+    c.cluster.wait_node("gpu-a", lambda info: "DRAIN" not in info.get("State", ""), 30)
+    job2 = c.cluster.sbatch(["--gres=gpu:8", "-w", "gpu-a"], "echo ran on $SLURMD_NODENAME\n")
+    info = c.cluster.wait_job(job2, timeout=120)
+    assert info["NodeList"] == "gpu-a" and int(info.get("Restarts", "0")) == 0
+    assert not c.drained("gpu-a") and not (c.state("gpu-a") / "pending-drain.json").exists()
+    assert "pending drain of gpu-a from" in logged(c.state("gpu-a")) and "dropped" in logged(c.state("gpu-a"))

@@ -112,3 +112,24 @@ def test_resume_only_our_clean_non_rma_drain():
 
 def test_node_exit_codes():
     assert [node_exit(v) for v in (Verdict.PASS, Verdict.WARN, Verdict.FAIL, Verdict.UNKNOWN)] == [0, 1, 2, 3]
+
+
+def test_resume_needs_a_full_check_and_the_drains_own_context_to_pass():
+    from healthcheck.config import Config
+    from healthcheck.model import GpuSnapshot, NodeSnapshot
+    from healthcheck.runner import judge_as_drained
+    from healthcheck.verdict import NodeState, may_resume
+    drained = NodeState("gpu-a", "IDLE+DRAIN", "gpu-healthcheck: gpu4 memory.leaked=61440 prolog job=7")
+    leaking = GpuSnapshot(index=4, uuid="GPU-4", memory_total_mib=81559, memory_used_mib=61440,
+                          processes=())
+    snapshot = NodeSnapshot(host="a", gpus=(leaking,), sysfs_gpus=(), selected=(4,))
+    context, found = judge_as_drained(snapshot, Config(), drained.reason, "quick")
+    assert context == "prolog" and [f.check for f in found if f.drains] == ["memory.leaked"]
+    assert "would fail the prolog" in may_resume(drained, [], (leaking,), drain_context=context,
+                                                 context_findings=found)
+    assert "full check" in may_resume(drained, [], (leaking,), partial=True)
+    healthy = snapshot._replace(gpus=(leaking._replace(memory_used_mib=4),))
+    context, found = judge_as_drained(healthy, Config(), drained.reason, "quick")
+    assert may_resume(drained, [], healthy.gpus, drain_context=context, context_findings=found) is None
+    node_drain = drained._replace(reason="gpu-healthcheck: gpu4 gpu.lost=GPU_IS_LOST node")
+    assert judge_as_drained(snapshot, Config(), node_drain.reason, "quick") == (None, [])
