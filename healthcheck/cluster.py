@@ -10,8 +10,11 @@ One `scontrol -o show nodes` call (the controller is shared; a loop of `show nod
     not ours:
     gpu-c  IDLE+DRAIN  bad fan [admin@2026-11-29T18:00:00]
 
+A drain the budget refused (drain.max_fraction) is noted in the node's Comment and listed in
+its own section: the node still runs jobs.
+
 --json prints a list of objects with keys node, state, gpu, pci, serial, check, value, context,
-job, time, ours and raw_reason (ours first, then the others).
+job, time, ours, refused and raw_reason (ours first, then refused drains, then the others).
 """
 
 from __future__ import annotations
@@ -29,27 +32,47 @@ COLUMNS = ("node", "state", "gpu", "pci", "serial", "check", "value", "context",
 def rows_from_show_nodes(text: str) -> List[Dict[str, Any]]:
     """Pure: one row per node drained by us or by someone else, ours first."""
     from .scontrol import parse_node_line, reason_time
-    from .verdict import is_ours, parse_reason
+    from .verdict import is_ours, refused_reason, refused_time
 
     ours: List[Dict[str, Any]] = []
+    refused: List[Dict[str, Any]] = []
     others: List[Dict[str, Any]] = []
     for line in text.splitlines():
         node = parse_node_line(line)
-        if node is None or not node.reason:
+        if node is None:
             continue
-        row: Dict[str, Any] = dict.fromkeys(COLUMNS)
-        row.update(node=node.name, state=node.state, time=reason_time(line),
-                   raw_reason=node.reason, ours=is_ours(node.reason))
-        if row["ours"]:
-            parsed = parse_reason(node.reason) if _fully_parsed(node.reason) else None
-            parsed = parsed or {}
-            row.update(gpu=parsed.get("gpu"), pci=parsed.get("pci"), serial=parsed.get("serial"),
-                       check=parsed.get("check"), value=parsed.get("value"),
-                       context=parsed.get("context"), job=parsed.get("job"))
+        would_have = refused_reason(node.comment)
+        if would_have and not (node.drained and is_ours(node.reason)):
+            # a drain the budget refused: the node runs jobs, its Comment says why it should not
+            row = _our_row(node.name, node.state, would_have, node.comment)
+            row["time"] = refused_time(node.comment)
+            row["refused"] = True
+            refused.append(row)
+        if not node.reason:
+            continue
+        if is_ours(node.reason):
+            row = _our_row(node.name, node.state, node.reason, node.reason)
+            row["time"] = reason_time(line)
             ours.append(row)
         elif node.drained:
-            others.append(row)  # a reason on a node in service is a note, not a drain
-    return ours + others
+            # a reason on a node in service is a note, not a drain
+            row = dict.fromkeys(COLUMNS)
+            row.update(node=node.name, state=node.state, time=reason_time(line),
+                       raw_reason=node.reason, ours=False, refused=False)
+            others.append(row)
+    return ours + refused + others
+
+
+def _our_row(name: str, state: str, reason: str, raw: Optional[str]) -> Dict[str, Any]:
+    from .verdict import parse_reason
+
+    row: Dict[str, Any] = dict.fromkeys(COLUMNS)
+    parsed = (parse_reason(reason) if _fully_parsed(reason) else None) or {}
+    row.update(node=name, state=state, raw_reason=raw, ours=True, refused=False,
+               gpu=parsed.get("gpu"), pci=parsed.get("pci"), serial=parsed.get("serial"),
+               check=parsed.get("check"), value=parsed.get("value"),
+               context=parsed.get("context"), job=parsed.get("job"))
+    return row
 
 
 def _fully_parsed(reason: str) -> bool:
@@ -64,20 +87,28 @@ def _fully_parsed(reason: str) -> bool:
     return m.end() == len(reason.rstrip()) or len(reason.encode()) >= MAX_REASON_BYTES - 5
 
 
+def _columns(rows: List[Dict[str, Any]]) -> List[str]:
+    table = [tuple(c.upper() for c in COLUMNS)]
+    table += [tuple("-" if r[c] is None else str(r[c]) for c in COLUMNS) for r in rows]
+    widths = [max(len(t[i]) for t in table) for i in range(len(COLUMNS))]
+    lines = ["  ".join(t[i].ljust(widths[i]) for i in range(len(COLUMNS))).rstrip() for t in table]
+    # a reason we could not split into columns (older version, truncated) is still shown
+    return lines + [f"  {r['node']}: {r['raw_reason']}" for r in rows if r["check"] is None]
+
+
 def format_table(rows: List[Dict[str, Any]]) -> List[str]:
-    ours = [r for r in rows if r["ours"]]
+    ours = [r for r in rows if r["ours"] and not r.get("refused")]
+    refused = [r for r in rows if r.get("refused")]
     others = [r for r in rows if not r["ours"]]
     lines: List[str] = []
     if ours:
-        table = [tuple(c.upper() for c in COLUMNS)]
-        table += [tuple("-" if r[c] is None else str(r[c]) for c in COLUMNS) for r in ours]
-        widths = [max(len(t[i]) for t in table) for i in range(len(COLUMNS))]
-        for t in table:
-            lines.append("  ".join(t[i].ljust(widths[i]) for i in range(len(COLUMNS))).rstrip())
-        # a reason we could not split into columns (older version, truncated) is still shown
-        lines += [f"  {r['node']}: {r['raw_reason']}" for r in ours if r["check"] is None]
+        lines += _columns(ours)
     else:
         lines.append("no nodes drained by gpu-healthcheck")
+    if refused:
+        lines.append("")
+        lines.append("drains refused by drain.max_fraction (these nodes still run jobs):")
+        lines += _columns(refused)
     if others:
         lines.append("")
         lines.append("not ours:")

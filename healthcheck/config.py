@@ -43,6 +43,8 @@ class DrainConfig(NamedTuple):
     # Share of the cluster's GPU nodes this tool may hold drained at once.  At least one node
     # may always be drained, so a small cluster is still protected from one bad GPU.
     max_fraction: float = 0.1
+    # Never drain or resume: log and report what would have been done (a first rollout).
+    report_only: bool = False
 
 
 class ProbeConfig(NamedTuple):

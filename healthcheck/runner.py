@@ -24,8 +24,8 @@ from .nvml import read_nvml
 from .slurmenv import job_from_env, map_job_gpus
 from .state import PendingDrain, StateStore
 from .sysfs import read_driver_age, read_sysfs_gpus
-from .verdict import (DrainDecision, decide_drain, drain_reason, epilog_exit, is_ours,
-                      may_resume, node_exit, prolog_exit, verdict_of)
+from .verdict import (DrainDecision, decide_drain, drain_reason, epilog_exit, gpu_nodes, is_ours,
+                      may_resume, node_exit, prolog_exit, refused_reason, verdict_of)
 
 # journald priorities (syslog levels)
 CRIT, ERR, WARNING, NOTICE, INFO = 2, 3, 4, 5, 6
@@ -282,10 +282,11 @@ def _drain(effects: _Effects, store: StateStore, node: str, reason: str, mode: M
         decision = decide_drain(this, nodes, effects.config.drain.max_fraction)
         if decision is DrainDecision.REFUSED:
             ours = sum(1 for n in nodes if n.drained and is_ours(n.reason))
-            message = (f"drain of {node} refused: {ours} of {len(nodes)} nodes already drained by "
-                       f"gpu-healthcheck, drain.max_fraction = {effects.config.drain.max_fraction}; "
-                       f"would have drained with: {reason}")
+            message = (f"drain of {node} refused: {ours} of {len(gpu_nodes(nodes))} GPU nodes already "
+                       f"drained by gpu-healthcheck, drain.max_fraction = "
+                       f"{effects.config.drain.max_fraction}; would have drained with: {reason}")
             events.append(LogEvent("refused", CRIT, message, {**fields, "GPU_HEALTHCHECK_OUTCOME": "refused"}))
+            _note_refusal(effects, node, reason, events)
             return NodeAction("none", reason, detail=message, extra={"refused": True})
         if decision is DrainDecision.ADMIN_OWNED:
             message = f"{node} is already drained by someone else ({this.reason}); their reason is kept"
@@ -323,6 +324,31 @@ def _drain(effects: _Effects, store: StateStore, node: str, reason: str, mode: M
     return NodeAction("drain", reason)
 
 
+def _report_only(node: str, reason: Optional[str], mode: Mode, events: List[LogEvent],
+                 fields: Dict[str, str]) -> NodeAction:
+    """`[drain] report_only = true`: no scontrol call; say what would have been done."""
+    if reason is None:
+        return NodeAction("none", dry_run=True, extra={"report_only": True})
+    effect = "drain" if mode is Mode.NODE else f"drain (and fail the {mode.value})"
+    message = f"report_only: would {effect} {node}: {reason}"
+    events.append(LogEvent("drain", WARNING, message,
+                           {**fields, "GPU_HEALTHCHECK_OUTCOME": "report_only"}))
+    return NodeAction("none", reason, dry_run=True, detail=message, extra={"report_only": True})
+
+
+def _note_refusal(effects: _Effects, node: str, reason: str, events: List[LogEvent]) -> None:
+    """A refused drain must not vanish: note it in the node's Comment, which `--cluster`
+    lists (the node runs jobs, so its Reason stays empty).  Best effort."""
+    from .scontrol import ScontrolError
+    from .verdict import refused_comment
+
+    try:
+        effects.ctl.set_comment(node, refused_comment(reason, _iso(time.time())))
+    except ScontrolError as exc:
+        events.append(LogEvent("error", WARNING, f"cannot note the refused drain in the Comment "
+                                                 f"of {node}: {exc}"))
+
+
 def _hold_budget(effects: _Effects, node: str, reason: str, events: List[LogEvent],
                  fields: Dict[str, str]) -> Optional[NodeAction]:
     """Our drain is in: re-read and step back if concurrent drains took the budget first.
@@ -345,10 +371,11 @@ def _hold_budget(effects: _Effects, node: str, reason: str, events: List[LogEven
                    f"reason is no longer ours; left as it is")
         events.append(LogEvent("drain", WARNING, message, {**fields, "GPU_HEALTHCHECK_OUTCOME": "kept"}))
         return NodeAction("none", reason, detail=message, extra={"admin_owned": True})
-    message = (f"drain of {node} refused: {check.drained} of {check.total} nodes drained by "
+    message = (f"drain of {node} refused: {check.drained} of {check.total} GPU nodes drained by "
                f"gpu-healthcheck at once, drain.max_fraction = {max_fraction}; {first} drained "
                f"first, so {node} resumed itself; would have drained with: {reason}")
     events.append(LogEvent("refused", CRIT, message, {**fields, "GPU_HEALTHCHECK_OUTCOME": "refused"}))
+    _note_refusal(effects, node, reason, events)
     return NodeAction("none", reason, detail=message, extra={"refused": True})
 
 
@@ -427,7 +454,8 @@ def run(request: RunRequest, config: Config, node_name: Optional[str] = None) ->
             return ends_at - time.monotonic() - calls * config.scontrol_timeout_s - MARGIN_S
     else:
         effects = _Effects(config, environ)
-    if acting:
+    report_only = acting and config.drain.report_only
+    if acting and not report_only:
         apply_pending(effects, store, node, events)
 
     snapshot, selected = read_node(request, config, host, store, events, probe_cap)
@@ -442,7 +470,9 @@ def run(request: RunRequest, config: Config, node_name: Optional[str] = None) ->
         _write_baseline(store, snapshot, job_id, config, events)
 
     action = NodeAction("none", dry_run=not acting and reason is not None, reason=reason)
-    if acting and reason:
+    if report_only:
+        action = _report_only(node, reason, mode, events, base_fields)
+    elif acting and reason:
         action = _drain(effects, store, node, reason, mode, job_id, events, base_fields)
     elif mode is Mode.NODE and request.act and verdict is not Verdict.FAIL:
         action = _maybe_resume(effects, node, findings, snapshot, events, base_fields, config,
@@ -454,7 +484,9 @@ def run(request: RunRequest, config: Config, node_name: Optional[str] = None) ->
     if mode is Mode.NODE:
         exit_code = node_exit(verdict)
     elif mode is Mode.PROLOG:
-        must_not_start = reason is not None and not action.extra.get("refused")
+        # a refused or report-only drain lets the job start: exit 1 would make Slurm drain
+        must_not_start = (reason is not None and not action.extra.get("refused")
+                          and not action.extra.get("report_only"))
         exit_code = prolog_exit(must_not_start)
     else:
         exit_code = epilog_exit(action.taken == "drain")
@@ -503,6 +535,12 @@ def _maybe_resume(effects: _Effects, node: str, findings: List[Finding], snapsho
     try:
         nodes = effects.ctl.show_nodes()
         this = next((n for n in nodes if n.name == node), None)
+        if this is not None and refused_reason(this.comment) and request.gpus is None:
+            # the refused drain's cause is gone (this full check does not drain)
+            effects.ctl.set_comment(node, "")
+            events.append(LogEvent("resume", NOTICE, f"{node}: a full check passes; the note of "
+                                                     f"a refused drain is cleared (was: {this.comment})",
+                                   {**fields, "GPU_HEALTHCHECK_OUTCOME": "cleared"}))
         if this is None or not this.drained:
             return NodeAction("none")
         context, as_drained = judge_as_drained(snapshot, config, this.reason, request.level)

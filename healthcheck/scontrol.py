@@ -18,7 +18,7 @@ import shutil
 import time
 from typing import Callable, List, Mapping, NamedTuple, Optional, Sequence
 
-from .verdict import NodeState, beyond_budget, is_ours, sanitise
+from .verdict import NodeState, beyond_budget, gpu_nodes, is_ours, sanitise
 
 DEFAULT_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
 
@@ -51,6 +51,11 @@ _REASON_RE = re.compile(r"\sReason=(?P<text>(?:.*?\S)??)(?:\s+\[(?P<who>[^\]@\s]
                         r"AllocTRES|CfgTRES)=|\s*$)")
 
 
+_GRES_RE = re.compile(r"\sGres=(\S+)")
+# Comment=<text> is free text printed after Reason (22.05+), to the end of the line.
+_COMMENT_RE = re.compile(r"\sComment=([^\n]*)$")
+
+
 def parse_node_line(line: str) -> Optional[NodeState]:
     """One line of `scontrol -o show nodes`; None when it names no node."""
     name = _NODE_NAME_RE.search(line)
@@ -62,8 +67,12 @@ def parse_node_line(line: str) -> Optional[NodeState]:
     if reason in ("", "(null)", "none"):
         reason = None
     when = reason_match.group("when") if reason_match and reason else None
+    gres = _GRES_RE.search(line)
+    comment = _COMMENT_RE.search(line)
     return NodeState(name=name.group(1), state=state.group(1) if state else "UNKNOWN",
-                     reason=reason, reason_time=when or None)
+                     reason=reason, reason_time=when or None,
+                     gres=None if gres is None else ("" if gres.group(1) == "(null)" else gres.group(1)),
+                     comment=comment.group(1).strip() if comment else None)
 
 
 def reason_time(line: str) -> Optional[str]:
@@ -144,6 +153,10 @@ class Scontrol:
         """`scontrol show job ID` (several lines: AdminComment gets a line of its own)."""
         return self._run(["show", "job", job_id])
 
+    def set_comment(self, node: str, text: str) -> None:
+        """The node's Comment (Slurm 20.11+): where a refused drain stays visible."""
+        self._run(["update", f"NodeName={node}", f"Comment={sanitise(text)}"])
+
     def set_admin_comment(self, job_id: str, text: str) -> None:
         self._run(["update", f"JobId={job_id}", f"AdminComment={sanitise(text)}"])
 
@@ -161,7 +174,7 @@ class BudgetCheck(NamedTuple):
 
     kept: bool
     drained: int  # our drains the re-read saw, this one included
-    total: int  # nodes in the cluster
+    total: int  # GPU nodes in the cluster
     ahead: Sequence[str]  # the drains that rank before ours and keep theirs
     resumed: bool = False  # False with kept=False: the resume failed or the reason changed
 
@@ -199,10 +212,10 @@ def hold_budget(ctl: "Scontrol", node: str, reason: str, max_fraction: float,
     ours = [n for n in nodes if n.drained and is_ours(n.reason)]
     past = beyond_budget(nodes, max_fraction)
     if node not in past:
-        return BudgetCheck(True, len(ours), len(nodes), ())
+        return BudgetCheck(True, len(ours), len(gpu_nodes(nodes)), ())
     ahead = sorted((n for n in ours if n.name not in past), key=lambda n: (n.reason_time or "", n.name))
     names = tuple(n.name for n in ahead)
     if this is None or this.reason != sanitise(reason):
-        return BudgetCheck(False, len(ours), len(nodes), names)
+        return BudgetCheck(False, len(ours), len(gpu_nodes(nodes)), names)
     ctl.resume(node)
-    return BudgetCheck(False, len(ours), len(nodes), names, resumed=True)
+    return BudgetCheck(False, len(ours), len(gpu_nodes(nodes)), names, resumed=True)

@@ -124,11 +124,50 @@ class NodeState(NamedTuple):
     state: str  # e.g. "IDLE+DRAIN", "MIXED", "DOWN+DRAIN"
     reason: Optional[str] = None  # without the " [user@time]" suffix
     reason_time: Optional[str] = None  # the suffix's time, ISO 8601 in the controller's zone
+    gres: Optional[str] = None  # "gpu:8", "gpu:a100:4(S:0),mps:400"; "" = none; None = not shown
+    comment: Optional[str] = None  # the node's Comment (where we note a refused drain)
 
     @property
     def drained(self) -> bool:
         flags = set(self.state.upper().replace("*", "").split("+"))
         return bool(flags & {"DRAIN", "DRAINED", "DRAINING", "DOWN", "FAIL", "FAILING"})
+
+    @property
+    def has_gpus(self) -> bool:
+        """Whether the node has GPU gres; a line without a Gres field counts as a GPU node."""
+        if self.gres is None:
+            return True
+        return any(part.split(":", 1)[0].strip() == "gpu" for part in self.gres.split(","))
+
+
+def gpu_nodes(cluster: Sequence[NodeState]) -> List[NodeState]:
+    """The nodes the drain budget is a share of: those with GPU gres.  On a mixed cluster the
+    CPU nodes would otherwise inflate the budget (a share of 1000 CPU and 10 GPU nodes lets
+    every GPU node drain), and on a small one deflate nothing we can drain anyway."""
+    return [n for n in cluster if n.has_gpus]
+
+
+REFUSED_MARK = PREFIX + " drain refused"
+
+
+def refused_comment(reason: str, when: str) -> str:
+    """The node Comment that makes a refused drain visible in `--cluster` (sanitised)."""
+    return sanitise(f"{REFUSED_MARK} {when}: {reason}")
+
+
+def refused_reason(comment: Optional[str]) -> Optional[str]:
+    """The reason a refused drain would have had, from our node Comment; None if not ours."""
+    if not comment or not comment.startswith(REFUSED_MARK):
+        return None
+    _, _, reason = comment[len(REFUSED_MARK):].partition(": ")
+    return reason or None
+
+
+def refused_time(comment: Optional[str]) -> Optional[str]:
+    """When the refused drain in our node Comment happened (ISO 8601), or None."""
+    if not refused_reason(comment):
+        return None
+    return (comment or "")[len(REFUSED_MARK):].partition(": ")[0].strip() or None
 
 
 class DrainDecision(str, enum.Enum):
@@ -151,7 +190,7 @@ def decide_drain(this: NodeState, cluster: Sequence[NodeState], max_fraction: fl
     if this.drained or (this.reason and not is_ours(this.reason)):
         return DrainDecision.ADMIN_OWNED
     ours = sum(1 for n in _our_drains(cluster) if n.name != this.name)
-    if ours + 1 > drain_budget(len(cluster), max_fraction):
+    if ours + 1 > drain_budget(len(gpu_nodes(cluster)), max_fraction):
         return DrainDecision.REFUSED
     return DrainDecision.APPLY
 
@@ -172,7 +211,7 @@ def beyond_budget(cluster: Sequence[NodeState], max_fraction: float) -> List[str
     before it is visible (Slurm stamps reasons to the second).
     """
     ranked = sorted(_our_drains(cluster), key=lambda n: (n.reason_time or "", n.name))
-    return [n.name for n in ranked[drain_budget(len(cluster), max_fraction):]]
+    return [n.name for n in ranked[drain_budget(len(gpu_nodes(cluster)), max_fraction):]]
 
 
 def may_resume(this: NodeState, findings: Sequence[Finding], gpus: Sequence[GpuSnapshot],

@@ -8,7 +8,7 @@ import os
 import stat
 from pathlib import Path
 
-from healthcheck.cluster import COLUMNS, rows_from_show_nodes, show_cluster
+from healthcheck.cluster import COLUMNS, format_table, rows_from_show_nodes, show_cluster
 from healthcheck.config import Config
 
 _HEAD = ("Arch=x86_64 CoresPerSocket=1 CPUAlloc=0 CPUEfctv=16 CPUTot=16 CPULoad=0.50 "
@@ -51,7 +51,7 @@ def test_our_reason_is_split_into_columns_with_slurms_time():
     [row] = rows_from_show_nodes(GPU_A)
     assert row == {"node": "gpu-a", "state": "IDLE+DRAIN", "gpu": "2", "pci": "00000000:38:00.0",
                    "serial": "1650522003802", "check": "ecc.volatile_uncorrected", "value": "3",
-                   "context": "epilog", "job": "12", "time": "2026-11-29T19:01:02", "ours": True,
+                   "context": "epilog", "job": "12", "time": "2026-11-29T19:01:02", "ours": True, "refused": False,
                    "raw_reason": "gpu-healthcheck: gpu2 pci=00000000:38:00.0 sn=1650522003802 "
                                  "ecc.volatile_uncorrected=3 epilog job=12"}
 
@@ -118,7 +118,7 @@ def test_show_cluster_makes_one_scontrol_call_and_prints_json(tmp_path):
     assert calls.read_text().splitlines() == ["-o show nodes"]
     doc = json.loads(out.getvalue())
     assert [d["node"] for d in doc] == ["gpu-a", "gpu-b", "gpu-f", "gpu-c", "gpu-e"]
-    assert set(doc[0]) == set(COLUMNS) | {"ours", "raw_reason"}
+    assert set(doc[0]) == set(COLUMNS) | {"ours", "refused", "raw_reason"}
     assert doc[3]["ours"] is False and doc[3]["raw_reason"] == "bad fan, ticket 4711"
 
 
@@ -148,3 +148,30 @@ def test_cluster_through_the_real_cli(node):
     os.unlink(node.tmp / "no-scontrol")
     result = node.run("--cluster")
     assert result.rc == 3 and "scontrol" in result.stderr
+
+
+def test_a_refused_drain_noted_in_the_node_comment_is_listed_as_refused():
+    from healthcheck.verdict import refused_comment
+    reason = "gpu-healthcheck: gpu4 pci=00000000:58:00.0 sn=1650522003804 memory.leaked=61440 prolog job=3"
+    line = (f"NodeName=gpu-c Arch=x86_64 Gres=gpu:8 State=IDLE Partitions=gpu "
+            f"CfgTRES=cpu=16 Comment={refused_comment(reason, '2026-11-30T23:00:00+00:00')}")
+    [row] = rows_from_show_nodes(line)
+    assert row["refused"] is True and row["ours"] is True and row["state"] == "IDLE"
+    assert (row["gpu"], row["check"], row["value"], row["context"], row["job"]) == (
+        "4", "memory.leaked", "61440", "prolog", "3")
+    assert row["time"] == "2026-11-30T23:00:00+00:00"
+    text = "\n".join(format_table([row]))
+    assert "drains refused by drain.max_fraction" in text and "memory.leaked" in text
+
+
+def test_the_drain_budget_counts_only_nodes_with_gpu_gres():
+    from healthcheck.scontrol import parse_show_nodes
+    from healthcheck.verdict import DrainDecision, decide_drain, gpu_nodes
+    lines = [f"NodeName=cpu{i} Gres=(null) State=IDLE" for i in range(30)]
+    lines += ["NodeName=gpu-a Gres=gpu:a100:4(S:0),mps:400 State=IDLE",
+              "NodeName=gpu-b Gres=gpu:8 State=IDLE+DRAIN Reason=gpu-healthcheck: gpu1 gpu.lost=GPU_IS_LOST node [root@2026-11-30T23:00:00]",
+              "NodeName=gpu-c Gres=gpu:8 State=IDLE"]
+    nodes = parse_show_nodes("\n".join(lines))
+    assert [n.name for n in gpu_nodes(nodes)] == ["gpu-a", "gpu-b", "gpu-c"]
+    # 33 nodes at 0.1 would allow 3 drains; 3 GPU nodes allow 1, and gpu-b holds it
+    assert decide_drain(nodes[30], nodes, 0.1) is DrainDecision.REFUSED

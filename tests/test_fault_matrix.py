@@ -52,6 +52,8 @@ def c(cluster):
         shutil.rmtree(cluster.state(node), ignore_errors=True)
         if cluster.drained(node):
             cluster.cluster.resume(node)
+        if cluster.cluster.node_info(node).get("Comment"):
+            cluster.cluster.run(["scontrol", "update", f"NodeName={node}", "Comment="], check=True)
     for node in NODES:
         cluster.cluster.wait_node(node, lambda info: "DRAIN" not in info.get("State", ""), 30)
     return cluster
@@ -534,3 +536,53 @@ def test_a_stale_pending_drain_is_dropped_once_the_admin_resumed_the_node(c, tmp
     assert info["NodeList"] == "gpu-a" and int(info.get("Restarts", "0")) == 0
     assert not c.drained("gpu-a") and not (c.state("gpu-a") / "pending-drain.json").exists()
     assert "pending drain of gpu-a from" in logged(c.state("gpu-a")) and "dropped" in logged(c.state("gpu-a"))
+
+
+# --- drain budget and report-only rollout (issue 13) ------------------------------------------
+
+def _set_drain(c: GpuCluster, node: str, text: str) -> None:
+    path = c.wd / "config" / f"{node}.toml"
+    path.write_text(path.read_text().replace("[drain]\n", "[drain]\n" + text + "\n"))
+
+
+def test_report_only_drains_and_resumes_nothing_and_logs_what_it_would_have_done(c):
+    _set_drain(c, "gpu-a", "report_only = true")
+    c.scenario("gpu-a").write_text(HEALTHY + "gpu.2.ecc.volatile.uncorrected = 1\n")
+    job = c.cluster.sbatch(["--gres=gpu:8", "-w", "gpu-a"], "echo ran on $SLURMD_NODENAME\n")
+    info = c.cluster.wait_job(job, timeout=120)
+    assert info["NodeList"] == "gpu-a" and int(info.get("Restarts", "0")) == 0  # the job ran
+    doc = _node_act(c)
+    assert doc["verdict"] == "fail" and doc["action"]["taken"] == "none" and doc["action"]["report_only"] is True
+    assert doc["action"]["detail"].startswith("report_only: would drain gpu-a: gpu-healthcheck: gpu2 ")
+    assert not c.drained("gpu-a") and c.reason("gpu-a") == ""
+    text = logged(c.state("gpu-a"))
+    assert f"report_only: would drain (and fail the prolog) gpu-a: gpu-healthcheck: gpu2 pci={pci(2)}" in text
+    assert "report_only: would drain (and fail the epilog) gpu-a" in text
+    # a node we drained before the rollout switched to report-only is not resumed either
+    c.cluster.drain("gpu-a", "gpu-healthcheck: gpu2 ecc.volatile_uncorrected=1 node")
+    c.scenario("gpu-a").write_text(HEALTHY)
+    assert _node_act(c)["action"]["taken"] == "none" and c.drained("gpu-a")
+
+
+def test_a_refused_drain_is_visible_in_cluster_and_the_metrics_until_a_full_check_passes(c):
+    metrics = c.state("gpu-a").parent / "gpu-a.prom"
+    for node in ("gpu-a", "gpu-b"):
+        c.write_config(node, max_fraction=0.0)  # one node of the three
+    path = c.wd / "config" / "gpu-a.toml"
+    path.write_text(f'metrics_file = "{metrics}"\n' + path.read_text())
+    c.scenario("gpu-b").write_text(HEALTHY + "gpu.1.lost = 1\n")
+    assert c.check("gpu-b", "--node", "--act").returncode == 2 and c.drained("gpu-b")
+    c.scenario("gpu-a").write_text(HEALTHY + "gpu.3.ecc.volatile.uncorrected = 2\n")
+    doc = _node_act(c)
+    assert doc["action"]["refused"] is True and not c.drained("gpu-a")
+    assert "1 of 3 GPU nodes already drained" in doc["action"]["detail"]
+    view = json.loads(c.check("gpu-c", "--cluster", "--json").stdout)
+    [row] = [r for r in view if r["node"] == "gpu-a"]
+    assert row["refused"] is True and (row["gpu"], row["check"], row["value"], row["context"]) == (
+        "3", "ecc.volatile_uncorrected", "2", "node")
+    table = c.check("gpu-c", "--cluster").stdout
+    assert "drains refused by drain.max_fraction" in table
+    assert "gpu_healthcheck_drain_refusals_total 1" in metrics.read_text()
+    c.scenario("gpu-a").write_text(HEALTHY)  # fixed: the note goes with the next full check
+    _node_act(c)
+    assert not any(r["node"] == "gpu-a" for r in json.loads(c.check("gpu-c", "--cluster", "--json").stdout))
