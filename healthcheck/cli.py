@@ -91,6 +91,8 @@ def build_parser() -> "argparse.ArgumentParser":
     what.add_argument("--job-report", action="store_true", help="inside a job, as its user: "
                       "which of the job's GPUs is at fault (read-only; the SPANK plugin runs it "
                       "when a task fails)")
+    what.add_argument("--ack", action="store_true", help="the admin has dealt with the Xids "
+                      "seen so far (all GPUs, or --gpus): they stop counting, new ones count")
     what.add_argument("--version", action="store_true", help="print the version and exit")
     parser.add_argument("--json", action="store_true", help="print one JSON document")
     parser.add_argument("--act", action="store_true", help="with --node: drain on failure, "
@@ -126,7 +128,7 @@ def _fast_args(argv: List[str]) -> Optional["argparse.Namespace"]:
 
     return SimpleNamespace(node=modes[0] == "--node", prolog=modes[0] == "--prolog",  # type: ignore[return-value]
                            epilog=modes[0] == "--epilog", version=False, history=None,
-                           cluster=False, list_checks=False, check_config=False,
+                           cluster=False, list_checks=False, check_config=False, ack=False,
                            job_report=False, json="--json" in argv, act="--act" in argv,
                            config=None, gpus=None, level=level)
 
@@ -176,6 +178,8 @@ def _main(args_list: List[str]) -> int:
         from .admin import check_config
 
         return check_config(args.config, os.environ, args.json, sys.stdout, sys.stderr)
+    if args.ack:
+        return _ack(args)
     if args.history is not None or args.cluster:
         return _admin_view(args)
     if args.job_report:
@@ -287,6 +291,25 @@ def _admin_view(args: "argparse.Namespace") -> int:
 def _stdout_to_devnull() -> None:
     """After EPIPE: point stdout at /dev/null so the interpreter's final flush stays quiet."""
     os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+
+
+def _ack(args: "argparse.Namespace") -> int:
+    """--ack [--gpus LIST]: record that the Xids seen so far are dealt with."""
+    from .config import ConfigError, load_config
+    from .runner import ack
+
+    if args.act or args.json or args.level not in (None, "quick"):
+        raise UsageError("--ack takes only --gpus and --config")
+    try:
+        config = load_config(args.config, os.environ)
+    except ConfigError as exc:
+        print(f"gpu-healthcheck: config error: {exc}", file=sys.stderr)
+        return 3
+    gpus = _parse_gpus(args.gpus) if args.gpus else None
+    code, lines, _ = ack(config, gpus)
+    for line in lines:
+        print(line, file=sys.stdout if code == 0 else sys.stderr)
+    return code
 
 
 def _log_internal_error(mode: str, config: Optional["Config"]) -> None:

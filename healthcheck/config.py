@@ -96,6 +96,9 @@ class Config(NamedTuple):
     # --node: Xids of the last this many seconds count; 0 = since boot.  Prolog and epilog
     # always use the job's window.
     xid_window_s: float = 0.0
+    # A failing Xid on a GPU whose Xids were acknowledged (--ack, or resuming our drain) this
+    # many times already escalates: RMA, never resumed automatically; resets do not help it.
+    xid_escalate_after: int = 3
     history_file: Optional[str] = None  # None: <state_dir>/history.jsonl
     history_max_bytes: int = 1 << 20
     metrics_file: Optional[str] = None  # node_exporter textfile, e.g. /var/lib/node_exporter/gpu_healthcheck.prom
@@ -132,6 +135,7 @@ _BOUNDS: Dict[str, Tuple[float, float, str]] = {
     "quick_mib": (1.0, float(MAX_GPU_MIB), "MiB; no GPU has more memory"),
     "full_fraction": (0.01, 1.0, "a share of free memory"),
     "boot_grace_s": (0.0, 86400.0, "seconds"),
+    "xid_escalate_after": (1, 1000, "acknowledgements"),
 }
 
 

@@ -250,6 +250,8 @@ class NodeSnapshot(NamedTuple):
     # `boot_grace_s` of it, state that settles after boot (fabric, NVLink, persistence) is not
     # judged yet: checks ask registry.in_boot_grace().
     driver_age_s: Optional[float] = None
+    # (kernel PCI address, acknowledgements that dealt with a failing Xid on it), from state_dir
+    xid_ack_counts: Tuple[Tuple[str, int], ...] = ()
 
     def gpu(self, index: int) -> Optional[GpuSnapshot]:
         for g in self.gpus:

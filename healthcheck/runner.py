@@ -128,10 +128,39 @@ def read_node(request: RunRequest, config: Config, host: str, store: StateStore,
 
         snapshot = snapshot._replace(kernel_log=read_kernel_log(
             config.kernel_log, _xid_window(mode, snapshot, config.xid_window_s)))
+        if mode is Mode.NODE:
+            snapshot = _without_acknowledged(snapshot, config, store, events)
     if mode is not Mode.EPILOG and config.probe.enabled and config.enabled("cuda.probe"):
         snapshot = snapshot._replace(probes=_probe(snapshot, config, request.level,
                                                    probe_cap() if probe_cap else None))
     return snapshot, selected
+
+
+def _without_acknowledged(snapshot: NodeSnapshot, config: Config, store: StateStore,
+                          events: List[LogEvent]) -> NodeSnapshot:
+    """`--node`: Xids an admin has dealt with (state.XidAck) no longer count; what the kernel
+    logged after each acknowledgement does.  The epilog needs none of this: its window is the
+    job's own."""
+    from .kernlog import boot_wallclock, read_kernel_log
+    from .state import read_acks
+    from .xidack import live_acks, position_key, unacknowledged, window_after
+
+    stored, error = read_acks(store)
+    if error:
+        events.append(LogEvent("error", ERR, f"{error}; every Xid since boot counts"))
+    acks = live_acks(stored, boot_wallclock())
+    counts = tuple(sorted((pci, a.count) for pci, a in stored.items()))
+    log = snapshot.kernel_log
+    if not acks or log.error:
+        return snapshot._replace(xid_ack_counts=counts)
+    after = {}
+    for ack in acks.values():
+        key = position_key(ack.position)
+        if key not in after:
+            later = read_kernel_log(config.kernel_log, window_after(ack.position))
+            after[key] = later.events
+    return snapshot._replace(kernel_log=log._replace(events=unacknowledged(log.events, acks, after)),
+                             xid_ack_counts=counts)
 
 
 def name_lost_gpu(gpus: Tuple[GpuSnapshot, ...],
@@ -275,6 +304,7 @@ def _drain(effects: _Effects, store: StateStore, node: str, reason: str, mode: M
             raise ScontrolError(["scontrol", "show", "nodes"], f"node {node} not in the output")
         if replace_slurm_reason and this.drained and (this.reason or "").startswith(SLURM_OWN_REASONS):
             effects.ctl.set_reason(node, reason)
+            _note_our_drain(store, node, reason)
             events.append(LogEvent("drain", CRIT, f"drained {node}: {reason} (replacing Slurm's "
                                                   f"{this.reason!r} left by our pending drain)",
                                    {**fields, "GPU_HEALTHCHECK_OUTCOME": "applied"}))
@@ -294,6 +324,7 @@ def _drain(effects: _Effects, store: StateStore, node: str, reason: str, mode: M
                                    {**fields, "GPU_HEALTHCHECK_OUTCOME": "kept"}))
             return NodeAction("none", reason, detail=message, extra={"admin_owned": True})
         if decision is DrainDecision.ALREADY_OURS:
+            _note_our_drain(store, node, this.reason or reason)
             message = f"{node} is already drained by gpu-healthcheck ({this.reason})"
             events.append(LogEvent("drain", NOTICE, message, {**fields, "GPU_HEALTHCHECK_OUTCOME": "kept"}))
             return NodeAction("none", reason, detail=message, extra={"already_ours": True})
@@ -319,9 +350,115 @@ def _drain(effects: _Effects, store: StateStore, node: str, reason: str, mode: M
         return NodeAction("drain", reason, detail=message, extra={"pending": True})
     events.append(LogEvent("drain", CRIT, f"drained {node}: {reason}",
                            {**fields, "GPU_HEALTHCHECK_OUTCOME": "applied"}))
+    _note_our_drain(store, node, reason)
     if job_id:
         _admin_comment(effects, job_id, reason, events)
     return NodeAction("drain", reason)
+
+
+def _note_our_drain(store: StateStore, node: str, reason: str) -> None:
+    """So that a later run can tell an admin resumed it (and dealt with its Xids)."""
+    from .state import OurDrain, write_our_drain
+
+    try:
+        write_our_drain(store, OurDrain(node=node, reason=reason, drained_at=time.time()))
+    except OSError:
+        pass  # costs only the automatic acknowledgement; the drain itself stands
+
+
+def _admin_resumed(effects: _Effects, store: StateStore, node: str, events: List[LogEvent]) -> bool:
+    """Whether the node we drained is back in service: an admin resumed it, and so dealt with
+    what drained it.  Asks scontrol only when we hold a note of our drain (state.OurDrain)."""
+    from .scontrol import ScontrolError
+    from .state import clear_our_drain, read_our_drain
+
+    ours = read_our_drain(store)
+    if ours is None or ours.node != node:
+        return False
+    try:
+        this = next((n for n in effects.ctl.show_nodes() if n.name == node), None)
+    except ScontrolError as exc:
+        events.append(LogEvent("error", WARNING, f"cannot tell whether {node} was resumed: {exc}"))
+        return False
+    if this is None or this.drained:
+        return False
+    clear_our_drain(store)
+    events.append(LogEvent("resume", NOTICE, f"{node} was resumed by an admin after our drain "
+                                             f"({ours.reason}); the Xids seen so far count as "
+                                             f"dealt with", {"GPU_HEALTHCHECK_OUTCOME": "acknowledged"}))
+    return True
+
+
+def acknowledge_xids(snapshot: NodeSnapshot, config: Config, store: StateStore,
+                     events: List[LogEvent], gpus: Optional[Tuple[int, ...]], by: str) -> NodeSnapshot:
+    """Record that the Xids in the snapshot's kernel log, on these GPUs (None: all), are dealt
+    with; returns the snapshot without them.  `by`: "ack" (--ack) or "resume"."""
+    from .kernlog import boot_wallclock, position_now
+    from .state import read_acks, write_acks
+    from .xidack import acknowledge, gpu_pcis, kernel_pci
+
+    log = snapshot.kernel_log
+    if gpus is None:
+        pcis = gpu_pcis(snapshot.gpus, log.events)
+    else:
+        pcis = tuple(p for p in (kernel_pci(g.pci_bus_id) for g in snapshot.gpus
+                                 if g.index in gpus and g.pci_bus_id) if p)
+    stored, _ = read_acks(store)
+    acks = acknowledge(stored, pcis, log.events, log.end or position_now(config.kernel_log),
+                       boot_wallclock(), time.time(), by)
+    try:
+        write_acks(store, acks)
+    except OSError as exc:
+        events.append(LogEvent("error", ERR, f"cannot record the Xid acknowledgement in "
+                                             f"{store.state_dir}: {exc}; the Xids still count"))
+        return snapshot
+    dealt = [e for e in log.events if e.pci in pcis]
+    if dealt:
+        events.append(LogEvent("resume", NOTICE, "Xids acknowledged (" + by + "): " + ", ".join(
+            f"{e.pci} Xid {e.xid if e.xid is not None else 'off-bus'} x{e.occurrences}" for e in dealt),
+                               {"GPU_HEALTHCHECK_OUTCOME": "acknowledged"}))
+    return snapshot._replace(kernel_log=log._replace(events=tuple(e for e in log.events if e.pci not in pcis)),
+                             xid_ack_counts=tuple(sorted((p, a.count) for p, a in acks.items())))
+
+
+def ack(config: Config, gpus: Optional[Tuple[int, ...]]) -> Tuple[int, List[str], List[LogEvent]]:
+    """`gpu-healthcheck --ack [--gpus LIST]`: the admin has dealt with the Xids seen so far on
+    these GPUs (all by default).  Returns (exit code, lines to print, log events)."""
+    events: List[LogEvent] = []
+    host = os.uname().nodename.split(".")[0]
+    store = StateStore(config.state_dir)
+    nvml = read_nvml(config.nvml_timeout_s)
+    if gpus is not None and nvml.error is None:
+        missing = sorted(set(gpus) - {g.index for g in nvml.gpus})
+        if missing:
+            raise UsageError(f"--gpus {','.join(map(str, missing))}: this node has "
+                             f"{len(nvml.gpus)} GPU(s)")
+    from .kernlog import read_kernel_log
+
+    snapshot = NodeSnapshot(host=host, nvml_error=nvml.error, gpus=nvml.gpus)
+    snapshot = snapshot._replace(kernel_log=read_kernel_log(
+        config.kernel_log, _xid_window(Mode.NODE, snapshot, config.xid_window_s)))
+    if snapshot.kernel_log.error:
+        return 3, [f"gpu-healthcheck: --ack: {snapshot.kernel_log.error}; nothing acknowledged"], events
+    snapshot = _without_acknowledged(snapshot, config, store, events)
+    before = snapshot.kernel_log.events
+    try:
+        after = acknowledge_xids(snapshot, config, store, events, gpus, by="ack")
+    except OSError as exc:
+        return 3, [f"gpu-healthcheck: --ack: cannot use {store.state_dir}: {exc}"], events
+    if any(e.kind == "error" for e in events):
+        return 3, [e.message for e in events if e.kind == "error"], events
+    dealt = [e for e in before if e not in after.kernel_log.events]
+    which = "every GPU" if gpus is None else "GPU(s) " + ",".join(map(str, gpus))
+    lines = [f"acknowledged the Xids so far on {which} of {host}: "
+             + (", ".join(f"{e.pci} Xid {e.xid if e.xid is not None else 'off-bus'} x{e.occurrences}"
+                          for e in dealt) or "none were counting")]
+    counts = dict(after.xid_ack_counts)
+    worn = [f"{p} ({c})" for p, c in sorted(counts.items()) if c >= config.xid_escalate_after]
+    if worn:
+        lines.append(f"a new failing Xid on {', '.join(worn)} will escalate to RMA "
+                     f"(xid_escalate_after = {config.xid_escalate_after})")
+    return 0, lines, events
 
 
 def _report_only(node: str, reason: Optional[str], mode: Mode, events: List[LogEvent],
@@ -457,8 +594,12 @@ def run(request: RunRequest, config: Config, node_name: Optional[str] = None) ->
     report_only = acting and config.drain.report_only
     if acting and not report_only:
         apply_pending(effects, store, node, events)
+    resumed_by_admin = (mode is Mode.NODE and request.act and not report_only
+                        and _admin_resumed(effects, store, node, events))
 
     snapshot, selected = read_node(request, config, host, store, events, probe_cap)
+    if resumed_by_admin:
+        snapshot = acknowledge_xids(snapshot, config, store, events, None, by="resume")
     findings, crashes, verdict = judge(snapshot, config, request, selected)
     job_id = snapshot.job.job_id if snapshot.job else None
     reason = drain_reason(findings, snapshot.gpus, mode, job_id)
@@ -551,6 +692,9 @@ def _maybe_resume(effects: _Effects, node: str, findings: List[Finding], snapsho
                                    {**fields, "GPU_HEALTHCHECK_OUTCOME": "kept"}))
             return NodeAction("none", this.reason, detail=why_not)
         effects.ctl.resume(node)
+        from .state import clear_our_drain
+
+        clear_our_drain(StateStore(config.state_dir))
     except ScontrolError as exc:
         events.append(LogEvent("error", ERR, f"cannot resume {node}: {exc}", fields))
         return NodeAction("none", detail=str(exc))

@@ -22,6 +22,8 @@ from .model import Baseline, GpuBaseline, KernelLogPosition
 
 JOBS = "jobs"
 PENDING = "pending-drain.json"
+ACKS = "xid-acks.json"
+OUR_DRAIN = "our-drain.json"
 
 
 class StateError(OSError):
@@ -35,6 +37,30 @@ class PendingDrain(NamedTuple):
     job_id: Optional[str]
     created_at: float
     admin_comment_job: Optional[str] = None
+
+
+class XidAck(NamedTuple):
+    """Up to where one GPU's Xids are dealt with (an admin's --ack, or the resume of our drain).
+
+    Xids logged after `position` count again.  `boot` is the boot (btime) it belongs to: after
+    a reboot the kernel log starts over and the ack no longer applies.  `count` is how many
+    acknowledgements dealt with a failing Xid on this GPU, over its life: past
+    `xid_escalate_after` a new one escalates instead of asking for another reset."""
+
+    pci: str  # kernel form dddd:bb:dd
+    position: KernelLogPosition
+    acked_at: float
+    boot: Optional[float] = None
+    count: int = 0  # type: ignore[assignment]  # tuple.count is never used here
+    by: str = "ack"  # "ack" (gpu-healthcheck --ack) | "resume" (an admin resumed our drain)
+
+
+class OurDrain(NamedTuple):
+    """The drain we applied to this node, so that a later run can tell the admin resumed it."""
+
+    node: str
+    reason: str
+    drained_at: float
 
 
 def open_private_dir(path: str, create: bool) -> int:
@@ -221,3 +247,64 @@ class StateStore:
 
 def _open_and_close(path: str) -> None:
     os.close(open_private_dir(path, True))
+
+
+def acks_to_json(acks: Dict[str, XidAck]) -> bytes:
+    return json.dumps({pci: _plain(a) for pci, a in sorted(acks.items())}, sort_keys=True).encode()
+
+
+def acks_from_json(raw: bytes) -> Dict[str, XidAck]:
+    """Raises ValueError (or a subclass) on anything that is not an acks file we wrote."""
+    data = json.loads(raw.decode("utf-8"))
+    if not isinstance(data, dict):
+        raise ValueError("expected an object")
+    acks = {}
+    for pci, entry in data.items():
+        entry = dict(_check_fields(XidAck, entry))
+        entry["position"] = KernelLogPosition(**_check_fields(KernelLogPosition, entry.get("position")))
+        ack = XidAck(**entry)
+        if ack.pci != pci or not isinstance(ack.count, int) or not isinstance(ack.acked_at, (int, float)):
+            raise ValueError(f"malformed entry for {pci}")
+        acks[pci] = ack
+    return acks
+
+
+def read_acks(store: "StateStore") -> Tuple[Dict[str, XidAck], Optional[str]]:
+    """({pci: ack}, None), or ({}, why) — never raises."""
+    path = os.path.join(store.state_dir, ACKS)
+    try:
+        raw = read_file(store.state_dir, ACKS)
+    except OSError as exc:
+        return {}, f"cannot read Xid acknowledgements {path}: {exc.strerror or exc}"
+    if raw is None:
+        return {}, None
+    try:
+        return acks_from_json(raw), None
+    except (ValueError, TypeError) as exc:
+        return {}, f"corrupt Xid acknowledgements {path}: {exc}"
+
+
+def write_acks(store: "StateStore", acks: Dict[str, XidAck]) -> None:
+    atomic_write(store.state_dir, ACKS, acks_to_json(acks))
+
+
+def read_our_drain(store: "StateStore") -> Optional[OurDrain]:
+    try:
+        raw = read_file(store.state_dir, OUR_DRAIN)
+        if raw is None:
+            return None
+        data = _check_fields(OurDrain, json.loads(raw.decode("utf-8")))
+        return OurDrain(**data)
+    except (OSError, ValueError, TypeError):
+        return None  # an unreadable note only costs the automatic acknowledgement
+
+
+def write_our_drain(store: "StateStore", drain: OurDrain) -> None:
+    atomic_write(store.state_dir, OUR_DRAIN, json.dumps(_plain(drain), sort_keys=True).encode())
+
+
+def clear_our_drain(store: "StateStore") -> None:
+    try:
+        os.unlink(os.path.join(store.state_dir, OUR_DRAIN))
+    except FileNotFoundError:
+        pass

@@ -50,6 +50,7 @@ def c(cluster):
         cluster.scenario(node).write_text(HEALTHY)
         cluster.write_config(node)
         shutil.rmtree(cluster.state(node), ignore_errors=True)
+        (cluster.wd / "kern" / f"{node}.log").write_text("")
         if cluster.drained(node):
             cluster.cluster.resume(node)
         if cluster.cluster.node_info(node).get("Comment"):
@@ -586,3 +587,29 @@ def test_a_refused_drain_is_visible_in_cluster_and_the_metrics_until_a_full_chec
     c.scenario("gpu-a").write_text(HEALTHY)  # fixed: the note goes with the next full check
     _node_act(c)
     assert not any(r["node"] == "gpu-a" for r in json.loads(c.check("gpu-c", "--cluster", "--json").stdout))
+
+
+# --- Xids that are dealt with stay dealt with (issue 13) -----------------------------------------
+
+def _xid(stamp: float, xid: int = 48) -> str:
+    return f"[{stamp:12.6f}] NVRM: Xid (PCI:0000:18:00): {xid}, pid=4242, name=python, Ch 00000008\n"
+
+
+def test_an_old_xid_drains_once_the_admins_resume_deals_with_it_and_a_new_xid_drains_again(c):
+    """The field's worst false drain (azurehpc#648, DCGM#277, gpud#1072): before, the admin
+    reset the GPU and resumed the node, and the next HealthCheckProgram run drained it again
+    for the same old line, every run until a reboot."""
+    kern = c.wd / "kern" / "gpu-a.log"
+    kern.write_text(_xid(1234.5))
+    assert _node_act(c)["action"]["taken"] == "drain"
+    assert c.reason("gpu-a").startswith(f"gpu-healthcheck: gpu0 pci={pci(0)} sn={serial(0)} xid=48 node")
+    c.cluster.resume("gpu-a")  # the admin reset the GPU and resumes the node
+    for _ in range(3):
+        doc = _node_act(c)
+        assert doc["verdict"] == "pass" and doc["action"]["taken"] == "none"
+        assert not c.drained("gpu-a")
+    assert "was resumed by an admin after our drain" in logged(c.state("gpu-a"))
+    with kern.open("a") as log:
+        log.write(_xid(5000.0))  # the same GPU fails again
+    assert _node_act(c)["action"]["taken"] == "drain"
+    assert c.reason("gpu-a").startswith(f"gpu-healthcheck: gpu0 pci={pci(0)} sn={serial(0)} xid=48 node")

@@ -49,7 +49,9 @@ def check_xid(node: NodeSnapshot, ctx: CheckContext) -> Iterator[Finding]:
     Application Xids (13, 31, 43, 45, 68) are info: the job's fault, not the GPU's.  Hardware
     Xids (48, 62, 64, 74, 79, 95, 109, 119, 120, 136, 140, 143) fail with NVIDIA's immediate
     action; 63, 92, 94 and unknown codes warn.  The window is the job's (epilog) or since boot
-    (by hand), so an old Xid does not keep a node drained until the log rotates.
+    (by hand), so an old Xid does not keep a node drained until the log rotates; by hand, Xids
+    an admin acknowledged (--ack, or resuming our drain) no longer count, and a GPU failing
+    again after `xid_escalate_after` acknowledgements escalates to RMA.
     nvidia-smi equivalent: `dmesg | grep 'NVRM: Xid'`.
     """
     if ctx.mode is Mode.PROLOG:
@@ -64,6 +66,13 @@ def check_xid(node: NodeSnapshot, ctx: CheckContext) -> Iterator[Finding]:
         who = label(gpu) if gpu else f"GPU at PCI {event.pci} (not known to NVML)"
         code = "fallen off the bus" if event.xid is None else f"Xid {event.xid}"
         times = f" ({event.occurrences} times)" if event.occurrences > 1 else ""
+        acked = dict(node.xid_ack_counts).get(event.pci, 0)
+        limit = ctx.config.xid_escalate_after
+        if severity is Severity.FAIL and ctx.mode is Mode.NODE and acked >= limit:
+            # gpud escalates after N reboots the same way: the fix that was tried did not hold
+            action = Action.RMA
+            meaning = (f"fails again after {acked} acknowledgements (xid_escalate_after = "
+                       f"{limit}): escalate, RMA or replace the GPU; another reset will not do")
         yield _f("xid", severity, gpu, f"{who}: {code}{times}: {meaning}. Log: {event.message[:160]}",
                  value=event.xid if event.xid is not None else "fallen_off_bus", action=action)
     if log.skipped_bytes or log.dropped_events:

@@ -1,0 +1,92 @@
+"""Xids that are dealt with stay dealt with: acknowledgement points per GPU (pure).
+
+    acks = {"0000:41:00": XidAck(pci="0000:41:00", position=..., acked_at=..., count=1)}
+    events = unacknowledged(log.events, acks, after={position_key(pos): events_since_pos})
+
+`--node` reads Xids since boot (or `xid_window_s`): without this, one old Xid 48 keeps draining
+a repaired node every HealthCheckInterval until it reboots (Azure/azurehpc#648, DCGM#277,
+gpud#1072).  An Xid stops counting once an admin has dealt with it: by resuming the node we
+drained, or by `gpu-healthcheck --ack [--gpus LIST]`.  The point is kept per GPU in state_dir
+(state.XidAck); a new Xid after it counts again.  A GPU that keeps failing after
+`xid_escalate_after` acknowledgements escalates (checks/xid.py): another reset will not do.
+"""
+
+from __future__ import annotations
+
+from typing import Dict, Iterable, Mapping, Optional, Sequence, Tuple
+
+from .model import GpuSnapshot, KernelLogPosition, KernelLogWindow, Severity, XidEvent
+from .state import XidAck
+
+PositionKey = Tuple[str, Optional[int], Optional[int], Optional[float], Optional[float]]
+
+
+def kernel_pci(nvml_bus_id: str) -> Optional[str]:
+    """NVML's "00000000:41:00.0" in the kernel log's form "0000:41:00"; None if not an address."""
+    from .nvml import normalise_pci
+
+    try:
+        domain, bus, device = normalise_pci(nvml_bus_id)
+    except ValueError:
+        return None
+    return f"{domain:04x}:{bus:02x}:{device:02x}"
+
+
+def position_key(position: KernelLogPosition) -> PositionKey:
+    return (position.source, position.offset, position.inode, position.monotonic_s, position.wallclock)
+
+
+def window_after(position: KernelLogPosition) -> KernelLogWindow:
+    """The kernel-log window of what came after an acknowledgement (as the epilog's after the
+    prolog: by file offset where the file is the same, else by time)."""
+    return KernelLogWindow(position=position, since_monotonic_s=position.monotonic_s,
+                           since_wallclock=position.wallclock)
+
+
+def live_acks(acks: Mapping[str, XidAck], boot: Optional[float]) -> Dict[str, XidAck]:
+    """The acknowledgements of this boot: after a reboot the kernel log starts over anyway."""
+    return {pci: a for pci, a in acks.items()
+            if a.boot is None or boot is None or abs(a.boot - boot) < 2.0}
+
+
+def unacknowledged(events: Sequence[XidEvent], acks: Mapping[str, XidAck],
+                   after: Mapping[PositionKey, Sequence[XidEvent]]) -> Tuple[XidEvent, ...]:
+    """The events that still count: those of GPUs never acknowledged, and for the others what
+    the kernel logged after their acknowledgement (`after`, read from each ack's position)."""
+    kept = []
+    for event in events:
+        ack = acks.get(event.pci)
+        if ack is None:
+            kept.append(event)
+            continue
+        later = after.get(position_key(ack.position), ())
+        match = next((e for e in later if e.pci == event.pci and e.xid == event.xid), None)
+        if match is not None:
+            kept.append(match)  # counted from the acknowledgement on
+    return tuple(kept)
+
+
+def failing(events: Iterable[XidEvent], pci: str) -> bool:
+    from .checks.xid import xid_severity
+
+    return any(e.pci == pci and xid_severity(e)[0] is Severity.FAIL for e in events)
+
+
+def acknowledge(acks: Mapping[str, XidAck], pcis: Iterable[str], events: Sequence[XidEvent],
+                position: KernelLogPosition, boot: Optional[float], now: float,
+                by: str) -> Dict[str, XidAck]:
+    """New acknowledgements at `position` for these GPUs.  The count grows only where a failing
+    Xid was there to be dealt with (an --ack of a clean GPU proves nothing about it)."""
+    result = dict(acks)
+    for pci in pcis:
+        old = acks.get(pci)
+        count = (old.count if old else 0) + (1 if failing(events, pci) else 0)
+        result[pci] = XidAck(pci=pci, position=position, acked_at=now, boot=boot, count=count, by=by)
+    return result
+
+
+def gpu_pcis(gpus: Sequence[GpuSnapshot], events: Sequence[XidEvent] = ()) -> Tuple[str, ...]:
+    """Every GPU NVML knows, and every PCI address an Xid names (a GPU NVML lost)."""
+    found = [kernel_pci(g.pci_bus_id) for g in gpus if g.pci_bus_id]
+    found += [e.pci for e in events]
+    return tuple(sorted({p for p in found if p}))

@@ -1,0 +1,78 @@
+"""Xids that are dealt with stay dealt with (issue 13): `--ack`, the admin's resume of our
+drain, a new Xid after that counting again, and escalation after repeated acknowledgements.
+Through the real CLI on the fake GPUs; tests/test_fault_matrix.py runs it on real Slurm."""
+
+from __future__ import annotations
+
+from healthcheck.model import KernelLogPosition, XidEvent
+from healthcheck.state import XidAck
+from healthcheck.xidack import acknowledge, kernel_pci, position_key, unacknowledged
+
+GPU0 = "0000:18:00"  # the fake's GPU 0 (00000000:18:00.0)
+
+
+def xid_line(xid: int = 48, pci: str = GPU0, stamp: float = 1234.5) -> str:
+    return f"[{stamp:12.6f}] NVRM: Xid (PCI:{pci}): {xid}, pid=4242, name=python, Ch 00000008\n"
+
+
+def test_unacknowledged_keeps_what_came_after_each_gpus_acknowledgement():
+    pos = KernelLogPosition(source="/k", offset=100, inode=1)
+    old = XidEvent(GPU0, 48, "old", occurrences=3)
+    other = XidEvent("0000:28:00", 48, "never acknowledged")
+    ack = XidAck(pci=GPU0, position=pos, acked_at=1.0)
+    assert unacknowledged([old, other], {GPU0: ack}, {position_key(pos): ()}) == (other,)
+    new = XidEvent(GPU0, 48, "new", occurrences=1)
+    assert unacknowledged([old, other], {GPU0: ack}, {position_key(pos): (new,)}) == (new, other)
+
+
+def test_an_acknowledgement_counts_only_where_a_failing_xid_was_dealt_with():
+    pos = KernelLogPosition(source="/k")
+    acks = acknowledge({}, [GPU0, "0000:28:00"], [XidEvent(GPU0, 48, "DBE"), XidEvent("0000:28:00", 13, "app")],
+                       pos, None, 5.0, "ack")
+    assert (acks[GPU0].count, acks["0000:28:00"].count) == (1, 0)
+    assert acknowledge(acks, [GPU0], [XidEvent(GPU0, 79, "off")], pos, None, 6.0, "resume")[GPU0].count == 2
+    assert kernel_pci("00000000:18:00.0") == GPU0 and kernel_pci("junk") is None
+
+
+def test_ack_stops_an_old_xid_counting_and_a_new_one_counts_again(node):
+    node.kernel_log.write_text(xid_line())
+    assert node.run("--node", "--json").checks("fail") == ["xid"]
+    done = node.run("--ack")
+    assert done.rc == 0 and f"{GPU0} Xid 48 x1" in done.stdout, done.stderr
+    assert (node.state_dir / "xid-acks.json").exists()
+    result = node.run("--node", "--json")
+    assert result.rc == 0 and "xid" not in result.checks(), result.stdout
+    with node.kernel_log.open("a") as log:
+        log.write(xid_line(stamp=2000.0))
+    result = node.run("--node", "--json")
+    [finding] = [f for f in result.json["findings"] if f["check"] == "xid"]
+    assert (finding["gpu"], finding["value"], finding["severity"]) == (0, 48, "fail")
+    assert "x1" in node.run("--ack", "--gpus", "0").stdout
+
+
+def test_ack_of_some_gpus_leaves_the_others_counting(node):
+    node.kernel_log.write_text(xid_line() + xid_line(pci="0000:28:00"))
+    assert node.run("--ack", "--gpus", "1").rc == 0
+    result = node.run("--node", "--json")
+    assert [(f["gpu"], f["value"]) for f in result.json["findings"] if f["check"] == "xid"] == [(0, 48)]
+
+
+def test_a_gpu_failing_again_after_repeated_acknowledgements_escalates_to_rma(node):
+    node.write_config("xid_escalate_after = 2")
+    node.kernel_log.write_text("")
+    for n in range(2):
+        with node.kernel_log.open("a") as log:
+            log.write(xid_line(stamp=100.0 + n))
+        assert node.run("--ack").rc == 0
+    with node.kernel_log.open("a") as log:
+        log.write(xid_line(stamp=300.0))
+    result = node.run("--node", "--json")
+    [finding] = [f for f in result.json["findings"] if f["check"] == "xid"]
+    assert finding["action"] == "rma" and "fails again after 2 acknowledgements" in finding["message"]
+    assert " rma node" in result.json["action"]["reason"]
+    assert "will escalate" in node.run("--ack").stdout
+
+
+def test_ack_usage(node):
+    assert node.run("--ack", "--gpus", "9").rc == 3
+    assert node.run("--ack", "--act").rc == 3
