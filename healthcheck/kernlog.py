@@ -45,8 +45,15 @@ from .model import KernelLogPosition, KernelLogRead, KernelLogWindow, XidEvent
 OFF_BUS = "fallen off the bus"
 
 
+# XidEvent.xid of a GPU (re-)initialisation line ("NVRM: GPU at PCI:0000:41:00: GPU-<uuid>"):
+# the driver prints it when it loads and again when it resets the GPU.  Xids of that GPU logged
+# before it were dealt with by the reset; aggregate() drops them.  Never reported as an event.
+REINIT = -1
+
+
 class _Patterns(NamedTuple):
     xid: "re.Pattern[str]"
+    init: "re.Pattern[str]"
     gpu_at: "re.Pattern[str]"
     kmsg: "re.Pattern[str]"
     dmesg: "re.Pattern[str]"
@@ -60,6 +67,7 @@ def patterns() -> _Patterns:
     """Compiled on first use: the prolog imports this module only to note where the log ends."""
     return _Patterns(
         xid=re.compile(r"NVRM: Xid \(PCI:(?P<pci>[0-9a-fA-F]{1,8}:[0-9a-fA-F]{1,2}:[0-9a-fA-F]{1,2})(?:\.[0-7])?\):\s*(?P<xid>\d{1,5})\b"),
+        init=re.compile(r"NVRM: GPU at PCI:(?P<pci>[0-9a-fA-F]{4,8}:[0-9a-fA-F]{2}:[0-9a-fA-F]{2})(?:\.[0-7])?: GPU-[0-9a-fA-F]"),
         gpu_at=re.compile(r"NVRM: (?:The NVIDIA )?GPU (?:at )?(?:PCI:)?(?P<pci>[0-9a-fA-F]{4,8}:[0-9a-fA-F]{2}:[0-9a-fA-F]{2})"),
         kmsg=re.compile(r"^(?P<pri>\d+),(?P<seq>\d+),(?P<usec>\d+),[^;]*;(?P<msg>.*)$"),
         dmesg=re.compile(r"^\s*\[\s*(?P<sec>\d+\.\d+)\]\s?(?P<msg>.*)$"),
@@ -155,7 +163,7 @@ def _stamp(line: str, year: int) -> Tuple[str, Optional[float], Optional[float],
 def parse_lines(lines: Iterable[str], year: Optional[int] = None) -> List[XidEvent]:
     """Every Xid and fallen-off-the-bus event the kernel wrote in these lines, one per line
     (pure; never raises on input)."""
-    return [e for e in iter_events(lines, year) if e is not None]
+    return [e for e in iter_events(lines, year) if e is not None and e.xid != REINIT]
 
 
 def iter_events(lines: Iterable[str], year: Optional[int] = None) -> Iterator[Optional[XidEvent]]:
@@ -180,6 +188,10 @@ def iter_events(lines: Iterable[str], year: Optional[int] = None) -> Iterator[Op
             yield XidEvent(pci=_pci(m["pci"]), xid=int(m["xid"]), message=_clean(msg),
                            monotonic_s=mono, wallclock=wall, seq=seq)
             continue
+        init = pats.init.search(msg)
+        if init:
+            yield XidEvent(pci=_pci(init["pci"]), xid=REINIT, message=_clean(msg),
+                           monotonic_s=mono, wallclock=wall, seq=seq)
         gpu = pats.gpu_at.search(msg)
         if gpu:
             recent_gpu = (_pci(gpu["pci"]), number, mono, wall, seq)
@@ -235,10 +247,16 @@ class Aggregate(NamedTuple):
 
 def aggregate(events: Iterable[XidEvent]) -> Aggregate:
     """One event per (GPU, Xid), in order of first appearance, in memory bounded by the
-    number of pairs (at most MAX_GROUPS) whatever the number of lines (pure)."""
+    number of pairs (at most MAX_GROUPS) whatever the number of lines (pure).  A GPU's
+    (re-)initialisation line (REINIT) drops the Xids it logged before: a reset dealt with them."""
     groups: Dict[Tuple[str, Optional[int]], _Group] = {}
     lines = dropped = 0
     for event in events:
+        if event.xid == REINIT:
+            # the GPU was (re-)initialised: what it logged before was dealt with by the reset
+            for key in [k for k in groups if k[0] == event.pci]:
+                del groups[key]
+            continue
         lines += 1
         key = (event.pci, event.xid)
         group = groups.get(key)

@@ -76,3 +76,24 @@ def test_a_gpu_failing_again_after_repeated_acknowledgements_escalates_to_rma(no
 def test_ack_usage(node):
     assert node.run("--ack", "--gpus", "9").rc == 3
     assert node.run("--ack", "--act").rc == 3
+
+
+def test_a_gpu_reset_after_the_xid_deals_with_it_the_init_lines_come_again(node):
+    """The driver prints a GPU's init line when it loads and again when it resets the GPU
+    (`nvidia-smi -r`): Xids of that GPU logged before it are dealt with; later ones count."""
+    init = "[{:12.6f}] NVRM: GPU at PCI:0000:18:00: GPU-fa4e0000-0000-4000-8000-000000000000\n"
+    node.kernel_log.write_text(init.format(5.0) + xid_line(stamp=100.0) + xid_line(pci="0000:28:00", stamp=101.0)
+                               + init.format(200.0))
+    result = node.run("--node", "--json")
+    assert [(f["gpu"], f["value"]) for f in result.json["findings"] if f["check"] == "xid"] == [(1, 48)]
+    with node.kernel_log.open("a") as log:
+        log.write(xid_line(xid=79, stamp=300.0))
+    result = node.run("--node", "--json")
+    assert sorted((f["gpu"], f["value"]) for f in result.json["findings"] if f["check"] == "xid") == [(0, 79), (1, 48)]
+
+
+def test_reinit_lines_are_not_events_of_their_own():
+    from healthcheck.kernlog import aggregate, iter_events, parse_lines
+    lines = [xid_line(), "[  2.0] NVRM: GPU at PCI:0000:18:00: GPU-fa4e0000-0000-4000-8000-000000000000\n"]
+    assert [e.xid for e in parse_lines(lines)] == [48]
+    assert aggregate(e for e in iter_events(lines) if e is not None).events == ()
