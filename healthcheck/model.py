@@ -63,6 +63,9 @@ class GpuProcess(NamedTuple):
     used_mib: Optional[int]
     user: Optional[str] = None  # filled by psutil where the process is visible
     command: Optional[str] = None
+    # The Slurm job the process belongs to: from its job cgroup (.../job_1234/...), else from
+    # `scontrol listpids` on this node; None = no job we know of (a leftover).
+    job_id: Optional[str] = None
 
 
 class MigDevice(NamedTuple):

@@ -1,14 +1,57 @@
-"""Reader of process owners and commands (psutil), for processes NVML found on a GPU."""
+"""Reader of process owners, commands and Slurm jobs, for processes NVML found on a GPU.
+
+    gpus = with_owners(gpus, proc_root="/proc")       # user, command, job id from the cgroup
+    gpus = with_jobs(gpus, {4242: "17"})               # job ids Slurm gave (scontrol listpids)
+"""
 
 from __future__ import annotations
 
-from typing import Tuple
+import os
+import re
+from typing import Mapping, Optional, Tuple
 
 from .model import GpuProcess, GpuSnapshot
 
 
-def with_owners(gpus: Tuple[GpuSnapshot, ...]) -> Tuple[GpuSnapshot, ...]:
-    """GPUs whose processes carry user and command, where the process is visible to us."""
+# Slurm's cgroup plugins put a job's processes under .../job_<id>/ (cgroup v1 and v2)
+_JOB_CGROUP_RE = re.compile(r"/job_(\d{1,20})(?:/|$)")
+
+
+def job_of_cgroup(text: str) -> Optional[str]:
+    """The Slurm job id in a /proc/PID/cgroup text, or None (pure)."""
+    for line in text.splitlines()[:64]:
+        m = _JOB_CGROUP_RE.search(line.rsplit(":", 1)[-1])
+        if m:
+            return m.group(1)
+    return None
+
+
+def _cgroup_job(pid: int, proc_root: str) -> Optional[str]:
+    try:
+        with open(os.path.join(proc_root, str(pid), "cgroup"), "rb") as handle:
+            return job_of_cgroup(handle.read(16384).decode("utf-8", "replace"))
+    except OSError:
+        return None
+
+
+MPS_DAEMON = "nvidia-cuda-mps-server"
+
+
+def is_mps_daemon(proc: GpuProcess) -> bool:
+    """NVML lists the MPS server (started for gres/mps by the site, in no job) on a shared GPU."""
+    return bool(proc.command) and MPS_DAEMON in (proc.command or "").split(" ", 1)[0]
+
+
+def with_jobs(gpus: Tuple[GpuSnapshot, ...], jobs: Mapping[int, str]) -> Tuple[GpuSnapshot, ...]:
+    """The processes' job ids from what Slurm says runs on this node (pid -> job id)."""
+    return tuple(g._replace(processes=tuple(p._replace(job_id=p.job_id or jobs.get(p.pid))
+                                            for p in g.processes)) if g.processes else g
+                 for g in gpus)
+
+
+def with_owners(gpus: Tuple[GpuSnapshot, ...], proc_root: str = "/proc") -> Tuple[GpuSnapshot, ...]:
+    """GPUs whose processes carry user and command, where the process is visible to us, and
+    the Slurm job of their cgroup where Slurm confines jobs in cgroups."""
     if not any(g.processes for g in gpus):
         return gpus  # the common case: psutil is never imported
     import psutil
@@ -18,7 +61,8 @@ def with_owners(gpus: Tuple[GpuSnapshot, ...]) -> Tuple[GpuSnapshot, ...]:
             p = psutil.Process(proc.pid)
             with p.oneshot():
                 command = " ".join(p.cmdline()) or p.name()
-                return proc._replace(user=p.username(), command=command[:200])
+                return proc._replace(user=p.username(), command=command[:200],
+                                     job_id=_cgroup_job(proc.pid, proc_root))
         except (psutil.Error, KeyError, OSError):
             # gone, or in another PID namespace (a container): NVML still counts it
             return proc._replace(user=proc.user or "?", command=proc.command or "(not visible)")

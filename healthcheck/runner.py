@@ -81,7 +81,7 @@ def _iso(epoch: float) -> str:
 
 def read_node(request: RunRequest, config: Config, host: str, store: StateStore,
               events: List[LogEvent], probe_cap: Optional[Callable[[], float]] = None,
-              ) -> Tuple[NodeSnapshot, Optional[Tuple[int, ...]]]:
+              node: Optional[str] = None) -> Tuple[NodeSnapshot, Optional[Tuple[int, ...]]]:
     """Every reader, once.  Returns the snapshot and the GPUs under test (None = all).
     probe_cap, where the run has a budget, says how many seconds the CUDA probe may take."""
     mode = request.mode
@@ -90,7 +90,7 @@ def read_node(request: RunRequest, config: Config, host: str, store: StateStore,
     sysfs_gpus, sysfs_error = read_sysfs_gpus(config.sysfs_root)
     from .procinfo import with_owners
 
-    gpus = name_lost_gpu(with_owners(nvml.gpus), sysfs_gpus)
+    gpus = name_lost_gpu(with_owners(nvml.gpus, config.proc_root), sysfs_gpus)
     selected: Optional[Tuple[int, ...]] = request.gpus
     if request.gpus is not None and nvml.error is None:
         missing = sorted(set(request.gpus) - {g.index for g in gpus})
@@ -112,6 +112,8 @@ def read_node(request: RunRequest, config: Config, host: str, store: StateStore,
                 selected = ()
         else:
             selected = ()  # malformed list: probe nothing, judge with NVML only
+        gpus = _with_slurm_jobs(gpus, selected or (), config, request.environ,
+                                node or job.node_name or host, events)
     snapshot = NodeSnapshot(host=host, nvml_error=nvml.error, driver_version=nvml.driver_version,
                             gpus=gpus, sysfs_gpus=sysfs_gpus, sysfs_error=sysfs_error, job=job,
                             driver_age_s=read_driver_age(config.proc_root),
@@ -134,6 +136,31 @@ def read_node(request: RunRequest, config: Config, host: str, store: StateStore,
         snapshot = snapshot._replace(probes=_probe(snapshot, config, request.level,
                                                    probe_cap() if probe_cap else None))
     return snapshot, selected
+
+
+def _with_slurm_jobs(gpus: Tuple[GpuSnapshot, ...], selected: Tuple[int, ...], config: Config,
+                     environ: Mapping[str, str], node: str,
+                     events: List[LogEvent]) -> Tuple[GpuSnapshot, ...]:
+    """With gres/mps or gres/shard several live jobs share a GPU: a process on the job's GPUs
+    that no cgroup names a job for is looked up in what slurmd says runs here (one
+    `scontrol listpids` call, made only when such a process exists).  A co-tenant is not a
+    leftover (checks/processes.py)."""
+    from .procinfo import is_mps_daemon, with_jobs
+    from .scontrol import Scontrol, ScontrolError, find_scontrol
+
+    unknown = [p for g in gpus if g.index in selected and g.processes for p in g.processes
+               if p.job_id is None and not is_mps_daemon(p)]
+    if not unknown:
+        return gpus
+    try:
+        jobs = Scontrol(find_scontrol(config.scontrol, environ),
+                        config.scontrol_timeout_s).listpids(node)
+    except ScontrolError as exc:
+        events.append(LogEvent("error", WARNING, f"cannot ask slurmd which jobs run on {node} "
+                                                 f"({exc}); processes on the job's GPUs count as "
+                                                 f"leftovers"))
+        return gpus
+    return with_jobs(gpus, jobs)
 
 
 def _without_acknowledged(snapshot: NodeSnapshot, config: Config, store: StateStore,
@@ -597,7 +624,7 @@ def run(request: RunRequest, config: Config, node_name: Optional[str] = None) ->
     resumed_by_admin = (mode is Mode.NODE and request.act and not report_only
                         and _admin_resumed(effects, store, node, events))
 
-    snapshot, selected = read_node(request, config, host, store, events, probe_cap)
+    snapshot, selected = read_node(request, config, host, store, events, probe_cap, node)
     if resumed_by_admin:
         snapshot = acknowledge_xids(snapshot, config, store, events, None, by="resume")
     findings, crashes, verdict = judge(snapshot, config, request, selected)

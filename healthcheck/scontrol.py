@@ -16,7 +16,7 @@ from __future__ import annotations
 import re
 import shutil
 import time
-from typing import Callable, List, Mapping, NamedTuple, Optional, Sequence
+from typing import Callable, Dict, List, Mapping, NamedTuple, Optional, Sequence
 
 from .verdict import NodeState, beyond_budget, gpu_nodes, is_ours, sanitise
 
@@ -100,6 +100,16 @@ def parse_show_nodes(text: str) -> List[NodeState]:
     return nodes
 
 
+def parse_listpids(text: str) -> Dict[int, str]:
+    """`scontrol listpids` output ("PID JOBID STEPID LOCALID GLOBALID" rows) as pid -> job id."""
+    found: Dict[int, str] = {}
+    for line in text.splitlines()[1:]:
+        parts = line.split()
+        if len(parts) >= 2 and parts[0].isdigit() and re.match(r"^[0-9_+]{1,32}$", parts[1]):
+            found[int(parts[0])] = parts[1]
+    return found
+
+
 class Scontrol:
     """scontrol calls of one run.  After a call gets no answer within the timeout, the rest of
     the run's calls fail at once: slurmctld is not answering, and waiting again for each would
@@ -152,6 +162,10 @@ class Scontrol:
     def show_job(self, job_id: str) -> str:
         """`scontrol show job ID` (several lines: AdminComment gets a line of its own)."""
         return self._run(["show", "job", job_id])
+
+    def listpids(self, node: str) -> Dict[int, str]:
+        """pid -> job id of every job process slurmd tracks on `node` (`scontrol listpids`)."""
+        return parse_listpids(self._run(["listpids", "*", node]))
 
     def set_comment(self, node: str, text: str) -> None:
         """The node's Comment (Slurm 20.11+): where a refused drain stays visible."""

@@ -59,13 +59,15 @@ class GpuCluster:
     def __init__(self, wd: Path, fake: Path, max_fraction: float = 1.0,
                  weights: Optional[Dict[str, int]] = None, nodes: Optional[List[str]] = None,
                  gres_minors: Optional[Dict[str, List[int]]] = None, scripts: bool = True,
-                 plugstack: Optional[str] = None) -> None:
+                 plugstack: Optional[str] = None,
+                 shared_gres: Optional[Dict[str, str]] = None) -> None:
         """gres_minors: per node, the /dev/nvidiaN that gres.conf lists (default 0-7), e.g.
         {"gpu-a": [0, 1, 2, 4, 5, 6, 7]} for a node whose broken GPU 3 was taken out.
         scripts: Prolog=/Epilog= run our scripts.  plugstack: arguments of our SPANK plugin
         (spank/build/gpu_healthcheck.so, built by `make -C spank`) in this cluster's
         plugstack.conf, e.g. "run=prolog,epilog,report"; its exec= defaults to
-        `exec_wrapper`, which runs gpu-healthcheck with the node's scenario and config."""
+        `exec_wrapper`, which runs gpu-healthcheck with the node's scenario and config.
+        shared_gres: per node, "mps:COUNT" or "shard:COUNT" (GresTypes=gpu,mps,shard)."""
         self.wd = wd
         self.nodes = list(nodes or NODES)
         self.fake = fake
@@ -78,7 +80,8 @@ class GpuCluster:
         self.cluster = SlurmCluster(wd / "slurm", nodes=self.nodes, node_weights=weights or {"gpu-a": 1, "gpu-b": 10, "gpu-c": 20},
                                     prolog=str(wd / "prolog-wrapper") if scripts else None,
                                     epilog=str(wd / "epilog-wrapper") if scripts else None,
-                                    prolog_epilog_timeout=120, gres_minors=gres_minors)
+                                    prolog_epilog_timeout=120, gres_minors=gres_minors,
+                                    shared_gres=shared_gres)
         for node in self.nodes:
             self.scenario(node).write_text(HEALTHY)
             (wd / "kern" / f"{node}.log").write_text("")

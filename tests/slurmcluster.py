@@ -349,6 +349,7 @@ class SlurmCluster:
         debug_level: str = "info",
         cred_expire: int = 10,
         gres_minors: Optional[Dict[str, List[int]]] = None,
+        shared_gres: Optional[Dict[str, str]] = None,
     ):
         self.workdir = Path(workdir).resolve()
         self.nodes = list(nodes)
@@ -372,6 +373,8 @@ class SlurmCluster:
         # AuthInfo=cred_expire (Slurm default 120, minimum 5) is also how long a
         # requeued job waits before it may start again (BeginTime = requeue + it).
         self.cred_expire = cred_expire
+        # node -> "mps:COUNT" or "shard:COUNT": GPUs several jobs share (GresTypes=gpu,mps,shard)
+        self.shared_gres = dict(shared_gres or {})
 
         self.hostname = socket.gethostname().split(".")[0]
         self.cluster_id = "hc-%s" % uuid.uuid4().hex[:12]
@@ -543,7 +546,7 @@ class SlurmCluster:
             ("MpiDefault", "none"),
             ("SelectType", "select/cons_tres"),
             ("SelectTypeParameters", "CR_Core"),
-            ("GresTypes", "gpu"),
+            ("GresTypes", "gpu,mps,shard" if self.shared_gres else "gpu"),
             ("ReturnToService", "2"),
             ("SlurmdParameters", "config_overrides"),
             ("JobAcctGatherType", "jobacct_gather/none"),
@@ -589,9 +592,10 @@ class SlurmCluster:
             lines.append(
                 "NodeName=%s NodeHostname=%s NodeAddr=127.0.0.1 Port=%d CPUs=%d Boards=1 "
                 "SocketsPerBoard=1 CoresPerSocket=%d ThreadsPerCore=1 RealMemory=%d "
-                "Gres=gpu:%d Weight=%d State=UNKNOWN" % (
+                "Gres=gpu:%d%s Weight=%d State=UNKNOWN" % (
                     node, self.hostname, self.node_ports[node], self.cpus_per_node,
                     self.cpus_per_node, self.real_memory, len(self.gres_minors[node]),
+                    ("," + self.shared_gres[node]) if node in self.shared_gres else "",
                     self.node_weights.get(node, 1)))
         lines.append("PartitionName=gpu Nodes=ALL Default=YES MaxTime=INFINITE State=UP "
                      "OverSubscribe=NO")
@@ -604,6 +608,9 @@ class SlurmCluster:
             if self.gres_minors[node]:
                 files = "%s/nvidia[%s]" % (self.dev_dir / node, _ranges(self.gres_minors[node]))
                 gres.append("NodeName=%s Name=gpu File=%s" % (node, files))
+                if node in self.shared_gres:
+                    name, count = self.shared_gres[node].split(":")
+                    gres.append("NodeName=%s Name=%s Count=%s File=%s" % (node, name, count, files))
         self.gres_conf_path.write_text("\n".join(gres) + "\n")
         plug = self.etc_dir / "plugstack.conf"
         if not plug.exists():

@@ -613,3 +613,51 @@ def test_an_old_xid_drains_once_the_admins_resume_deals_with_it_and_a_new_xid_dr
         log.write(_xid(5000.0))  # the same GPU fails again
     assert _node_act(c)["action"]["taken"] == "drain"
     assert c.reason("gpu-a").startswith(f"gpu-healthcheck: gpu0 pci={pci(0)} sn={serial(0)} xid=48 node")
+
+
+# --- shared GPUs: gres/mps and gres/shard (issue 13) ------------------------------------------
+
+@pytest.fixture(scope="module")
+def shared(tmp_path_factory, fakegpu):
+    """A cluster with GresTypes=gpu,mps,shard: gpu-a shares its GPUs through MPS, gpu-b by shards."""
+    require_slurm()
+    c = GpuCluster(tmp_path_factory.mktemp("shared"), fakegpu,
+                   shared_gres={"gpu-a": "mps:800", "gpu-b": "shard:16"})
+    with c.cluster:
+        yield c
+
+
+@pytest.mark.parametrize("node,gres", [("gpu-a", "mps:50"), ("gpu-b", "shard:1")])
+def test_two_jobs_share_a_gpu_through_gres_mps_or_shard_and_both_prologs_pass(shared, tmp_path, node, gres):
+    """Both jobs get SLURM_JOB_GPUS=0.  The second prolog sees the first job's process on GPU 0:
+    slurmd says it is a live job's (scontrol listpids), so it is a co-tenant, not a leftover
+    (before: processes.leftover=1 prolog drained a healthy node, and resume made it flap)."""
+    c = shared
+    go = tmp_path / "go"
+    script = "echo started pid=$$ gpus=$SLURM_JOB_GPUS\nwhile [ ! -e {go} ]; do sleep 0.1; done\n".format(go=go)
+    job1 = c.cluster.sbatch([f"--gres={gres}", "-w", node], script)
+    c.wait_running(job1)
+    out = c.cluster.job_output(job1)
+    pid = int(out.split("pid=")[1].split()[0])
+    # what NVML shows on a shared GPU: the first job's process holding memory
+    c.scenario(node).write_text(HEALTHY + f"gpu.0.processes = {pid}:2048\ngpu.0.memory.used_mib = 2052\n")
+    job2 = c.cluster.sbatch([f"--gres={gres}", "-w", node], script)
+    c.wait_running(job2)
+    assert int(c.cluster.job_info(job2).get("Restarts", "0")) == 0 and not c.drained(node)
+    records = [r for r in history(c.state(node)) if r.get("job_id") == job2 and r.get("mode") == "prolog"]
+    assert records and records[-1]["verdict"] == "pass"
+    direct = c.check(node, "--prolog", "--json", env={"SLURM_JOB_ID": "78", "SLURM_JOB_GPUS": "0",
+                                                      "SLURMD_NODENAME": node})
+    assert direct.returncode == 0, direct.stdout
+    [finding] = [f for f in json.loads(direct.stdout)["findings"] if f["check"] == "processes.leftover"]
+    assert finding["severity"] == "info" and f"shared with live job(s) {job1} " in finding["message"]
+    go.touch()
+    for job in (job1, job2):
+        c.cluster.wait_job(job, timeout=60)
+    # once the first job is gone, the same process is a leftover again
+    c.scenario(node).write_text(HEALTHY + "gpu.0.processes = 999999:2048\ngpu.0.memory.used_mib = 2052\n")
+    result = c.check(node, "--prolog", "--json", env={"SLURM_JOB_ID": "77", "SLURM_JOB_GPUS": "0",
+                                                       "SLURMD_NODENAME": node})
+    assert result.returncode == 1 and "in no live job" in result.stdout
+    c.scenario(node).write_text(HEALTHY)
+    c.cluster.resume(node)

@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import Iterator
 
 from ..model import Action, Finding, GpuProcess, GpuSnapshot, Mode, NodeSnapshot, Severity
+from ..procinfo import is_mps_daemon
 from .registry import CheckContext, finding as _f, gpu_check, label
 
 
@@ -33,30 +34,48 @@ def check_memory_leaked(gpu: GpuSnapshot, node: NodeSnapshot, ctx: CheckContext)
 def check_processes_leftover(gpu: GpuSnapshot, node: NodeSnapshot, ctx: CheckContext) -> Iterator[Finding]:
     """Compute processes on a GPU that the job is about to get (prolog) or just released (epilog).
 
-    Only the job's GPUs count: on a shared node other jobs legitimately use the rest.  Fail in
-    the prolog (the job would start out of memory); warn in the epilog (Slurm could not kill
-    them); info by hand (the GPU is busy).
+    Only the job's GPUs count: on a shared node other jobs legitimately use the rest.  With
+    gres/mps or gres/shard several live jobs share one GPU: a process of another live job (its
+    job cgroup, else `scontrol listpids` on this node) and the MPS server are co-tenants (info),
+    not leftovers.  Fail in the prolog (the job would start out of memory); warn in the epilog
+    (Slurm could not kill them); info by hand (the GPU is busy).
     nvidia-smi equivalent: `nvidia-smi --query-compute-apps=pid,used_memory --format=csv`.
     """
     if not gpu.processes or not ctx.is_selected(gpu.index):
         return
-    who = ", ".join(_describe(p) for p in gpu.processes[:4])
-    more = f" and {len(gpu.processes) - 4} more" if len(gpu.processes) > 4 else ""
+    procs = gpu.processes
+    if ctx.mode is not Mode.NODE:
+        # gres/mps and gres/shard give several live jobs the same GPU: their processes (and
+        # the MPS server) are co-tenants, not leftovers.  This job's own processes in the
+        # epilog are leftovers: they outlived it.
+        this_job = node.job.job_id if node.job else None
+        tenants = [p for p in procs if is_mps_daemon(p) or (p.job_id and p.job_id != this_job)]
+        procs = tuple(p for p in procs if p not in tenants)
+        if tenants and not procs:
+            jobs = sorted({p.job_id for p in tenants if p.job_id})
+            yield _f("processes.leftover", Severity.INFO, gpu,
+                     f"{label(gpu)}: shared with live job(s) {', '.join(jobs) or '-'} "
+                     f"(co-tenants of a shared GPU, gres/mps or gres/shard): "
+                     f"{', '.join(_describe(p) for p in tenants[:4])}", value=0, threshold=0)
+            return
+    who = ", ".join(_describe(p) for p in procs[:4])
+    more = f" and {len(procs) - 4} more" if len(procs) > 4 else ""
     if ctx.mode is Mode.PROLOG:
         yield _f("processes.leftover", Severity.FAIL, gpu,
-                 f"{label(gpu)}: {len(gpu.processes)} process(es) left on the GPU: {who}{more}; "
-                 f"kill them or reset the GPU", value=len(gpu.processes), threshold=0,
+                 f"{label(gpu)}: {len(procs)} process(es) left on the GPU, in no live job: "
+                 f"{who}{more}; kill them or reset the GPU", value=len(procs), threshold=0,
                  action=Action.DRAIN)
     elif ctx.mode is Mode.EPILOG:
         yield _f("processes.leftover", Severity.WARN, gpu,
-                 f"{label(gpu)}: {len(gpu.processes)} process(es) outlived the job: {who}{more}",
-                 value=len(gpu.processes), threshold=0)
+                 f"{label(gpu)}: {len(procs)} process(es) outlived the job: {who}{more}",
+                 value=len(procs), threshold=0)
     else:
         yield _f("processes.leftover", Severity.INFO, gpu,
-                 f"{label(gpu)}: in use by {who}{more}", value=len(gpu.processes))
+                 f"{label(gpu)}: in use by {who}{more}", value=len(procs))
 
 
 def _describe(proc: GpuProcess) -> str:
     mem = f" {proc.used_mib} MiB" if proc.used_mib is not None else ""
-    return f"pid {proc.pid} ({proc.user or '?'}: {(proc.command or '?')[:40]}){mem}"
+    job = f" job {proc.job_id}" if proc.job_id else ""
+    return f"pid {proc.pid} ({proc.user or '?'}: {(proc.command or '?')[:40]}){mem}{job}"
 
