@@ -97,3 +97,21 @@ def test_reinit_lines_are_not_events_of_their_own():
     lines = [xid_line(), "[  2.0] NVRM: GPU at PCI:0000:18:00: GPU-fa4e0000-0000-4000-8000-000000000000\n"]
     assert [e.xid for e in parse_lines(lines)] == [48]
     assert aggregate(e for e in iter_events(lines) if e is not None).events == ()
+
+
+def test_real_identity_line_before_an_xid_leaves_it_counting_and_after_it_deals_with_it(tmp_path):
+    """Real lines (tests/fixtures/kernel-log, akash-network/support#244): the driver prints the
+    GPU's identity line when it initialises the GPU, before that GPU's first Xid."""
+    from pathlib import Path
+    from healthcheck.kernlog import read_kernel_log
+    from healthcheck.model import KernelLogWindow
+    fixtures = Path(__file__).parent / "fixtures" / "kernel-log"
+    identity = next(l for l in (fixtures / "nvrm-context-lines.txt").read_text().splitlines()
+                    if "GPU at PCI:0000:00:05: GPU-" in l)
+    xid = next(l.split("\t", 2)[2] for l in (fixtures / "nvrm-xid-lines.tsv").read_text().splitlines()
+               if l.startswith("43\t0000:00:05\t"))
+    log = tmp_path / "kern.log"
+    log.write_text(identity + "\n" + xid + "\n")
+    assert [(e.pci, e.xid) for e in read_kernel_log(str(log), KernelLogWindow()).events] == [("0000:00:05", 43)]
+    log.write_text(identity + "\n" + xid + "\n" + identity + "\n")  # the GPU was reset after it
+    assert read_kernel_log(str(log), KernelLogWindow()).events == ()
