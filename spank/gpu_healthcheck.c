@@ -498,6 +498,23 @@ int slurm_spank_job_epilog(spank_t sp, int ac, char **av)
 	return conf.run_epilog ? run_script("epilog", NULL) : 0;
 }
 
+/* The job's environment plus up to two NAME=VALUE entries; free() the array, not its strings. */
+static char **job_envp(char **env, char *extra1, char *extra2)
+{
+	int n = 0;
+	char **envp;
+
+	while (env[n])
+		n++;
+	envp = calloc(n + 3, sizeof(char *));
+	if (envp) {
+		memcpy(envp, env, n * sizeof(char *));
+		envp[n] = extra1;
+		envp[n + 1] = extra2;
+	}
+	return envp;
+}
+
 /* A task of ours (the task's child, as the user, its stdio in place): hand its stderr to
  * slurmstepd for the exit report, and tell the first task of a requeued batch job why. */
 int slurm_spank_task_init(spank_t sp, int ac, char **av)
@@ -545,21 +562,14 @@ int slurm_spank_task_init(spank_t sp, int ac, char **av)
 	    spank_get_item(sp, S_TASK_GLOBAL_ID, &global) == ESPANK_SUCCESS && global == 0 &&
 	    spank_get_item(sp, S_JOB_ENV, &env) == ESPANK_SUCCESS) {
 		char *argv[] = { conf.exec, "--job-report", NULL };
-		char **envp = NULL;
 		struct run r = { "job-report", argv, NULL, STDERR_FILENO, (uid_t) -1, 0, NULL, 0,
 				 REPORT_TIMEOUT_S, 1 };
-		int n = 0, status;
+		int status;
 
-		while (env[n])
-			n++;
-		envp = calloc(n + 3, sizeof(char *));
-		if (!envp)
-			return 0;
-		memcpy(envp, env, n * sizeof(char *));
-		envp[n] = "GPU_HEALTHCHECK_REPORT=requeued";
-		r.envp = envp;
-		run_exec(&r, &status);
-		free(envp);
+		r.envp = job_envp(env, "GPU_HEALTHCHECK_REPORT=requeued", NULL);
+		if (r.envp)
+			run_exec(&r, &status);
+		free(r.envp);
 	}
 	return 0;
 }
@@ -595,11 +605,10 @@ static void collect_task_fds(void)
 int slurm_spank_task_exit(spank_t sp, int ac, char **av)
 {
 	uint32_t task = 0;
-	int wstatus = 0, fd, status = 0, ngids = 0, n = 0;
+	int wstatus = 0, fd, status = 0, ngids = 0;
 	uid_t uid;
 	gid_t gid, *gids = NULL;
 	char **env = NULL, **envp;
-	char exit_text[64];
 	char *argv[] = { conf.exec, "--job-report", NULL };
 
 	(void) ac;
@@ -627,22 +636,11 @@ int slurm_spank_task_exit(spank_t sp, int ac, char **av)
 		gids = &gid;
 		ngids = 1;
 	}
-	while (env[n])
-		n++;
-	envp = calloc(n + 3, sizeof(char *));
+	envp = job_envp(env, "GPU_HEALTHCHECK_REPORT=task-exit", NULL);
 	if (!envp) {
 		close(fd);
 		return 0;
 	}
-	memcpy(envp, env, n * sizeof(char *));
-	if (WIFSIGNALED(wstatus))
-		snprintf(exit_text, sizeof(exit_text), "GPU_HEALTHCHECK_TASK_EXIT=signal %d",
-			 WTERMSIG(wstatus));
-	else
-		snprintf(exit_text, sizeof(exit_text), "GPU_HEALTHCHECK_TASK_EXIT=exit %d",
-			 WEXITSTATUS(wstatus));
-	envp[n] = "GPU_HEALTHCHECK_REPORT=task-exit";
-	envp[n + 1] = exit_text;
 	{
 		struct run r = { "job-report", argv, envp, fd, uid, gid, gids, ngids,
 				 REPORT_TIMEOUT_S, 1 };

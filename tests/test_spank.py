@@ -375,3 +375,24 @@ def test_the_report_runs_as_the_jobs_user_in_a_real_job(open_tmp, fakegpu):
                 f"uncorrected ECC errors") in output
         assert (uids / f"report-{job}").read_text().strip() == "65534"
         c.wait_reason("gpu-a")
+
+
+def test_srun_and_salloc_offer_the_option_and_a_failed_srun_step_names_its_gpu(plugin_only, tmp_path):
+    """An srun step's task gets the report too: through the step's stderr pipe, slurmstepd and
+    srun, into the batch job's output; the batch script, which succeeds, adds nothing."""
+    c = plugin_only
+    for command in ("srun", "salloc"):
+        assert "--gpu-healthcheck=quick|full" in c.cluster.run([command, "--help"]).stdout, command
+    go = tmp_path / "go"
+    job = c.cluster.sbatch(["--gres=gpu:1", "-w", "gpu-a"], WAIT_FOR_GO.format(go=go)
+                           + "srun --gres=gpu:1 sh -c 'exit 5'\necho srun exited $?\n")
+    c.wait_running(job)
+    [gpu] = _job_gpus(c, job)
+    with c.scenario("gpu-a").open("a") as scenario:
+        scenario.write(f"gpu.{gpu}.ecc.volatile.uncorrected = 2\n")
+    go.touch()
+    c.cluster.wait_job(job, timeout=60)
+    output = c.cluster.job_output(job)
+    assert (f"gpu-healthcheck: gpu-a GPU {gpu} ({pci(gpu)}, SN {serial(gpu)}): 2 volatile "
+            f"uncorrected ECC errors") in output, output
+    assert output.endswith("srun exited 5\n") and output.count("gpu-healthcheck:") == 1, output
