@@ -146,7 +146,7 @@ def _open_dir(path: str) -> int:
 
     Unlike state.open_private_dir this does not chmod an existing directory: history_file may be put in
     a shared directory such as /var/log, whose mode is not ours to change.  A directory other
-    users can write into (without the sticky bit) is refused: they could swap our file.
+    users can write into is refused: they could swap our file.
     """
     try:
         os.makedirs(path, mode=0o700, exist_ok=True)
@@ -161,9 +161,11 @@ def _open_dir(path: str) -> int:
     if st.st_uid not in (os.geteuid(), 0):
         os.close(fd)
         raise HistoryError(0, f"{path} is owned by uid {st.st_uid}, not by us or root")
-    if st.st_mode & (stat.S_IWGRP | stat.S_IWOTH) and not st.st_mode & stat.S_ISVTX:
+    if st.st_mode & (stat.S_IWGRP | stat.S_IWOTH):
+        # even sticky (/tmp): a user's own file there is hers to turn into a FIFO or a link
         os.close(fd)
-        raise HistoryError(0, f"{path} is writable by group or others")
+        raise HistoryError(0, f"{path} is writable by group or others (mode "
+                              f"{stat.S_IMODE(st.st_mode):04o}): refusing to use it")
     return fd
 
 
@@ -171,7 +173,9 @@ def _open_file(dfd: int, name: str, flags: int, path: str, writing: bool = True)
     """open(name) in dfd, refusing symlinks and anything but a regular file; for writing also
     hard links and files of another owner."""
     try:
-        fd = os.open(name, flags | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600, dir_fd=dfd)
+        # O_NONBLOCK: a FIFO planted here must not block us (opening one for writing with no
+        # reader would wait forever, even in the SIGTERM handler); fstat below refuses it
+        fd = os.open(name, flags | os.O_NOFOLLOW | os.O_CLOEXEC | os.O_NONBLOCK, 0o600, dir_fd=dfd)
     except OSError as exc:
         if exc.errno == errno.ELOOP:
             raise HistoryError(exc.errno, f"{path} is a symlink; refusing to follow it") from None
@@ -216,8 +220,9 @@ def append_line(path: str, line: bytes, max_bytes: int) -> None:
     dfd = _open_dir(directory)
     try:
         with _Locked(dfd, name, path, exclusive=True, create=True):
-            flags = os.O_WRONLY | os.O_APPEND | os.O_CREAT
+            flags = os.O_RDWR | os.O_APPEND | os.O_CREAT
             fd = _open_file(dfd, name, flags, path)
+            size = 0
             try:
                 size = os.fstat(fd).st_size
                 if size > 0 and size + len(line) > max_bytes:
@@ -227,10 +232,18 @@ def append_line(path: str, line: bytes, max_bytes: int) -> None:
                     # whole lines.  The older .1 is dropped: rotation keeps the newest.
                     os.rename(name, name + ".1", src_dir_fd=dfd, dst_dir_fd=dfd)
                     fd = _open_file(dfd, name, flags | os.O_EXCL, path)
+                    size = 0
+                if size > 0 and os.pread(fd, 1, size - 1) != b"\n":
+                    # a line cut short by an earlier crash: ours starts on a fresh line, so
+                    # only the damaged line is lost, never the next record too
+                    line = b"\n" + line
                 written = os.write(fd, line)  # one write: O_APPEND keeps it whole
                 if written != len(line):
-                    raise HistoryError(errno.EIO, f"short write to {path} ({written} of {len(line)} bytes)")
+                    raise HistoryError(errno.ENOSPC, f"short write to {path} ({written} of "
+                                                     f"{len(line)} bytes): truncated back")
             except OSError as exc:
+                if fd >= 0:
+                    _truncate_back(fd, size)  # a disk-full write leaves no half line behind
                 if isinstance(exc, HistoryError):
                     raise
                 raise HistoryError(exc.errno, f"cannot write {path}: {exc.strerror or exc}") from None
@@ -239,6 +252,14 @@ def append_line(path: str, line: bytes, max_bytes: int) -> None:
                     os.close(fd)
     finally:
         os.close(dfd)
+
+
+def _truncate_back(fd: int, size: int) -> None:
+    try:
+        if os.fstat(fd).st_size > size:
+            os.ftruncate(fd, size)
+    except OSError:
+        pass  # the fresh-line rule above still keeps the next record whole
 
 
 def append_run(config: "Config", outcome: "RunOutcome", now: Optional[float] = None) -> str:

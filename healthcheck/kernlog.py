@@ -41,6 +41,7 @@ import time
 from typing import Dict, Iterable, Iterator, List, NamedTuple, Optional, Tuple
 
 from .model import KernelLogPosition, KernelLogRead, KernelLogWindow, XidEvent
+from .text import printable
 
 OFF_BUS = "fallen off the bus"
 
@@ -208,12 +209,6 @@ def iter_events(lines: Iterable[str], year: Optional[int] = None) -> Iterator[Op
 def _clean(msg: str) -> str:
     start = msg.find("NVRM:")
     return printable(msg[start if start >= 0 else 0:], 512)
-
-
-def printable(text: str, limit: int) -> str:
-    """Text from the node made safe for a terminal, a log line and the journal: control
-    characters (escape sequences, newlines) become '?', and it is cut to `limit` characters."""
-    return "".join(ch if ch.isprintable() else "?" for ch in text[:limit])
 
 
 class _Group:

@@ -22,6 +22,7 @@ import time
 from typing import Any, Callable, Dict, List, NamedTuple, Optional, Sequence, Tuple
 
 from .model import GpuProcess, GpuSnapshot, MigDevice
+from .text import printable
 
 ERROR_NAMES = {
     1: "UNINITIALIZED", 2: "INVALID_ARGUMENT", 3: "NOT_SUPPORTED", 4: "NO_PERMISSION",
@@ -237,11 +238,13 @@ def _show(value: Any) -> str:
 
 
 def _text(value: Any) -> Optional[str]:
+    """An NVML string, as one printable line (text.printable): the driver is trusted to
+    report, not to be well-formed."""
     if value is None:
         return None
     if isinstance(value, bytes):
         value = value.decode("utf-8", "replace")
-    return str(value).strip() or None
+    return printable(str(value).strip(), 256) or None
 
 
 def _mib(value: Any) -> Optional[int]:

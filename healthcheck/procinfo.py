@@ -11,6 +11,7 @@ import re
 from typing import Mapping, Optional, Tuple
 
 from .model import GpuProcess, GpuSnapshot
+from .text import printable
 
 
 # Slurm's cgroup plugins put a job's processes under .../job_<id>/ (cgroup v1 and v2)
@@ -61,7 +62,8 @@ def with_owners(gpus: Tuple[GpuSnapshot, ...], proc_root: str = "/proc") -> Tupl
             p = psutil.Process(proc.pid)
             with p.oneshot():
                 command = " ".join(p.cmdline()) or p.name()
-                return proc._replace(user=p.username(), command=command[:200],
+                # the name is the process owner's to choose: one printable line only
+                return proc._replace(user=printable(p.username(), 64), command=printable(command, 200),
                                      job_id=_cgroup_job(proc.pid, proc_root))
         except (psutil.Error, KeyError, OSError):
             # gone, or in another PID namespace (a container): NVML still counts it

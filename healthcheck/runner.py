@@ -86,6 +86,10 @@ def read_node(request: RunRequest, config: Config, host: str, store: StateStore,
     probe_cap, where the run has a budget, says how many seconds the CUDA probe may take."""
     mode = request.mode
     job: Optional[JobContext] = job_from_env(request.environ) if mode is not Mode.NODE else None
+    raw_job_id = request.environ.get("SLURM_JOB_ID") or request.environ.get("SLURM_JOBID")
+    if job is not None and job.job_id is None and raw_job_id is not None:
+        events.append(LogEvent("error", ERR, f"SLURM_JOB_ID={raw_job_id[:40]!r} is not a Slurm job id: "
+                                             f"no baseline, AdminComment or job in the reason for it"))
     nvml = read_nvml(config.nvml_timeout_s)
     sysfs_gpus, sysfs_error = read_sysfs_gpus(config.sysfs_root)
     from .procinfo import with_owners

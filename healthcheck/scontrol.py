@@ -172,6 +172,8 @@ class Scontrol:
         self._run(["update", f"NodeName={node}", f"Comment={sanitise(text)}"])
 
     def set_admin_comment(self, job_id: str, text: str) -> None:
+        if not re.fullmatch(r"[1-9][0-9]{0,9}", job_id):  # never another job by its array syntax
+            raise ScontrolError(["update", f"JobId={job_id!r}"], "not a numeric job id; not sent")
         self._run(["update", f"JobId={job_id}", f"AdminComment={sanitise(text)}"])
 
 

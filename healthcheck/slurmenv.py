@@ -23,7 +23,10 @@ MAX_GPU_IDS = 1024
 _INDEX_RE = re.compile(r"^\d{1,4}$")
 _RANGE_RE = re.compile(r"^(\d{1,4})-(\d{1,4})$")
 _UUID_RE = re.compile(r"^(?:GPU|MIG)-[0-9A-Fa-f-]{4,64}$")
-_JOB_ID_RE = re.compile(r"^[0-9_+A-Za-z.-]{1,64}$")
+# SLURM_JOB_ID is always Slurm's numeric id (uint32), array tasks included; anything else is
+# not from slurmd.  Rewriting it instead would be worse than dropping it: "1234;5" made
+# "1234_5", which scontrol reads as task 5 of array job 1234, another job.
+_JOB_ID_RE = re.compile(r"^[1-9][0-9]{0,9}$")
 
 
 class GpuListError(ValueError):
@@ -65,11 +68,17 @@ def parse_gpu_list(text: str) -> Tuple[str, ...]:
     return tuple(ids)
 
 
+def valid_job_id(text: Optional[str]) -> Optional[str]:
+    """The job id when it is one (1 to 4294967295), else None: it then names no baseline, no
+    AdminComment and no reason (the run says so in its log)."""
+    if text is None or not _JOB_ID_RE.match(text) or int(text) > 0xFFFFFFFF:
+        return None
+    return text
+
+
 def job_from_env(environ: Mapping[str, str]) -> JobContext:
     """The job context; GPU ids from SLURM_JOB_GPUS, else CUDA_VISIBLE_DEVICES, else none."""
-    job_id = environ.get("SLURM_JOB_ID") or environ.get("SLURM_JOBID")
-    if job_id is not None and not _JOB_ID_RE.match(job_id):
-        job_id = re.sub(r"[^0-9_+A-Za-z.-]", "_", job_id)[:64]
+    job_id = valid_job_id(environ.get("SLURM_JOB_ID") or environ.get("SLURM_JOBID"))
     node = environ.get("SLURMD_NODENAME")
     user = environ.get("SLURM_JOB_USER")
     for source in ("SLURM_JOB_GPUS", "CUDA_VISIBLE_DEVICES"):

@@ -7,11 +7,15 @@
 
 We run as root in a directory a user might reach: every write goes to a new file created with
 O_EXCL|O_NOFOLLOW relative to a directory opened with O_NOFOLLOW, then renamed into place, so
-a planted symlink is never followed and a reader never sees half a file.  Directories are 0700.
+a planted symlink is never followed and a reader never sees half a file.  Reads and unlinks
+go through the same directory descriptor, reads with O_NOFOLLOW|O_NONBLOCK and a regular-file
+check.  A directory owned by another user or writable by group or others is refused (a user
+who owns state_dir could plant a pending drain with her own reason).  Directories are 0700.
 """
 
 from __future__ import annotations
 
+import errno
 import json
 import os
 import stat
@@ -63,21 +67,46 @@ class OurDrain(NamedTuple):
     drained_at: float
 
 
+def check_dir_owner(path: str, st: os.stat_result) -> None:
+    """Refuse a directory a local user could plant files in or swap files out of.
+
+    Raises:
+        StateError: owned by someone other than us (root in production), or writable by group
+            or others (sticky or not: a user's own file in it is still hers to point elsewhere).
+    """
+    if st.st_uid != os.geteuid():
+        raise StateError(0, f"{path} is owned by uid {st.st_uid}, not by us (uid {os.geteuid()}): "
+                            f"refusing to use it")
+    if st.st_mode & (stat.S_IWGRP | stat.S_IWOTH):
+        raise StateError(0, f"{path} is writable by group or others (mode "
+                            f"{stat.S_IMODE(st.st_mode):04o}): refusing to use it")
+
+
 def open_private_dir(path: str, create: bool) -> int:
-    """Open (creating it 0700 if asked) a directory we own, refusing a symlink; chmod 0700."""
+    """Open (creating it 0700 if asked) a directory we own, refusing a symlink, one owned by
+    another user, or one writable by group or others; tighten a readable one to 0700.
+
+    The checks are made on the opened descriptor (fstat), so the path cannot be swapped between
+    the check and the use; every file in it is then opened relative to that descriptor.
+    """
     if create:
         try:
             os.makedirs(path, mode=0o700, exist_ok=True)
         except OSError as exc:
             raise StateError(exc.errno, f"cannot create {path}: {exc.strerror}") from None
-    st = os.lstat(path)
-    if stat.S_ISLNK(st.st_mode) or not stat.S_ISDIR(st.st_mode):
-        raise StateError(0, f"{path} is not a directory (a symlink is refused)")
-    if st.st_uid != os.geteuid():
-        raise StateError(0, f"{path} is owned by uid {st.st_uid}, not by us (uid {os.geteuid()})")
-    fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW)
-    if stat.S_IMODE(st.st_mode) & 0o077:
-        os.fchmod(fd, 0o700)
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC)
+    except OSError as exc:
+        raise StateError(exc.errno, f"{path} is not a directory we can use ({exc.strerror}; "
+                                    f"a symlink is refused)") from None
+    try:
+        st = os.fstat(fd)
+        check_dir_owner(path, st)
+        if stat.S_IMODE(st.st_mode) & 0o077:
+            os.fchmod(fd, 0o700)
+    except BaseException:
+        os.close(fd)
+        raise
     return fd
 
 
@@ -94,7 +123,17 @@ def atomic_write(directory: str, name: str, data: bytes, create_dir: bool = True
     if private_dir:
         dfd = open_private_dir(directory, create_dir)
     else:
-        dfd = os.open(directory, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW)
+        try:
+            dfd = os.open(directory, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC)
+        except OSError as exc:
+            raise StateError(exc.errno, f"{directory} is not a directory we can use "
+                                        f"({exc.strerror}; a symlink is refused)") from None
+        try:
+            # its mode is the exporter's to choose, but not who may write into it
+            check_dir_owner(directory, os.fstat(dfd))
+        except StateError:
+            os.close(dfd)
+            raise
     tmp = f".{name}.{os.getpid()}.{time.monotonic_ns()}.tmp"
     try:
         fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC,
@@ -119,16 +158,62 @@ def atomic_write(directory: str, name: str, data: bytes, create_dir: bool = True
         os.close(dfd)
 
 
-def read_file(directory: str, name: str, limit: int = 1 << 20) -> Optional[bytes]:
-    """Contents of directory/name, not following symlinks; None when absent."""
+def open_in(dfd: int, name: str, path: str) -> int:
+    """Open dfd/name for reading: no symlink, no FIFO or device (O_NONBLOCK, then a regular
+    file check before any read).  Raises FileNotFoundError when absent, StateError otherwise."""
     try:
-        fd = os.open(os.path.join(directory, name), os.O_RDONLY | os.O_NOFOLLOW)
+        fd = os.open(name, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC, dir_fd=dfd)
     except FileNotFoundError:
-        return None
-    try:
-        return os.read(fd, limit)
-    finally:
+        raise
+    except OSError as exc:
+        raise StateError(exc.errno, f"cannot open {path}: {exc.strerror}"
+                                    + ("; a symlink is refused" if exc.errno == errno.ELOOP else "")) from None
+    if not stat.S_ISREG(os.fstat(fd).st_mode):
         os.close(fd)
+        raise StateError(0, f"{path} is not a regular file: refusing to read it")
+    return fd
+
+
+def read_file(directory: str, name: str, limit: int = 1 << 20) -> Optional[bytes]:
+    """Contents of directory/name, opened relative to the checked directory (see
+    open_private_dir), never through a symlink; None when the directory or file is absent.
+
+    Raises:
+        StateError: the directory or the file cannot be trusted or read.
+    """
+    try:
+        dfd = open_private_dir(directory, create=False)
+    except StateError as exc:
+        if exc.errno == errno.ENOENT:
+            return None
+        raise
+    try:
+        try:
+            fd = open_in(dfd, name, os.path.join(directory, name))
+        except FileNotFoundError:
+            return None
+        try:
+            return os.read(fd, limit)
+        finally:
+            os.close(fd)
+    finally:
+        os.close(dfd)
+
+
+def unlink_file(directory: str, name: str) -> None:
+    """Remove directory/name relative to the checked directory; absent is fine."""
+    try:
+        dfd = open_private_dir(directory, create=False)
+    except StateError as exc:
+        if exc.errno == errno.ENOENT:
+            return
+        raise
+    try:
+        os.unlink(name, dir_fd=dfd)
+    except FileNotFoundError:
+        pass
+    finally:
+        os.close(dfd)
 
 
 def _check_fields(cls: Any, data: Any) -> Dict[str, Any]:
@@ -208,10 +293,7 @@ class StateStore:
         return baseline, None
 
     def remove_baseline(self, job_id: str) -> None:
-        try:
-            os.unlink(os.path.join(self.jobs_dir, _job_file(job_id)))
-        except FileNotFoundError:
-            pass
+        unlink_file(self.jobs_dir, _job_file(job_id))
 
     def write_pending(self, pending: PendingDrain) -> None:
         atomic_write(self.state_dir, PENDING, json.dumps(_plain(pending), sort_keys=True).encode())
@@ -239,10 +321,7 @@ class StateStore:
             current, _ = self.read_pending()
             if current is not None and current != expected:
                 return
-        try:
-            os.unlink(os.path.join(self.state_dir, PENDING))
-        except FileNotFoundError:
-            pass
+        unlink_file(self.state_dir, PENDING)
 
 
 def _open_and_close(path: str) -> None:
@@ -304,7 +383,4 @@ def write_our_drain(store: "StateStore", drain: OurDrain) -> None:
 
 
 def clear_our_drain(store: "StateStore") -> None:
-    try:
-        os.unlink(os.path.join(store.state_dir, OUR_DRAIN))
-    except FileNotFoundError:
-        pass
+    unlink_file(store.state_dir, OUR_DRAIN)

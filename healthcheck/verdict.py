@@ -72,12 +72,14 @@ def drain_reason(findings: Sequence[Finding], gpus: Sequence[GpuSnapshot], mode:
     gpu = next((g for g in gpus if g.index == worst.gpu), None) if worst.gpu is not None else None
     if worst.gpu is not None:
         parts.append(f"gpu{worst.gpu}")
+        # each identity is one token: a serial with spaces ("1650 5220 ...") would split the
+        # reason into words the parser reads as the check, and hide the rma token
         if gpu is not None and gpu.pci_bus_id:
-            parts.append(f"pci={gpu.pci_bus_id}")
+            parts.append(f"pci={_value_text(gpu.pci_bus_id)}")
         if gpu is not None and gpu.serial:
-            parts.append(f"sn={gpu.serial}")
+            parts.append(f"sn={_value_text(gpu.serial)}")
         elif gpu is not None and gpu.uuid:
-            parts.append(f"uuid={gpu.uuid}")
+            parts.append(f"uuid={_value_text(gpu.uuid)}")
     value = _value_text(worst.value)
     parts.append(f"{worst.check}={value}" if value else worst.check)
     if worst.action is Action.RMA:
@@ -113,8 +115,12 @@ def is_ours(reason: Optional[str]) -> bool:
 
 
 def is_rma(reason: Optional[str]) -> bool:
-    fields = parse_reason(reason or "")
-    return bool(fields and fields.get("rma"))
+    """Our reason carries the ` rma ` token anywhere among its words.
+
+    Not through REASON_RE: a reason it cannot parse (a serial with a space, written by an
+    older version) must still never be resumed.  Erring towards rma keeps a node drained.
+    """
+    return is_ours(reason) and RMA_TOKEN in (reason or "").split()
 
 
 class NodeState(NamedTuple):
@@ -183,11 +189,25 @@ def drain_budget(total_nodes: int, max_fraction: float) -> int:
     return max(1, math.floor(total_nodes * max_fraction + 1e-9))
 
 
+# Reasons slurmctld gives a node it set DOWN itself.  Such a node returns to service on its own
+# (ReturnToService) with the bad GPU still in it, so it is not "drained by someone else": we
+# drain it too (Slurm allows State=DRAIN on a DOWN node: DOWN+DRAIN, and our reason replaces
+# this one), and it stays out when slurmd comes back.
+SLURM_DOWN_REASONS = ("Not responding", "Node unexpectedly rebooted")
+
+
+def down_by_slurm(this: NodeState) -> bool:
+    """DOWN (not DRAIN, not FAIL) with a reason Slurm wrote itself, or none."""
+    flags = set(this.state.upper().replace("*", "").split("+"))
+    return ("DOWN" in flags and not flags & {"DRAIN", "DRAINED", "DRAINING", "FAIL", "FAILING"}
+            and (not this.reason or this.reason.startswith(SLURM_DOWN_REASONS)))
+
+
 def decide_drain(this: NodeState, cluster: Sequence[NodeState], max_fraction: float) -> DrainDecision:
     """Whether to drain this node, given the cluster as scontrol shows it now."""
     if this.drained and is_ours(this.reason):
         return DrainDecision.ALREADY_OURS
-    if this.drained or (this.reason and not is_ours(this.reason)):
+    if not down_by_slurm(this) and (this.drained or (this.reason and not is_ours(this.reason))):
         return DrainDecision.ADMIN_OWNED
     ours = sum(1 for n in _our_drains(cluster) if n.name != this.name)
     if ours + 1 > drain_budget(len(gpu_nodes(cluster)), max_fraction):

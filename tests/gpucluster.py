@@ -117,10 +117,11 @@ class GpuCluster:
     def state(self, node: str) -> Path:
         return self.wd / "state" / node
 
-    def write_config(self, node: str, max_fraction: float = 1.0, scontrol: Optional[str] = None) -> None:
+    def write_config(self, node: str, max_fraction: float = 1.0, scontrol: Optional[str] = None,
+                     state_dir: Optional[Path] = None) -> None:
         path = self.wd / "config" / f"{node}.toml"
         path.write_text(
-            f'state_dir = "{self.state(node)}"\nkernel_log = "{self.wd / "kern" / f"{node}.log"}"\n'
+            f'state_dir = "{state_dir or self.state(node)}"\nkernel_log = "{self.wd / "kern" / f"{node}.log"}"\n'
             f'sysfs_root = "{self.sysfs}"\nscontrol = "{scontrol or self.scontrol}"\n'
             f'scontrol_timeout_s = 10\nnode_name = "{node}"\n'
             f'gres_conf = "{self.cluster.gres_conf_path}"\n'

@@ -507,6 +507,20 @@ class SlurmCluster:
             return r.returncode == 0
         _wait_until_or_die(self, ok, 20, "munged to answer on %s" % self.munge_socket)
 
+    def stop_slurmd(self, node: str, timeout: float = 15) -> None:
+        """Stop one node's slurmd (a node that stops answering: slurmctld marks it DOWN,
+        "Not responding", after SlurmdTimeout)."""
+        proc = self.procs.pop("slurmd-%s" % node)
+        proc.terminate()
+        try:
+            proc.wait(timeout)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait(timeout)
+
+    def start_slurmd(self, node: str) -> None:
+        self._spawn("slurmd-%s" % node, ["slurmd", "-D", "-N", node, "-f", str(self.conf_path)])
+
     def _spawn(self, name: str, cmd: List[str]):
         out = open(self.log_dir / ("%s.out" % name), "ab")
         try:
