@@ -115,9 +115,6 @@ class Node:
     def env(self, extra: Optional[Dict[str, str]] = None) -> Dict[str, str]:
         env = {k: v for k, v in os.environ.items()
                if not k.startswith(("SLURM", "CUDA_VISIBLE", "GPU_HEALTHCHECK"))}
-        # gres.conf beside $SLURM_CONF is where slurmd (and our default) looks: a run whose
-        # config was refused (built-in defaults) still finds this node's gres.conf
-        env["SLURM_CONF"] = str(self.tmp / "slurm.conf")
         env.update(LD_LIBRARY_PATH=str(self.fake), FAKEGPU_SCENARIO=str(self.scenario),
                    GPU_HEALTHCHECK_CONFIG=str(self.config_path), PYTHONPATH=str(ROOT))
         env.update(extra or {})

@@ -93,7 +93,8 @@ def test_a_config_value_that_cannot_be_meant_never_reaches_the_checks(node, line
     result = node.run("--node", scenario=HEALTHY)
     key = line.replace("[probe]\n", "probe.").split(" =")[0]
     assert result.rc == 3 and f"{node.config_path}: {key}: " in result.stderr
-    result = node.run("--prolog", "--json", env=JOB)
+    # on the built-in defaults gres.conf is found beside $SLURM_CONF (the node's own)
+    result = node.run("--prolog", "--json", env={**JOB, "SLURM_CONF": str(node.tmp / "slurm.conf")})
     assert result.rc == 0, result.stdout
     assert result.json["verdict"] == "pass" and result.json["probes"][0]["status"] == "ok"
     assert f"{key}: " in result.stderr
