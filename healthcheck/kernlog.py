@@ -178,7 +178,9 @@ def iter_events(lines: Iterable[str], year: Optional[int] = None) -> Iterator[Op
     for number, raw in enumerate(lines):
         if "NVRM" not in raw:
             continue
-        line = raw[:MAX_LINE].rstrip("\r\n")
+        # one record is one line: a newline inside it (a kmsg record's continuation) must not
+        # hide its stamp or program from the patterns, which match up to the end of a line
+        line = raw[:MAX_LINE].rstrip("\r\n").replace("\n", " ")
         split = _from_kernel(line, year)
         if split is None:
             yield None
