@@ -637,7 +637,15 @@ def _all_queries(h):
         "TotalEnergyConsumption": E(N.nvmlDeviceGetTotalEnergyConsumption, h),
         "ProcessUtilization": E(N.nvmlDeviceGetProcessUtilization, h, 0),
         "PcieThroughput": E(N.nvmlDeviceGetPcieThroughput, h, 0),
+        "GpuRecoveryAction": field_value(h, 230),
     }
+
+def field_value(h, field):
+    """One field of GetFieldValues, its own nvmlReturn as an error name"""
+    v = E(N.nvmlDeviceGetFieldValues, h, [field])
+    if isinstance(v, str):
+        return v
+    return "NVMLError_NotSupported" if v[0].nvmlReturn == N.NVML_ERROR_NOT_SUPPORTED else v[0].value.uiVal
 '''
 ALL_NAMES = """Name UUID Serial PciInfo Index MinorNumber EccMode TotalEccErrors MemoryErrorCounter
     RetiredPages RetiredPagesPendingStatus RemappedRows MemoryInfo ComputeRunningProcesses
@@ -647,7 +655,7 @@ ALL_NAMES = """Name UUID Serial PciInfo Index MinorNumber EccMode TotalEccErrors
     UtilizationRates EncoderUtilization DecoderUtilization FanSpeed NumFans PerformanceState
     ClockInfo MaxClockInfo PowerManagementLimit EnforcedPowerLimit PowerManagementDefaultLimit
     PowerManagementLimitConstraints ComputeMode DriverModel BAR1MemoryInfo VbiosVersion
-    TotalEnergyConsumption ProcessUtilization PcieThroughput""".split()
+    TotalEnergyConsumption ProcessUtilization PcieThroughput GpuRecoveryAction""".split()
 
 
 def test_unsupported_names(tmp_path):

@@ -321,8 +321,18 @@ def _gpu_lines(n, gpu):
         put("mig_mode", mig)
 
     _monitoring_lines(gpu, put, unsup)
+    action = (_txt(gpu, "gpu_recovery_action") or "").lower()
+    if action in _RECOVERY_ACTIONS:
+        put("recovery_action", _RECOVERY_ACTIONS[action])
+    else:
+        unsup("GpuRecoveryAction")  # drivers before 570 do not know the field
     put("unsupported", ",".join(unsupported))
     return out
+
+
+# nvidia-smi's words for nvmlDeviceGpuRecoveryAction_t
+_RECOVERY_ACTIONS = {"none": 0, "reset": 1, "gpu reset": 1, "reboot": 2, "node reboot": 2,
+                     "drain p2p": 3, "drain and reset": 4}
 
 
 def _thresholds(gpu, temp):

@@ -960,7 +960,8 @@ nvmlReturn_t nvmlDeviceGetFieldValues(nvmlDevice_t device, int valuesCount, nvml
 #else
         case 230:
 #endif
-            set_u(v, U, g.recovery_action);
+            if ((ok = !unsupported(&g, FG_F_GpuRecoveryAction)))
+                set_u(v, U, g.recovery_action);
             break;
         default:
             ok = 0;

@@ -72,6 +72,7 @@ static const char *const func_names[FG_F_COUNT] = {
     [FG_F_TotalEnergyConsumption] = "TotalEnergyConsumption",
     [FG_F_ProcessUtilization] = "ProcessUtilization",
     [FG_F_PcieThroughput] = "PcieThroughput",
+    [FG_F_GpuRecoveryAction] = "GpuRecoveryAction",
 };
 
 const char *fg_func_name(int f)

@@ -43,6 +43,7 @@ enum fg_func {
     FG_F_PowerManagementLimitConstraints, FG_F_ComputeMode, FG_F_DriverModel,
     FG_F_BAR1MemoryInfo, FG_F_VbiosVersion, FG_F_TotalEnergyConsumption,
     FG_F_ProcessUtilization, FG_F_PcieThroughput,
+    FG_F_GpuRecoveryAction,             /* the field NVML_FI_DEV_GET_GPU_RECOVERY_ACTION */
     FG_F_COUNT
 };
 
