@@ -1014,9 +1014,9 @@ out(res)
 
 
 def test_cuda_init_error_and_lost(tmp_path):
-    scn = "gpus = 3\ngpu.0.cuda.init_error = 802\ngpu.1.lost = 1\n"
-    r, _ = run(tmp_path, scn, "cu().cuInit(0)\nout([ctx(0), ctx(1), ctx(2)])")
-    assert r == [802, 999, 0]
+    scn = "gpus = 4\ngpu.0.cuda.init_error = 802\ngpu.1.lost = 1\ngpu.3.compute_mode = prohibited\n"
+    r, _ = run(tmp_path, scn, "cu().cuInit(0)\nout([ctx(0), ctx(1), ctx(2), ctx(3)])")
+    assert r == [802, 999, 0, 46]  # 46: CUDA_ERROR_DEVICE_UNAVAILABLE, compute-prohibited
 
 
 def test_cuda_corrupt_round_trip_mismatch(tmp_path):

@@ -47,6 +47,7 @@ enum {
     CUDA_ERROR_INVALID_VALUE = 1,
     CUDA_ERROR_OUT_OF_MEMORY = 2,
     CUDA_ERROR_NOT_INITIALIZED = 3,
+    CUDA_ERROR_DEVICE_UNAVAILABLE = 46,
     CUDA_ERROR_NO_DEVICE = 100,
     CUDA_ERROR_INVALID_DEVICE = 101,
     CUDA_ERROR_INVALID_CONTEXT = 201,
@@ -524,6 +525,11 @@ EXPORT CUresult cuDevicePrimaryCtxRetain(CUcontext *pctx, CUdevice dev)
         return g.cuda_init_error;
     if (g.lost)                         /* documented choice: what a GPU off the bus gives */
         return CUDA_ERROR_UNKNOWN;
+    /* cuda.h: "Devices are often unavailable due to use of CU_COMPUTEMODE_EXCLUSIVE_PROCESS or
+     * CU_COMPUTEMODE_PROHIBITED" (exclusive_process is not enforced: one process is all the
+     * fake knows of). */
+    if (g.compute_mode == 2)            /* NVML_COMPUTEMODE_PROHIBITED */
+        return CUDA_ERROR_DEVICE_UNAVAILABLE;
     pthread_mutex_lock(&lock);
     ctxs[gpu].refs++;
     *pctx = &ctxs[gpu];
