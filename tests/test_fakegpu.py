@@ -1535,3 +1535,19 @@ def test_replay_redacted_and_absent_fields_are_not_supported(tmp_path):
     g = read_gpus(tmp_path, from_nvidia_smi.convert(FIXTURES / "gtx-1070-ti.xml"), [0])[0]
     assert g["procs"] == g["gprocs"] == "NVMLError_NotSupported"
     assert g["power"] == "NVMLError_NotSupported"
+
+
+def test_cuda_allocations_take_whole_2mib_pages(tmp_path):
+    code = """
+cu().cuInit(0)
+ctx(0)
+f, t = c_size_t(), c_size_t()
+cu().cuMemGetInfo_v2(byref(f), byref(t))
+r, p = alloc(1)
+f2 = c_size_t(); cu().cuMemGetInfo_v2(byref(f2), byref(t))
+cu().cuMemFree_v2(p)
+f3 = c_size_t(); cu().cuMemGetInfo_v2(byref(f3), byref(t))
+out([r, f.value - f2.value, f3.value == f.value])
+"""
+    r, _ = run(tmp_path, "gpus = 1\n", code)
+    assert r == [0, 2 * MIB, True]

@@ -67,6 +67,7 @@ struct CUctx_st {
 struct alloc {
     CUdeviceptr base;
     size_t size;
+    size_t charged;         /* what it takes of the device: size rounded up to 2 MiB pages */
     int gpu;                /* scenario index */
     size_t nchunks;
     unsigned char **data;   /* per chunk: NULL = follows fill[] */
@@ -218,7 +219,7 @@ static void free_device_allocs(int gpu)
         struct alloc *a = *pp;
         if (a->gpu == gpu) {
             *pp = a->next;
-            allocated[gpu] -= a->size;
+            allocated[gpu] -= a->charged;
             alloc_destroy(a);
         } else {
             pp = &a->next;
@@ -682,8 +683,10 @@ EXPORT CUresult cuMemAlloc_v2(CUdeviceptr *dptr, size_t bytesize)
         alloc_destroy(a);
         return CUDA_ERROR_OUT_OF_MEMORY;
     }
+    /* The driver hands out device memory in 2 MiB pages: a 1-byte allocation takes 2 MiB. */
+    a->charged = (bytesize + VA_ALIGN - 1) / VA_ALIGN * VA_ALIGN;
     pthread_mutex_lock(&lock);
-    if (bytesize > device_free(gpu)) {
+    if (a->charged > device_free(gpu)) {
         pthread_mutex_unlock(&lock);
         alloc_destroy(a);
         return CUDA_ERROR_OUT_OF_MEMORY;
@@ -692,7 +695,7 @@ EXPORT CUresult cuMemAlloc_v2(CUdeviceptr *dptr, size_t bytesize)
     next_va += ((bytesize + VA_ALIGN - 1) / VA_ALIGN + 1) * VA_ALIGN;  /* + a guard gap */
     a->next = allocs;
     allocs = a;
-    allocated[gpu] += bytesize;
+    allocated[gpu] += a->charged;
     *dptr = a->base;
     pthread_mutex_unlock(&lock);
     return CUDA_SUCCESS;
@@ -709,7 +712,7 @@ EXPORT CUresult cuMemFree_v2(CUdeviceptr dptr)
             if ((*pp)->base == dptr) {
                 struct alloc *a = *pp;
                 *pp = a->next;
-                allocated[a->gpu] -= a->size;
+                allocated[a->gpu] -= a->charged;
                 alloc_destroy(a);
                 rc = CUDA_SUCCESS;
                 break;
