@@ -812,7 +812,15 @@ def build_report(snapshot: NodeSnapshot, findings: List[Finding], verdict: Verdi
                   "retired_sbe": g.retired_sbe, "retired_dbe": g.retired_dbe,
                   "retired_pending": g.retired_pending,
                   "memory_total_mib": g.memory_total_mib, "memory_used_mib": g.memory_used_mib,
-                  "temperature_c": g.temperature_c}
+                  "temperature_c": g.temperature_c,
+                  # what the GPU is doing, whoever runs there (another container's processes
+                  # are not in a process list, but their load shows here)
+                  "utilization_gpu_pct": g.utilization_gpu_pct,
+                  "utilization_memory_pct": g.utilization_memory_pct, "pstate": g.pstate,
+                  "power_mw": g.power_mw, "mig_mode": g.mig_mode,
+                  "mig_devices": None if g.mig_devices is None else [
+                      {"index": m.index, "uuid": m.uuid, "memory_total_mib": m.memory_total_mib}
+                      for m in g.mig_devices]}
                  for g in gpus],
         "probes": [{"gpu": p.index, "status": p.status.value, "cu_result": p.cu_result,
                     "cu_name": p.cu_name, "bytes_tested": p.bytes_tested,

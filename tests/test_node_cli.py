@@ -216,6 +216,25 @@ def test_every_real_healthy_dump_replayed_comes_out_healthy(node, dump):
     assert not result.checks("warn")
 
 
+def test_the_report_shows_what_the_gpu_is_doing(node):
+    """The RTX 3080 dump taken in a container: busy (65 %, P2, 139 W average) with 9 GiB used
+    and no process this PID namespace can see; the report carries the load beside the memory."""
+    import subprocess
+    import sys
+    dump = FIXTURES / "nvidia-smi-xml" / "rtx-3080-v13.xml"
+    scenario = subprocess.run([sys.executable, str(Path(__file__).parent / "fakegpu" / "from_nvidia_smi.py"),
+                               str(dump)], capture_output=True, text=True, check=True).stdout
+    [gpu] = node.run("--node", "--json", scenario=scenario).json["gpus"]
+    assert (gpu["utilization_gpu_pct"], gpu["pstate"], gpu["memory_used_mib"]) == (65, 2, 9184)
+    assert gpu["utilization_memory_pct"] is not None and gpu["power_mw"] > 100000
+    assert gpu["mig_mode"] is None and gpu["mig_devices"] is None
+    scenario = "gpus = 1\ngpu.0.mig_mode = 1\ngpu.0.mig.instances = 2\n"
+    [gpu] = node.run("--node", "--json", scenario=scenario).json["gpus"]
+    assert gpu["utilization_gpu_pct"] is None and gpu["mig_mode"] is True
+    assert [m["index"] for m in gpu["mig_devices"]] == [0, 1]
+    assert all(m["uuid"].startswith("MIG-") for m in gpu["mig_devices"])
+
+
 def test_v13_dump_with_sram_uncorrectable_errors_fails_ecc(node):
     """v13 splits SRAM uncorrectable errors into parity and SECDED; both count (issue 11)."""
     import subprocess
