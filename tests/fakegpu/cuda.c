@@ -241,7 +241,7 @@ static int find_mig(const fg_scenario *s, const char *p, size_t len, int *mig)
             return -1;
         memcpy(ids, slash, (size_t)(p + len - slash));
         ids[p + len - slash] = '\0';
-        if (sscanf(ids, "/%u/%u%c", &gi, &ci, &tail) != 2 || ci != 0)
+        if (sscanf(ids, "/%5u/%5u%c", &gi, &ci, &tail) != 2 || ci != 0)   /* no overflow */
             return -1;
         size_t ulen = (size_t)(slash - (p + 4));
         for (unsigned int i = 0; i < s->ngpus; i++) {
