@@ -43,3 +43,17 @@ def test_a_live_jobs_process_or_the_mps_server_is_a_co_tenant_and_anything_else_
     [f] = _prolog((tenant, stray))
     assert f.severity is Severity.FAIL and f.value == 1 and "pid 4242" in f.message
     assert with_jobs((GpuSnapshot(index=0, processes=(stray,)),), {4242: "5"})[0].processes[0].job_id == "5"
+
+
+from hypothesis import given, settings, strategies as st  # noqa: E402
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.text(max_size=400))
+def test_the_parsers_of_slurm_and_proc_text_never_raise(text):
+    """Any text from scontrol listpids or /proc/PID/cgroup (property)."""
+    jobs = parse_listpids(text)
+    assert all(isinstance(pid, int) and job.replace("_", "").replace("+", "").isdigit()
+               for pid, job in jobs.items())
+    job = job_of_cgroup(text)
+    assert job is None or job.isdigit()

@@ -115,3 +115,27 @@ def test_real_identity_line_before_an_xid_leaves_it_counting_and_after_it_deals_
     assert [(e.pci, e.xid) for e in read_kernel_log(str(log), KernelLogWindow()).events] == [("0000:00:05", 43)]
     log.write_text(identity + "\n" + xid + "\n" + identity + "\n")  # the GPU was reset after it
     assert read_kernel_log(str(log), KernelLogWindow()).events == ()
+
+
+from hypothesis import given, settings, strategies as st  # noqa: E402
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.one_of(st.binary(max_size=300), st.text(max_size=300).map(str.encode)))
+def test_a_corrupt_acks_file_is_an_error_not_a_crash(raw):
+    from healthcheck.state import acks_from_json
+    try:
+        acks = acks_from_json(raw)
+    except (ValueError, TypeError):
+        return
+    assert all(isinstance(a, XidAck) for a in acks.values())
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.text(max_size=300))
+def test_refused_comments_parse_or_are_not_ours(text):
+    from healthcheck.verdict import REFUSED_MARK, refused_comment, refused_reason, refused_time
+    assert refused_reason(text) is None or text.startswith(REFUSED_MARK)
+    refused_time(text)
+    comment = refused_comment("gpu-healthcheck: gpu1 gpu.lost=GPU_IS_LOST node " + text[:50], "T")
+    assert refused_reason(comment).startswith("gpu-healthcheck: gpu1 gpu.lost=GPU_IS_LOST node")
