@@ -174,3 +174,22 @@ def test_boot_grace_holds_persistence_state_until_it_has_passed():
     assert [f.check for f in run_checks(young, ctx)[0]] == []
     assert [f.check for f in run_checks(old, ctx)[0]] == ["persistence_mode"]
     assert not in_boot_grace(young, CheckContext(Config(boot_grace_s=0), Mode.NODE))
+
+
+def test_memory_without_a_visible_process_leak_or_busy():
+    from healthcheck.checks.processes import busy_signs
+    held = dict(memory_used_mib=9216, processes=())
+    busy = faulty(dict(gpu=dict(held, utilization_gpu_pct=65, pstate=2)))
+    idle = faulty(dict(gpu=dict(held, utilization_gpu_pct=0, pstate=0)))
+    unknown_util = faulty(dict(gpu=dict(held, utilization_gpu_pct=None, pstate=2)))
+    for mode, severity in ((Mode.PROLOG, Severity.FAIL), (Mode.NODE, Severity.WARN), (Mode.EPILOG, Severity.WARN)):
+        ctx = CheckContext(Config(), mode)
+        [b] = [f for f in run_checks(busy, ctx)[0] if f.check == "memory.leaked"]
+        [i] = [f for f in run_checks(idle, ctx)[0] if f.check == "memory.leaked"]
+        assert b.severity is severity and i.severity is severity
+        assert b.action is (Action.DRAIN if severity is Severity.FAIL else Action.NONE)
+        assert i.action is (Action.RESET if severity is Severity.FAIL else Action.NONE)
+        assert "not visible from here" in b.message and "reset the GPU" not in b.message
+        assert "reset the GPU" in i.message
+    assert busy_signs(unknown_util.gpus[0]) == ["performance state P2 with utilization unknown"]
+    assert busy_signs(idle.gpus[0]) == []

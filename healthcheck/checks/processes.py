@@ -2,21 +2,45 @@
 
 from __future__ import annotations
 
-from typing import Iterator
+from typing import Iterator, List
 
 from ..model import Action, Finding, GpuProcess, GpuSnapshot, Mode, NodeSnapshot, Severity
 from ..procinfo import is_mps_daemon
 from .registry import CheckContext, finding as _f, gpu_check, label
 
 
+# P0..P2: clocks up for work.  Only consulted where utilization cannot be read: data-centre
+# boards idle in P0, so a readable 0 % utilization decides "idle" over the pstate.
+BUSY_PSTATE_MAX = 2
+
+
+def busy_signs(gpu: GpuSnapshot) -> List[str]:
+    """Why a GPU whose memory no visible process holds looks in use anyway (pure): work that
+    processes we cannot see (another PID namespace: a container, a slurmd in a pod) are doing."""
+    signs = []
+    if gpu.utilization_gpu_pct:
+        signs.append(f"{gpu.utilization_gpu_pct} % GPU utilization")
+    if gpu.utilization_memory_pct:
+        signs.append(f"{gpu.utilization_memory_pct} % memory utilization")
+    if (gpu.utilization_gpu_pct is None and gpu.pstate is not None
+            and gpu.pstate <= BUSY_PSTATE_MAX):
+        signs.append(f"performance state P{gpu.pstate} with utilization unknown")
+    return signs
+
+
 @gpu_check("memory.leaked", severity=Severity.FAIL, action=Action.RESET,
            threshold_key="thresholds.memory_leaked_mib")
 def check_memory_leaked(gpu: GpuSnapshot, node: NodeSnapshot, ctx: CheckContext) -> Iterator[Finding]:
-    """Memory in use with no process on the GPU, above `thresholds.memory_leaked_mib`.
+    """Memory in use with no visible process on the GPU, above `thresholds.memory_leaked_mib`.
 
-    A context that outlived its process (the incident's "CUDA out of memory" at the next job's
-    start).  Fails on the GPUs under test in the prolog, warns otherwise.
-    nvidia-smi equivalent: `nvidia-smi --query-gpu=memory.used --format=csv` with no process.
+    Two different things look alike, and the message says which:
+    - idle (0 % utilization): a context that outlived its process (the incident's "CUDA out of
+      memory" at the next job's start).  Prolog: fail, reset the GPU; otherwise warn.
+    - busy (utilization above 0, or P0-P2 where utilization cannot be read): processes we
+      cannot see are using it (another PID namespace, a container).  Resetting would kill
+      someone's work: the prolog still fails (action drain, never reset); otherwise warn.
+    nvidia-smi equivalent: `nvidia-smi --query-gpu=memory.used,utilization.gpu,pstate
+    --format=csv` with no process listed.
     """
     if not ctx.is_selected(gpu.index) or gpu.memory_used_mib is None or gpu.processes is None:
         return
@@ -24,9 +48,22 @@ def check_memory_leaked(gpu: GpuSnapshot, node: NodeSnapshot, ctx: CheckContext)
     if gpu.processes or gpu.memory_used_mib <= limit:
         return
     severity = Severity.FAIL if ctx.mode is Mode.PROLOG else Severity.WARN
+    signs = busy_signs(gpu)
+    if signs:
+        what = "the job must not start here" if severity is Severity.FAIL else "left alone"
+        yield _f("memory.leaked", severity, gpu,
+                 f"{label(gpu)}: in use by processes not visible from here (another container or "
+                 f"PID namespace): {gpu.memory_used_mib} MiB used, {', '.join(signs)}, and no "
+                 f"process we can see; not a leak, do not reset it: find who uses it ({what})",
+                 value=gpu.memory_used_mib, threshold=limit,
+                 action=Action.DRAIN if severity is Severity.FAIL else Action.NONE)
+        return
+    idle = (f"{gpu.utilization_gpu_pct} % utilization" if gpu.utilization_gpu_pct is not None
+            else "utilization unknown") + (f", P{gpu.pstate}" if gpu.pstate is not None else "")
     yield _f("memory.leaked", severity, gpu,
-             f"{label(gpu)}: {gpu.memory_used_mib} MiB in use with no process, limit {limit} MiB; "
-             f"reset the GPU", value=gpu.memory_used_mib, threshold=limit,
+             f"{label(gpu)}: leaked: {gpu.memory_used_mib} MiB in use on an idle GPU ({idle}) with "
+             f"no process, limit {limit} MiB; a context outlived its process: reset the GPU",
+             value=gpu.memory_used_mib, threshold=limit,
              action=Action.RESET if severity is Severity.FAIL else Action.NONE)
 
 
