@@ -191,6 +191,7 @@ class ProbeResult(NamedTuple):
     bytes_tested: int = 0
     duration_s: float = 0.0
     detail: str = ""
+    device: Optional[str] = None  # the MIG- UUID probed, where the GPU is MIG-enabled
 
 
 class JobContext(NamedTuple):
@@ -203,6 +204,9 @@ class JobContext(NamedTuple):
     gpu_ids: Optional[Tuple[str, ...]] = None
     gpu_ids_error: Optional[str] = None  # SLURM_JOB_GPUS could not be parsed
     gpu_ids_source: Optional[str] = None
+    # The MIG devices (MIG-<uuid>, lower case) the job was given, where Slurm names them so
+    # (CUDA_VISIBLE_DEVICES on a MIG node); their GPUs are in gpu_ids' mapping.
+    mig_uuids: Tuple[str, ...] = ()
 
 
 class GpuBaseline(NamedTuple):

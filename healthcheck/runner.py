@@ -241,7 +241,11 @@ def _probe(snapshot: NodeSnapshot, config: Config, level: str,
         if gpu.mig_mode:
             # CUDA cannot use a MIG-enabled GPU as a whole (its GPU- UUID gives no device, as the
             # driver has it), only its MIG devices, and one process sees one: one child per device.
+            # A job given some MIG devices gets those probed, never another job's.
             migs = [m for m in gpu.mig_devices or () if m.uuid]
+            job_migs = snapshot.job.mig_uuids if snapshot.job else ()
+            if job_migs and any((m.uuid or "").lower() in job_migs for m in migs):
+                migs = [m for m in migs if (m.uuid or "").lower() in job_migs]
             if not migs:
                 skipped.append(ProbeResult(gpu.index, ProbeStatus.NOT_RUN,
                                            detail="MIG is on and the GPU has no MIG device to probe"))
@@ -264,22 +268,19 @@ def _probe(snapshot: NodeSnapshot, config: Config, level: str,
     if cap_s is not None and cap_s < timeout_s:
         if cap_s < MARGIN_S:
             # nothing left of act_budget_s: not checked (unknown), never a drain
-            return _worst_per_gpu(tuple(
+            return _with_devices(tuple(
                 ProbeResult(t.index, ProbeStatus.NOT_RUN,
                             detail=f"no time left within act_budget_s = {config.act_budget_s:g} s")
-                for t in targets)) + tuple(skipped)
+                for t in targets), targets) + tuple(skipped)
         timeout_s = cap_s
-    return _worst_per_gpu(run_probes(targets, size, timeout_s)) + tuple(skipped)
+    return _with_devices(run_probes(targets, size, timeout_s), targets) + tuple(skipped)
 
 
-def _worst_per_gpu(results: Tuple[ProbeResult, ...]) -> Tuple[ProbeResult, ...]:
-    """One result per GPU: a MIG-enabled GPU had one probe per MIG device, and any failure is its."""
-    by_gpu: Dict[int, ProbeResult] = {}
-    for result in results:
-        kept = by_gpu.get(result.index)
-        if kept is None or (kept.status is ProbeStatus.OK and result.status is not ProbeStatus.OK):
-            by_gpu[result.index] = result
-    return tuple(by_gpu.values())
+def _with_devices(results: Tuple[ProbeResult, ...], targets: List[Any]) -> Tuple[ProbeResult, ...]:
+    """One result per probed device: a MIG-enabled GPU has one per MIG device, named by its
+    MIG- UUID (checks/probe.py judges the GPU by the worst of them)."""
+    return tuple(r._replace(device=t.uuid) if t.uuid.upper().startswith("MIG-") else r
+                 for r, t in zip(results, targets))
 
 
 # --- judging (pure) ----------------------------------------------------------------------
@@ -824,7 +825,8 @@ def build_report(snapshot: NodeSnapshot, findings: List[Finding], verdict: Verdi
                  for g in gpus],
         "probes": [{"gpu": p.index, "status": p.status.value, "cu_result": p.cu_result,
                     "cu_name": p.cu_name, "bytes_tested": p.bytes_tested,
-                    "duration_s": round(p.duration_s, 3), "detail": p.detail}
+                    "duration_s": round(p.duration_s, 3), "detail": p.detail,
+                    "device": p.device}
                    for p in snapshot.probes],
         "findings": [{"check": f.check, "severity": f.severity.value, "gpu": f.gpu,
                       "value": f.value, "threshold": f.threshold, "message": f.message,

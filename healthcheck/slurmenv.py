@@ -81,6 +81,17 @@ def job_from_env(environ: Mapping[str, str]) -> JobContext:
     job_id = valid_job_id(environ.get("SLURM_JOB_ID") or environ.get("SLURM_JOBID"))
     node = environ.get("SLURMD_NODENAME")
     user = environ.get("SLURM_JOB_USER")
+    # On a MIG node Slurm treats each MIG device as a GPU: SLURM_JOB_GPUS holds gres indices of
+    # MIG devices, which no gres.conf File= order maps, and CUDA_VISIBLE_DEVICES their MIG-
+    # UUIDs, which name them exactly.  UUIDs (MIG- or GPU-) win wherever they are given.
+    visible = environ.get("CUDA_VISIBLE_DEVICES", "")
+    try:
+        uuids = parse_gpu_list(visible) if "-" in visible else ()
+    except GpuListError:
+        uuids = ()
+    if uuids and all(not u.isdigit() for u in uuids):
+        return JobContext(job_id, node, user, gpu_ids=uuids, gpu_ids_source="CUDA_VISIBLE_DEVICES",
+                          mig_uuids=tuple(u.lower() for u in uuids if u.upper().startswith("MIG-")))
     for source in ("SLURM_JOB_GPUS", "CUDA_VISIBLE_DEVICES"):
         raw = environ.get(source)
         if raw is None:

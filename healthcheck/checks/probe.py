@@ -18,25 +18,28 @@ def check_cuda_probe(gpu: GpuSnapshot, node: NodeSnapshot, ctx: CheckContext) ->
     Fails the GPU; the probe has a deadline and its child is killed past it.
     nvidia-smi equivalent: none (dcgmi diag -r 1 comes closest).
     """
-    for probe in node.probes:
-        if probe.index != gpu.index:
-            continue
-        if probe.status is ProbeStatus.OK:
-            return
-        if probe.status is ProbeStatus.NOT_RUN:
-            yield _f("cuda.probe", Severity.UNKNOWN, gpu, f"{label(gpu)}: CUDA probe not run: "
-                     f"{probe.detail}", value=probe.status.value)
-            return
-        value = probe.cu_name or probe.status.value
-        action = Action.REBOOT if probe.cu_result == 802 else (
-            Action.RMA if probe.status is ProbeStatus.MISMATCH else Action.RESET)
-        if probe.cu_result == 802:
-            hint = "start nvidia-fabricmanager or reboot"
-        elif probe.status is ProbeStatus.MISMATCH:
-            hint = "GPU memory returned wrong data: drain; RMA if it recurs after a reset"
-        else:
-            hint = "reset the GPU"
-        yield _f("cuda.probe", Severity.FAIL, gpu,
-                 f"{label(gpu)}: CUDA probe {probe.status.value}: {probe.detail}; {hint}",
-                 value=value, threshold="ok", action=action)
-
+    mine = [p for p in node.probes if p.index == gpu.index]
+    if not mine or all(p.status is ProbeStatus.OK for p in mine):
+        return
+    # A MIG-enabled GPU has one probe per MIG device: any failed device is the GPU's fault;
+    # devices that could not be probed only make it unknown.
+    failed = [p for p in mine if p.status not in (ProbeStatus.OK, ProbeStatus.NOT_RUN)]
+    if not failed:
+        probe = next(p for p in mine if p.status is ProbeStatus.NOT_RUN)
+        yield _f("cuda.probe", Severity.UNKNOWN, gpu, f"{label(gpu)}: CUDA probe not run: "
+                 f"{probe.detail}", value=probe.status.value)
+        return
+    probe = failed[0]
+    value = probe.cu_name or probe.status.value
+    action = Action.REBOOT if probe.cu_result == 802 else (
+        Action.RMA if probe.status is ProbeStatus.MISMATCH else Action.RESET)
+    if probe.cu_result == 802:
+        hint = "start nvidia-fabricmanager or reboot"
+    elif probe.status is ProbeStatus.MISMATCH:
+        hint = "GPU memory returned wrong data: drain; RMA if it recurs after a reset"
+    else:
+        hint = "reset the GPU"
+    where = f" on MIG device {probe.device}" if probe.device else ""
+    yield _f("cuda.probe", Severity.FAIL, gpu,
+             f"{label(gpu)}: CUDA probe{where} {probe.status.value}: {probe.detail}; {hint}",
+             value=value, threshold="ok", action=action)

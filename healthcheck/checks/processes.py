@@ -44,6 +44,8 @@ def check_memory_leaked(gpu: GpuSnapshot, node: NodeSnapshot, ctx: CheckContext)
     """
     if not ctx.is_selected(gpu.index) or gpu.memory_used_mib is None or gpu.processes is None:
         return
+    if _other_instances(gpu, node):
+        return
     limit = ctx.config.thresholds.memory_leaked_mib
     if gpu.processes or gpu.memory_used_mib <= limit:
         return
@@ -78,7 +80,7 @@ def check_processes_leftover(gpu: GpuSnapshot, node: NodeSnapshot, ctx: CheckCon
     (Slurm could not kill them); info by hand (the GPU is busy).
     nvidia-smi equivalent: `nvidia-smi --query-compute-apps=pid,used_memory --format=csv`.
     """
-    if not gpu.processes or not ctx.is_selected(gpu.index):
+    if not gpu.processes or not ctx.is_selected(gpu.index) or _other_instances(gpu, node):
         return
     procs = gpu.processes
     if ctx.mode is not Mode.NODE:
@@ -109,6 +111,12 @@ def check_processes_leftover(gpu: GpuSnapshot, node: NodeSnapshot, ctx: CheckCon
     else:
         yield _f("processes.leftover", Severity.INFO, gpu,
                  f"{label(gpu)}: in use by {who}{more}", value=len(procs))
+
+
+def _other_instances(gpu: GpuSnapshot, node: NodeSnapshot) -> bool:
+    """A job given some MIG devices of a MIG-enabled GPU shares it with other jobs' instances:
+    the GPU's memory and processes are theirs as much as its own (its instances get the probe)."""
+    return bool(gpu.mig_mode and node.job is not None and node.job.mig_uuids)
 
 
 def _describe(proc: GpuProcess) -> str:
