@@ -104,7 +104,7 @@ def count_actions(events: Sequence["LogEvent"]) -> Dict[str, int]:
             counts["drains"] += 1
         elif event.kind == "refused":
             counts["drain_refusals"] += 1
-        elif event.kind == "pending":
+        elif event.kind == "pending" and outcome != "dropped":  # a stale one dropped is not kept
             counts["pending_drains"] += 1
         elif event.kind == "resume" and outcome == "applied":
             counts["resumes"] += 1

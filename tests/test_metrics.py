@@ -258,3 +258,11 @@ def test_a_failing_metrics_sink_is_one_line_and_keeps_the_exit_code(node, tmp_pa
     [line] = [l for l in result.stderr.splitlines() if "metrics sink" in l]
     assert str(prom) in line and "failed" in line
     assert (node.state_dir / "history.jsonl").exists()  # the other sinks still ran
+
+
+def test_a_dropped_stale_pending_drain_is_not_counted_as_pending():
+    from healthcheck.metrics import count_actions
+    from healthcheck.runner import LogEvent
+    events = [LogEvent("pending", 4, "pending drain of gpu-a dropped", {"GPU_HEALTHCHECK_OUTCOME": "dropped"}),
+              LogEvent("pending", 2, "cannot drain gpu-a now", {"GPU_HEALTHCHECK_OUTCOME": "pending"})]
+    assert count_actions(events)["pending_drains"] == 1
