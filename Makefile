@@ -1,21 +1,80 @@
 # gpu-healthcheck: top-level entry points.
+#   make demo    the incident replayed on a local 3-node Slurm cluster (the main job; root)
+#   make test    the test suite, in the venv .venv (no timed assertions)
+#   make venv    make or repair .venv with the distro's python3 and install .[test] into it
 #   make fake    build the simulated NVML/CUDA libraries (tests/fakegpu/build)
-#   make test    the test suite (no timed assertions)
 #   make bench   performance table vs floors and gcm: python3 -m tests.bench [BENCH_ARGS=...]
 #   make validate  tests/gpu/validate on a real GPU node (stdlib + pynvml)
 #   make man     regenerate docs/gpu-healthcheck.8 from the argparse definition
 #   make deb     dist/gpu-healthcheck_VERSION_all.deb (deploy/deb/build-deb; dpkg-deb only)
 #   make rpm     dist/gpu-healthcheck-VERSION-1.elN.noarch.rpm: EL=9 (default) or EL=8 [EL8_PYTHON=3.11|3.9]
+#
+# The distro's python3 is externally managed (PEP 668): nothing is pip-installed into it.
+# Everything runs from a venv made with it (VENV_PYTHON: /usr/bin/python3 where it exists).
 PYTHON ?= python3
 BENCH_ARGS ?=
+VENV ?= .venv
+VENV_PYTHON ?= $(shell test -x /usr/bin/python3 && echo /usr/bin/python3 || command -v python3)
+VPY = $(VENV)/bin/python
+SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
+# Debian/Ubuntu packages each command needs (installed when missing).  The demo needs a
+# compiler for the fake GPUs, Slurm and munge; the tests also build systemd-python.
+DEMO_APT = gcc make munge slurmctld slurmd slurm-client python3-venv
+TEST_APT = $(DEMO_APT) python3-dev pkg-config libsystemd-dev
 
-.PHONY: fake test bench validate demo man deb rpm
+.PHONY: fake test venv venv-demo apt-demo apt-test bench validate demo man deb rpm
 
 fake:
 	$(MAKE) -C tests/fakegpu
 
-test: fake
-	$(PYTHON) -m pytest -q tests
+# apt-get install whatever of the list is missing (only where dpkg exists; elsewhere the
+# README names what to install).  Starts nothing and stops nothing: a daemon that a package
+# starts is left alone; the demo and the tests run their own on their own sockets and ports.
+define apt_install
+	@if command -v dpkg >/dev/null 2>&1; then \
+	    missing=""; for p in $(1); do dpkg -s $$p >/dev/null 2>&1 || missing="$$missing $$p"; done; \
+	    if [ -n "$$missing" ]; then \
+	        echo "== apt-get install$$missing"; \
+	        $(SUDO) apt-get update -q && \
+	        $(SUDO) env DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends $$missing; \
+	    fi; \
+	fi
+endef
+
+apt-demo:
+	$(call apt_install,$(DEMO_APT))
+
+apt-test:
+	$(call apt_install,$(TEST_APT))
+
+# Make $(VENV) with the distro's python3, or remake it when its pip does not run (a venv
+# whose interpreter was upgraded or removed), then pip install $(1) when setup.cfg or
+# pyproject.toml is newer than the last install of that set.
+define venv_install
+	@if ! $(VPY) -m pip --version >/dev/null 2>&1; then \
+	    if [ -e $(VENV) ] && [ ! -e $(VENV)/pyvenv.cfg ]; then \
+	        echo "make: $(VENV) exists and is not a venv; move it away or set VENV=" >&2; exit 2; fi; \
+	    echo "== $(VENV): making a venv with $(VENV_PYTHON)"; \
+	    rm -rf $(VENV) && $(VENV_PYTHON) -m venv $(VENV) && $(VPY) -m pip --version >/dev/null || { \
+	        echo "make: cannot make a working venv with $(VENV_PYTHON) (Debian/Ubuntu: apt-get install python3-venv)" >&2; exit 2; }; \
+	fi
+	@stamp=$(VENV)/.installed-$(2); \
+	if [ ! -e $$stamp ] || [ setup.cfg -nt $$stamp ] || [ pyproject.toml -nt $$stamp ]; then \
+	    echo "== pip install $(1) (into $(VENV))"; \
+	    $(VPY) -m pip install -q $(1) && touch $$stamp; \
+	fi
+endef
+
+venv: apt-test
+	$(call venv_install,-e '.[test]',test)
+
+venv-demo: apt-demo
+	$(call venv_install,-e . nvidia-nvml-dev,demo)
+
+# The whole suite, in the venv. pytest exits 5 when it collected no tests: that fails too.
+test: venv
+	@$(MAKE) -s -C tests/fakegpu PYTHON=$(abspath $(VPY))
+	$(VPY) -m pytest -q -p no:cacheprovider tests
 
 bench: fake
 	$(PYTHON) -m tests.bench $(BENCH_ARGS)
@@ -41,22 +100,9 @@ man:
 	$(PYTHON) docs/make-manpage > docs/gpu-healthcheck.8.new && mv docs/gpu-healthcheck.8.new docs/gpu-healthcheck.8
 
 # demo: the incident replayed on a local 3-node Slurm cluster with simulated 8-GPU nodes.
-# Sets itself up on a fresh Debian 12 machine (apt packages, a venv in .venv, the fake GPU
-# libraries), needs root (munged, slurmctld, slurmd, mknod), cleans up after itself.
-VENV ?= .venv
-DEMO_APT = gcc make munge slurmctld slurmd slurm-client
-SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
-
-demo:
-	@missing=""; for p in $(DEMO_APT); do dpkg -s $$p >/dev/null 2>&1 || missing="$$missing $$p"; done; \
-	if [ -n "$$missing" ]; then \
-	    echo "== apt-get install$$missing"; \
-	    $(SUDO) apt-get update -q && \
-	    $(SUDO) env DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends $$missing; \
-	fi
-	@for unit in slurmctld slurmd munge; do $(SUDO) systemctl stop $$unit >/dev/null 2>&1 || true; done
-	@test -x $(VENV)/bin/python || $(PYTHON) -m venv $(VENV)
-	@echo "== pip install -e . (into $(VENV))"
-	@$(VENV)/bin/python -m pip install -q -e . nvidia-nvml-dev
-	@$(MAKE) -s -C tests/fakegpu PYTHON=$(abspath $(VENV))/bin/python
-	@$(SUDO) $(VENV)/bin/python -m tests.demo
+# Sets itself up on a fresh Debian 12 / Ubuntu 24.04 machine (apt packages, a venv in .venv,
+# the fake GPU libraries), needs root (munged, slurmctld, slurmd, mknod), cleans up after
+# itself, and leaves the host's own munge/Slurm daemons running and untouched.
+demo: venv-demo
+	@$(MAKE) -s -C tests/fakegpu PYTHON=$(abspath $(VPY))
+	@$(SUDO) $(VPY) -m tests.demo
