@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import subprocess
+import sys
 from pathlib import Path
 from typing import Sequence
 
@@ -17,7 +18,9 @@ def ensure_fakegpu() -> Path:
     sources = list(FAKEGPU.glob("*.c")) + list(FAKEGPU.glob("*.h")) + [FAKEGPU / "Makefile"]
     newest = max(p.stat().st_mtime for p in sources)
     if not all(p.exists() and p.stat().st_mtime >= newest for p in libs):
-        subprocess.run(["make", "-C", str(FAKEGPU)], check=True, capture_output=True)
+        # PYTHON: nvml.h is found in this interpreter's site-packages (the venv's)
+        subprocess.run(["make", "-C", str(FAKEGPU), "PYTHON=" + sys.executable], check=True,
+                       capture_output=True)
     return FAKE_BUILD
 
 

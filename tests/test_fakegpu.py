@@ -38,7 +38,8 @@ def built():
     newest = max((FAKEGPU / s).stat().st_mtime for s in SOURCES)
     libs = [BUILD / lib for lib in LIBS]
     if not all(p.exists() and p.stat().st_mtime >= newest for p in libs):
-        proc = subprocess.run(["make", "-C", str(FAKEGPU)], capture_output=True, text=True)
+        proc = subprocess.run(["make", "-C", str(FAKEGPU), "PYTHON=" + sys.executable],
+                              capture_output=True, text=True)
         if proc.returncode != 0:
             pytest.fail("make -C tests/fakegpu failed:\n" + proc.stdout + proc.stderr, pytrace=False)
     return BUILD
