@@ -3,7 +3,7 @@
 #   make test    the test suite, in the venv .venv (no timed assertions)
 #   make venv    make or repair .venv with the distro's python3 and install .[test] into it
 #   make fake    build the simulated NVML/CUDA libraries (tests/fakegpu/build)
-#   make bench   performance table vs floors and gcm: python3 -m tests.bench [BENCH_ARGS=...]
+#   make bench   performance table vs floors and gcm, in the venv: tests.bench [BENCH_ARGS=...]
 #   make validate  tests/gpu/validate on a real GPU node (stdlib + pynvml)
 #   make man     regenerate docs/gpu-healthcheck.8 from the argparse definition
 #   make deb     dist/gpu-healthcheck_VERSION_all.deb (deploy/deb/build-deb; dpkg-deb only)
@@ -76,8 +76,9 @@ test: venv
 	@$(MAKE) -s -C tests/fakegpu PYTHON=$(abspath $(VPY))
 	$(VPY) -m pytest -q -p no:cacheprovider tests
 
-bench: fake
-	$(PYTHON) -m tests.bench $(BENCH_ARGS)
+bench: venv
+	@$(MAKE) -s -C tests/fakegpu PYTHON=$(abspath $(VPY))
+	$(VPY) -m tests.bench $(BENCH_ARGS)
 
 validate:
 	$(PYTHON) tests/gpu/validate

@@ -267,7 +267,7 @@ def test_fuzz_harness_runs_every_target_clean():
     """tests/fuzz/run, 2 s per target: every target starts, runs its seeds and finds nothing."""
     pytest.importorskip("atheris")  # CI installs it (.ci/run)
     env = dict(os.environ, FUZZ_SECONDS="2")
-    proc = subprocess.run([str(FUZZ_RUN)], env=env, capture_output=True, text=True, timeout=120)
+    proc = subprocess.run([sys.executable, str(FUZZ_RUN)], env=env, capture_output=True, text=True, timeout=120)
     assert proc.returncode == 0, proc.stdout + proc.stderr
     summary = [line for line in proc.stdout.splitlines() if line.startswith("fuzz ")]
     assert len(summary) == 7 and all(line.endswith(" ok") for line in summary), proc.stdout
