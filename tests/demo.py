@@ -25,6 +25,7 @@ import time
 from pathlib import Path
 from typing import Optional, Sequence
 
+from tests import hermetic
 from tests.fakenode import ensure_fakegpu
 from tests.gpucluster import HEALTHY, GpuCluster
 from tests.slurmcluster import slurm_missing_reason
@@ -112,6 +113,13 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     if missing:
         print(f"demo: {missing}; run `make demo` (it installs the Debian packages)", file=sys.stderr)
         return 2
+    try:
+        # The demo's cluster has its own munge socket, key, ports and state directories; in
+        # the tests' private namespaces as well, a host's own munged/slurmctld/state can be
+        # neither reached nor touched even by mistake (tests/hermetic.py).
+        hermetic.isolate()
+    except (hermetic.IsolationError, OSError) as exc:
+        print(f"demo: running without private namespaces ({exc})", file=sys.stderr)
     fake = ensure_fakegpu()
     wd = Path(args.workdir or tempfile.mkdtemp(prefix="gpu-healthcheck-demo-"))
     wd.mkdir(parents=True, exist_ok=True)
