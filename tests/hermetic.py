@@ -238,9 +238,10 @@ def isolate() -> Isolation:
         if initial[path] and os.path.isdir(real):
             _tmpfs_like(libc, real)
     _loopback_up()
-    # Nothing of the host's Slurm or of our product may come in through the environment.
+    # Neither the host's Slurm (SLURM_CONF, a job's SLURM_*) nor a config of the product's
+    # may come in through the environment.
     for key in list(os.environ):
-        if key.startswith(("SLURM", "GPU_HEALTHCHECK")):
+        if key.startswith("SLURM") or key == "GPU_HEALTHCHECK_CONFIG":
             del os.environ[key]
     os.environ[ENV_MARK] = how
     return Isolation(host, how, initial, host_snapshot(host))
