@@ -10,7 +10,7 @@ session runs in its own namespaces, made here before pytest starts any thread:
 - a private mount namespace (propagation private, so nothing leaks back), with an empty tmpfs
   over every path in HIDDEN that exists on the host. A path that does not exist on the host
   (say /etc/gpu-healthcheck) stays absent, but its nearest existing parent becomes a tmpfs
-  with each original entry bound back in place, so creating it writes nowhere on the host;
+  that shows the host's entries (see _privatise), so creating it writes nowhere on the host;
 - a private network namespace with only loopback up: the test clusters on 127.0.0.1 work,
   while a host slurmctld (on this machine or found through DNS SRV records, Slurm's configless
   lookup) and the host's munged are out of reach.
@@ -64,6 +64,7 @@ SIOCSIFADDR = 0x8916
 IFF_UP = 0x1
 SECOND_LOOPBACK = "127.0.0.2"
 ENV_MARK = "GPU_HEALTHCHECK_TEST_ISOLATED"
+HOST_COPY = ".hermetic-host"
 
 
 class IsolationError(RuntimeError):
@@ -117,26 +118,33 @@ def _tmpfs_like(libc: ctypes.CDLL, path: str) -> None:
 
 
 def _privatise(libc: ctypes.CDLL, parent: str) -> None:
-    """Make `parent` a tmpfs whose entries are the host's, bound back one by one: existing
-    entries are the host's as before, a new entry is created in the tmpfs only."""
+    """Make `parent` a tmpfs that shows the host's entries: the host's directory itself is
+    bound, live, at `parent`/.hermetic-host; each directory entry is bound back in place and
+    each file entry becomes a symlink into .hermetic-host (so a file the host replaces by a
+    rename, like /etc/passwd, is seen as replaced); symlinks are copied as they are. A new
+    entry lands in the tmpfs only."""
     stash = tempfile.mkdtemp(prefix="hermetic-stash-")
+    keep = os.path.join(parent, HOST_COPY)
     try:
         _mount(libc, parent, stash, None, MS_BIND | MS_REC)
         _tmpfs_like(libc, parent)
-        for name in os.listdir(stash):
-            src, dst = os.path.join(stash, name), os.path.join(parent, name)
-            st = os.lstat(src)
-            if stat.S_ISLNK(st.st_mode):
-                os.symlink(os.readlink(src), dst)
-                continue
-            if stat.S_ISDIR(st.st_mode):
-                os.mkdir(dst)
-            else:
-                open(dst, "w").close()
-            _mount(libc, src, dst, None, MS_BIND | MS_REC)
+        os.mkdir(keep)
+        _mount(libc, stash, keep, None, MS_BIND | MS_REC)
     finally:
         libc.umount2(stash.encode(), MNT_DETACH)
         os.rmdir(stash)
+    for name in os.listdir(keep):
+        if name == HOST_COPY:
+            continue  # a parent privatised already (a nested session): reached through `keep`
+        src, dst = os.path.join(keep, name), os.path.join(parent, name)
+        st = os.lstat(src)
+        if stat.S_ISLNK(st.st_mode):
+            os.symlink(os.readlink(src), dst)
+        elif stat.S_ISDIR(st.st_mode):
+            os.mkdir(dst)
+            _mount(libc, src, dst, None, MS_BIND | MS_REC)
+        else:
+            os.symlink(os.path.join(HOST_COPY, name), dst)
 
 
 def _nearest_existing(path: str) -> str:

@@ -120,8 +120,10 @@ def test_control_without_isolation_the_defaults_reach_state_scontrol_and_journal
     isolation) on a refused config uses the planted state dir, slurm.conf and journal."""
     before = _tree(planted.paths)
     os.chmod(node.config_path, 0o666)  # refused: the built-in defaults apply
+    # SLURM_CONF as slurmd sets it on a node whose slurm.conf is the default one
     result = node.run("--prolog", env={"SLURM_JOB_ID": "4242", "SLURM_JOB_GPUS": "0,1",
-                                       "SLURMD_NODENAME": "gpu-a"}, scenario=DBE)
+                                       "SLURMD_NODENAME": "gpu-a",
+                                       "SLURM_CONF": "/etc/slurm/slurm.conf"}, scenario=DBE)
     assert result.rc == 1 and "refused" in result.stderr, result.stderr
     changed = hermetic.differences(before, _tree(planted.paths))
     assert "/var/lib/gpu-healthcheck/jobs/4242.json: changed" in changed
