@@ -17,6 +17,7 @@ and network namespaces. Here:
 from __future__ import annotations
 
 import os
+import re
 import socket
 import subprocess
 import sys
@@ -157,3 +158,28 @@ def test_the_risky_tests_started_on_the_real_host_leave_it_as_they_found_it(isol
     changed = hermetic.differences(before, hermetic.host_snapshot(host))
     assert changed == [], ("the host changed while the risky tests ran (by them, or by another "
                            "process on this machine): %s" % changed)
+
+
+# What builds, demonstrates and tests this project must leave the host's daemons alone. (The
+# packages' own maintainer scripts manage our own units only; they are tested in a throwaway
+# root by test_deb.py and are not scanned here.)
+SERVICE_CONTROL = re.compile(r"\bsystemctl\b[^\n]*\b(stop|start|restart|reload-or-restart|try-restart|"
+                             r"kill|mask|disable|enable|isolate)\b"
+                             r"|\bservice\s+\S+\s+(stop|start|restart)\b|\binvoke-rc\.d\b"
+                             r"|\bpkill\b|\bkillall\b")
+
+
+def test_ci_the_makefile_the_demo_and_the_tests_never_stop_or_start_a_host_service():
+    files = [ROOT / "Makefile", *sorted((ROOT / ".ci").iterdir()), ROOT / "tests" / "fuzz" / "run",
+             *sorted((ROOT / "tests").rglob("*.py")), *sorted((ROOT / "tests").rglob("*.sh"))]
+    hits = []
+    for path in files:
+        if not path.is_file() or path.name == "test_hermetic.py":
+            continue
+        for number, line in enumerate(path.read_text(errors="replace").splitlines(), 1):
+            code = line.split("#", 1)[0] if path.suffix != ".py" else line
+            if SERVICE_CONTROL.search(code) and "assert not re.search" not in line:
+                hits.append(f"{path.relative_to(ROOT)}:{number}: {line.strip()}")
+    assert hits == []
+    # and the pattern does catch what issue 10 found in the old Makefile and .ci/run
+    assert SERVICE_CONTROL.search('for unit in slurmctld slurmd munge; do $SUDO systemctl stop "$unit"')
