@@ -72,6 +72,11 @@ class Thresholds(NamedTuple):
     pcie_width_min: int = 0
     # Degrees below the slowdown threshold at which we warn that the GPU is about to throttle.
     thermal_margin_c: int = 0
+    # NVLink CRC and replay errors (each) and PCIe replays new during one job (epilog vs the
+    # prolog's baseline) above which we warn: each is retried in hardware, this many in one job
+    # means a marginal link (see checks/fabric.py and checks/board.py for the sources).
+    nvlink_errors_per_job: int = 100
+    pcie_replay_per_job: int = 100
 
 
 class Config(NamedTuple):
@@ -86,6 +91,9 @@ class Config(NamedTuple):
     # $SLURM_CONF, else /etc/slurm/gres.conf (config-less sites: slurmd's conf-cache copy)
     gres_conf: Optional[str] = None
     expected_gpus: Optional[int] = None
+    # NVLink links each GPU must have active; None: all the links NVML says the GPU has.  Set it
+    # on SKUs with links off by design.
+    expected_nvlinks: Optional[int] = None
     nvml_timeout_s: float = 10.0  # deadline for the whole NVML read
     # `--node --act` (HealthCheckProgram, which Slurm kills after 60 s): the whole run ends
     # within this many seconds; the NVML, probe and scontrol deadlines shrink to fit.
@@ -121,7 +129,8 @@ _SECTIONS: Dict[str, Any] = {"drain": DrainConfig, "probe": ProbeConfig, "checks
              "thresholds": Thresholds}
 _NON_NEGATIVE = {"xid_window_s", "history_max_bytes", "expected_gpus", "boot_grace_s",
                  "ecc_volatile_corrected", "retired_pages",
-                 "memory_leaked_mib", "thermal_margin_c", "pcie_width_min"}
+                 "memory_leaked_mib", "thermal_margin_c", "pcie_width_min", "expected_nvlinks",
+                 "nvlink_errors_per_job", "pcie_replay_per_job"}
 _FRACTIONS = {"max_fraction", "full_fraction"}
 # Values that cannot be meant, refused at load rather than met at run time (a zero or infinite
 # deadline fails or hangs every check; a probe larger than any GPU fails every probe):

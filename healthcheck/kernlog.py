@@ -40,7 +40,7 @@ import stat
 import time
 from typing import Dict, Iterable, Iterator, List, NamedTuple, Optional, Tuple
 
-from .model import KernelLogPosition, KernelLogRead, KernelLogWindow, XidEvent
+from .model import KernelLogPosition, KernelLogRead, KernelLogWindow, SxidEvent, XidEvent
 from .text import printable
 
 OFF_BUS = "fallen off the bus"
@@ -65,16 +65,17 @@ class _Patterns(NamedTuple):
 
 @functools.lru_cache(maxsize=1)
 def patterns() -> _Patterns:
-    """Compiled on first use: the prolog imports this module only to note where the log ends."""
+    """Compiled on first use: the prolog imports this module only to note where the log ends.
+    DOTALL: a message may hold a stray newline (a pasted line); its stamp still splits off."""
     return _Patterns(
         xid=re.compile(r"NVRM: Xid \(PCI:(?P<pci>[0-9a-fA-F]{1,8}:[0-9a-fA-F]{1,2}:[0-9a-fA-F]{1,2})(?:\.[0-7])?\):\s*(?P<xid>\d{1,5})\b"),
         init=re.compile(r"NVRM: GPU at PCI:(?P<pci>[0-9a-fA-F]{4,8}:[0-9a-fA-F]{2}:[0-9a-fA-F]{2})(?:\.[0-7])?: GPU-[0-9a-fA-F]"),
         gpu_at=re.compile(r"NVRM: (?:The NVIDIA )?GPU (?:at )?(?:PCI:)?(?P<pci>[0-9a-fA-F]{4,8}:[0-9a-fA-F]{2}:[0-9a-fA-F]{2})"),
-        kmsg=re.compile(r"^(?P<pri>\d+),(?P<seq>\d+),(?P<usec>\d+),[^;]*;(?P<msg>.*)$"),
-        dmesg=re.compile(r"^\s*\[\s*(?P<sec>\d+\.\d+)\]\s?(?P<msg>.*)$"),
-        dmesg_t=re.compile(r"^\s*\[(?P<date>[A-Z][a-z]{2} [A-Z][a-z]{2} [ \d]\d \d\d:\d\d:\d\d \d{4})\]\s?(?P<msg>.*)$"),
-        iso=re.compile(r"^(?P<date>\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d(?:\.\d+)?(?:[+-]\d\d:?\d\d|Z)?)\s+(?P<msg>.*)$"),
-        syslog=re.compile(r"^(?P<mon>[A-Za-z]{3,4})\.? +(?P<day>\d{1,2}) (?P<hms>\d\d:\d\d:\d\d)\s+(?P<msg>.*)$"),
+        kmsg=re.compile(r"^(?P<pri>\d+),(?P<seq>\d+),(?P<usec>\d+),[^;]*;(?P<msg>.*)$", re.DOTALL),
+        dmesg=re.compile(r"^\s*\[\s*(?P<sec>\d+\.\d+)\]\s?(?P<msg>.*)$", re.DOTALL),
+        dmesg_t=re.compile(r"^\s*\[(?P<date>[A-Z][a-z]{2} [A-Z][a-z]{2} [ \d]\d \d\d:\d\d:\d\d \d{4})\]\s?(?P<msg>.*)$", re.DOTALL),
+        iso=re.compile(r"^(?P<date>\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d(?:[.,]\d+)?(?:[+-]\d\d:?\d\d|Z)?)\s+(?P<msg>.*)$", re.DOTALL),
+        syslog=re.compile(r"^(?P<mon>[A-Za-z]{3,4})\.? +(?P<day>\d{1,2}) (?P<hms>\d\d:\d\d:\d\d)\s+(?P<msg>.*)$", re.DOTALL),
     )
 
 
@@ -87,9 +88,12 @@ MAX_LINE = 8192  # longer lines are cut: an NVRM line is a few hundred bytes
 FALLEN_LOOKBACK = 4  # lines between "The NVIDIA GPU X" and "fallen off the bus"
 MAX_SAMPLES = 3  # messages kept per GPU and Xid
 MAX_GROUPS = 4096  # distinct (GPU, Xid) pairs kept; real nodes have a handful
+MAX_SXID_LINES = 4096  # NVSwitch SXid lines kept per read (4 switches, a few lines per error)
 # A kernel ring buffer is a few MiB; a syslog file can be GBs.  At ~100 MB/s of NVRM-free
 # text (or ~1 s per 200,000 NVRM lines) this keeps --node within HealthCheckProgram's 60 s.
 MAX_SCAN_BYTES = 64 << 20
+# dmesg --decode / -x: "kern  :err   : " (facility, level) before the stamp
+_DMESG_DECODE_RE = re.compile(r"^(?P<facility>[a-z0-9]+)\s*:(?P<level>[a-z]+)\s*:\s")
 _KERNEL_PROGRAM_RE = re.compile(r"^(?:\S+\s+)?kernel:\s?")
 # dmesg's stamps ("[ 12.5]", "[Wed Jul 31 23:14:18 2024]"), whatever follows on the line
 _DMESG_STAMP_RE = re.compile(r"^\s*\[(?:\s*\d+\.\d+|[A-Z][a-z]{2} [A-Z][a-z]{2} [ \d]\d \d\d:\d\d:\d\d \d{4})\]")
@@ -108,11 +112,17 @@ def _from_kernel(line: str, year: int) -> Optional[Tuple[str, Optional[float], O
     if m:
         # PRI = facility * 8 + level; the kernel's facility is 0, a write to /dev/kmsg gets 1
         return (m["msg"], int(m["usec"]) / 1e6, None, int(m["seq"])) if int(m["pri"]) < 8 else None
+    decoded = _DMESG_DECODE_RE.match(line)
+    if decoded:  # dmesg --decode: the facility says who wrote it ("kern" is the kernel)
+        if decoded["facility"] != "kern":
+            return None
+        return _stamp(line[decoded.end():], year)
     msg, mono, wall, seq = _stamp(line, year)
     if _DMESG_STAMP_RE.match(line):
         return msg, mono, wall, seq  # dmesg prints the kernel ring buffer only
     # syslog, journal or undated text: "[host ]kernel: ...", or a bare "NVRM: ..." line
-    prefix = msg[:msg.find("NVRM")] if "NVRM" in msg else msg
+    start = min((i for i in (msg.find("NVRM"), msg.find("nvidia-nvswitch")) if i >= 0), default=-1)
+    prefix = msg[:start] if start >= 0 else msg
     program = _KERNEL_PROGRAM_RE.match(prefix)
     if prefix.strip() and not program:
         return None
@@ -138,7 +148,8 @@ def _stamp(line: str, year: int) -> Tuple[str, Optional[float], Optional[float],
     m = p.iso.match(line)
     if m:
         try:
-            stamp = datetime.datetime.fromisoformat(m["date"].replace("Z", "+00:00"))
+            # dmesg --time-format iso writes a comma before the microseconds
+            stamp = datetime.datetime.fromisoformat(m["date"].replace("Z", "+00:00").replace(",", "."))
             if stamp.tzinfo is None:
                 return m["msg"], None, time.mktime(stamp.timetuple()), None
             return m["msg"], None, stamp.timestamp(), None
@@ -208,6 +219,15 @@ def iter_events(lines: Iterable[str], year: Optional[int] = None) -> Iterator[Op
             recent_gpu = None
 
 
+def parse_sxids(lines: Iterable[str], year: Optional[int] = None) -> List[SxidEvent]:
+    """Every NVSwitch SXid line (healthcheck.sxid) in these lines, with its time (pure)."""
+    from .sxid import parse_sxid_lines
+
+    year = year or time.localtime().tm_year
+    split = (_from_kernel(raw[:MAX_LINE].rstrip("\r\n"), year) for raw in lines if "SXid" in raw)
+    return parse_sxid_lines(s for s in split if s is not None)
+
+
 def _clean(msg: str) -> str:
     start = msg.find("NVRM:")
     return printable(msg[start if start >= 0 else 0:], 512)
@@ -233,7 +253,7 @@ class _Group:
     def event(self) -> XidEvent:
         return self.first._replace(occurrences=self.count, last_monotonic_s=self.last.monotonic_s,
                                    last_wallclock=self.last.wallclock, last_seq=self.last.seq,
-                                   samples=tuple(self.samples))
+                                   samples=tuple(self.samples), last_message=self.last.message)
 
 
 class Aggregate(NamedTuple):
@@ -242,11 +262,23 @@ class Aggregate(NamedTuple):
     dropped: int  # events of (GPU, Xid) pairs past MAX_GROUPS
 
 
+_NVLINK5_SEVERITY = re.compile(r"\b(Fatal|Non-?fatal)\b", re.IGNORECASE)
+
+
+def _variant(event: XidEvent) -> str:
+    """What must not be merged within one GPU and Xid: the NVLink5 Xids 144-150 print their
+    own Fatal / Nonfatal, and a fatal line must not hide behind a non-fatal one."""
+    if event.xid is not None and 144 <= event.xid <= 150:
+        m = _NVLINK5_SEVERITY.search(event.message)
+        return m[1].lower().replace("-", "") if m else ""
+    return ""
+
+
 def aggregate(events: Iterable[XidEvent]) -> Aggregate:
     """One event per (GPU, Xid), in order of first appearance, in memory bounded by the
     number of pairs (at most MAX_GROUPS) whatever the number of lines (pure).  A GPU's
     (re-)initialisation line (REINIT) drops the Xids it logged before: a reset dealt with them."""
-    groups: Dict[Tuple[str, Optional[int]], _Group] = {}
+    groups: Dict[Tuple[str, Optional[int], str], _Group] = {}
     lines = dropped = 0
     for event in events:
         if event.xid == REINIT:
@@ -255,7 +287,7 @@ def aggregate(events: Iterable[XidEvent]) -> Aggregate:
                 del groups[key]
             continue
         lines += 1
-        key = (event.pci, event.xid)
+        key = (event.pci, event.xid, _variant(event))
         group = groups.get(key)
         if group is not None:
             group.add(event)
@@ -266,7 +298,7 @@ def aggregate(events: Iterable[XidEvent]) -> Aggregate:
     return Aggregate(tuple(g.event() for g in groups.values()), lines, dropped)
 
 
-def in_window(event: XidEvent, window: KernelLogWindow) -> bool:
+def in_window(event: "XidEvent | SxidEvent", window: KernelLogWindow) -> bool:
     if window.since_monotonic_s is not None and event.monotonic_s is not None:
         return event.monotonic_s >= window.since_monotonic_s
     if window.since_wallclock is not None and event.wallclock is not None:
@@ -293,6 +325,13 @@ def read_kernel_log(path: str, window: KernelLogWindow,
     Xid check alone."""
     skipped = 0
     ignored = 0  # NVRM lines some other program wrote
+    sxid_lines: List[str] = []  # NVSwitch SXid lines, parsed after the one pass
+
+    def sxid_tee(lines: Iterable[str]) -> Iterator[str]:
+        for line in lines:
+            if "SXid" in line and len(sxid_lines) < MAX_SXID_LINES:
+                sxid_lines.append(line)
+            yield line
 
     def kernel_only(stream: Iterator[Optional[XidEvent]]) -> Iterator[XidEvent]:
         nonlocal ignored
@@ -305,7 +344,7 @@ def read_kernel_log(path: str, window: KernelLogWindow,
     try:
         st = os.stat(path)
         if stat.S_ISCHR(st.st_mode):
-            result = aggregate(kernel_only(iter_events(_read_kmsg(path))))
+            result = aggregate(kernel_only(iter_events(sxid_tee(_read_kmsg(path)))))
             end = position_now(path)
         else:
             offset = 0
@@ -319,12 +358,14 @@ def read_kernel_log(path: str, window: KernelLogWindow,
             if st.st_size - offset > max_scan_bytes:
                 skipped = st.st_size - max_scan_bytes - offset
                 offset = st.st_size - max_scan_bytes
-            result = aggregate(kernel_only(iter_events(_read_file(path, offset, skip_partial=skipped > 0))))
+            result = aggregate(kernel_only(iter_events(sxid_tee(
+                _read_file(path, offset, skip_partial=skipped > 0)))))
             end = KernelLogPosition(source=path, offset=st.st_size, inode=st.st_ino,
                                     monotonic_s=time.monotonic(), wallclock=time.time())
     except OSError as exc:
         return KernelLogRead(error=f"cannot read {path}: {exc.strerror or exc}")
-    return KernelLogRead(events=result.events, end=end, skipped_bytes=skipped,
+    sxids = [e for e in parse_sxids(sxid_lines) if in_window(e, window)]
+    return KernelLogRead(events=result.events, sxids=tuple(sxids), end=end, skipped_bytes=skipped,
                          lines=result.lines, ignored_lines=ignored, dropped_events=result.dropped)
 
 
@@ -353,7 +394,7 @@ def _read_file(path: str, offset: int, skip_partial: bool = False) -> Iterator[s
                     rest = handle.readline(MAX_LINE)
                     if not rest or rest.endswith(b"\n"):
                         break
-            if b"NVRM" in raw:
+            if b"NVRM" in raw or b"SXid" in raw:
                 yield raw.decode("utf-8", "replace")
 
 
@@ -372,7 +413,7 @@ def _read_kmsg(path: str) -> Iterator[str]:
                 raise
             if not record:
                 return
-            if b"NVRM" in record:
+            if b"NVRM" in record or b"SXid" in record:
                 # continuation lines (" SUBSYSTEM=...") follow the first line
                 yield record.split(b"\n", 1)[0].decode("utf-8", "replace")
     finally:

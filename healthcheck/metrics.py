@@ -90,7 +90,18 @@ FAMILIES: Tuple[Family, ...] = (
            "Memory pages retired, by cause=sbe (multiple single-bit) or dbe (double-bit)."),
     Family("gpu_healthcheck_gpu_retired_pages_pending", "gauge",
            "1 when a page retirement is pending (the GPU needs a reset)."),
+    Family("gpu_healthcheck_gpu_nvlink_errors_total", "counter",
+           "NVLink errors since the driver loaded, summed over the GPU's links, by type=crc, "
+           "replay or recovery."),
+    Family("gpu_healthcheck_gpu_nvlink_links_down", "gauge",
+           "NVLink links of the GPU that report inactive."),
+    Family("gpu_healthcheck_gpu_pcie_replays_total", "counter",
+           "PCIe replays (link-level retransmissions) since the driver loaded."),
+    Family("gpu_healthcheck_gpu_fabric_state", "gauge",
+           "1 for the GPU's NVSwitch fabric registration state (not_started, in_progress, "
+           "completed, completed_error), 0 for the others; absent where there is no fabric."),
 )
+FABRIC_STATES = ("not_started", "in_progress", "completed", "completed_error")
 
 
 # --- what a run contributes (pure) -------------------------------------------------------
@@ -128,8 +139,19 @@ def gpu_values(outcome: "RunOutcome") -> List[Dict[str, Any]]:
             "remap_pending": g.remap_pending, "remap_failure": g.remap_failure,
             "retired_pages": {"sbe": g.retired_sbe, "dbe": g.retired_dbe},
             "retired_pending": g.retired_pending,
+            "nvlink_errors": {"crc": g.nvlink_crc_errors, "replay": g.nvlink_replay_errors,
+                              "recovery": g.nvlink_recovery_errors},
+            "nvlink_down": len(g.nvlink_down) if g.nvlink_links and g.nvlink_down is not None else None,
+            "pcie_replays": g.pcie_replay,
+            "fabric_state": _fabric_state(g.fabric_state, g.fabric_status),
         })
     return values
+
+
+def _fabric_state(state: Optional[int], status: Optional[int]) -> Optional[str]:
+    if state == 3:
+        return "completed" if not status else "completed_error"
+    return {1: "not_started", 2: "in_progress"}.get(state or 0)
 
 
 def run_values(outcome: "RunOutcome", now: float) -> Dict[str, Any]:
@@ -226,6 +248,17 @@ def samples(state: Mapping[str, Any]) -> Dict[str, List[Tuple[Dict[str, str], An
             for cause, value in (g.get("retired_pages") or {}).items():
                 if value is not None:
                     out[p + "gpu_retired_pages_total"].append(({**ident, "cause": cause}, value))
+            for kind, value in (g.get("nvlink_errors") or {}).items():
+                if value is not None:
+                    out[p + "gpu_nvlink_errors_total"].append(({**ident, "type": kind}, value))
+            if g.get("nvlink_down") is not None:
+                out[p + "gpu_nvlink_links_down"].append((ident, g["nvlink_down"]))
+            if g.get("pcie_replays") is not None:
+                out[p + "gpu_pcie_replays_total"].append((ident, g["pcie_replays"]))
+            if g.get("fabric_state") in FABRIC_STATES:
+                for state_name in FABRIC_STATES:
+                    out[p + "gpu_fabric_state"].append(
+                        ({**ident, "state": state_name}, 1 if g["fabric_state"] == state_name else 0))
             for key, family in (("remap_pending", "gpu_remap_pending"),
                                 ("remap_failure", "gpu_remap_failure"),
                                 ("retired_pending", "gpu_retired_pages_pending")):

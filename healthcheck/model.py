@@ -122,6 +122,25 @@ class GpuSnapshot(NamedTuple):
     pstate: Optional[int] = None  # performance state 0 (fastest) .. 15; None = unknown
     graphics_processes: Optional[Tuple[GpuProcess, ...]] = None  # G and C+G (C+G also in processes)
     mig_devices: Optional[Tuple[MigDevice, ...]] = None  # read when mig_mode is on
+    # --- NVLink, the NVSwitch fabric, PCIe replays, HBM (one FieldValues batch + two calls) ---
+    fabric_state: Optional[int] = None  # NVML_GPU_FABRIC_STATE_*: 0 n/a, 1 not started, 2 in progress, 3 completed
+    fabric_status: Optional[int] = None  # nvmlReturn_t of the registration; valid when completed
+    fabric_clique_id: Optional[int] = None
+    fabric_cluster_uuid: Optional[str] = None
+    fabric_health_mask: Optional[int] = None  # NVML_GPU_FABRIC_HEALTH_MASK_* bit fields
+    fabric_health_summary: Optional[int] = None  # NVML_GPU_FABRIC_HEALTH_SUMMARY_* (v3 drivers)
+    nvlink_links: Optional[int] = None  # links this GPU has; None or 0 = no NVLink (a PCIe board)
+    nvlink_down: Optional[Tuple[int, ...]] = None  # links that report inactive
+    # (link, crc, replay, recovery) for each link whose counters NVML gave
+    nvlink_counters: Optional[Tuple[Tuple[int, int, int, int], ...]] = None
+    nvlink_crc_errors: Optional[int] = None  # sums over the links (the baseline keeps these)
+    nvlink_replay_errors: Optional[int] = None
+    nvlink_recovery_errors: Optional[int] = None
+    pcie_replay: Optional[int] = None  # PCIe replay counter since the driver loaded
+    memory_temperature_c: Optional[int] = None  # HBM
+    memory_temperature_max_c: Optional[int] = None  # "Memory Max Operating Temp": slowdown
+    # row-remapper histogram: banks with (max, high, partial, low, none) remap availability
+    remap_histogram: Optional[Tuple[int, int, int, int, int]] = None
     # query name -> NVML error name, for errors that are neither NOT_SUPPORTED nor fatal
     query_errors: Tuple[Tuple[str, str], ...] = ()
 
@@ -142,6 +161,20 @@ class XidEvent(NamedTuple):
     last_wallclock: Optional[float] = None
     last_seq: Optional[int] = None
     samples: Tuple[str, ...] = ()  # up to kernlog.MAX_SAMPLES distinct messages, first first
+    last_message: Optional[str] = None  # the last line's message (Xid 154: the action now)
+
+
+class SxidEvent(NamedTuple):
+    """One NVSwitch SXid kernel-log line: `nvidia-nvswitchN: SXid (PCI:...): CODE, ...`."""
+
+    pci: str  # the NVSwitch's PCI address as the driver prints it, lower-case (dddd:bb:dd.f)
+    sxid: int
+    fatal: Optional[bool]  # the line's "Fatal" / "Non-fatal"; None when the line does not say
+    message: str
+    switch: Optional[int] = None  # N of nvidia-nvswitchN
+    monotonic_s: Optional[float] = None
+    wallclock: Optional[float] = None
+    seq: Optional[int] = None
 
 
 class KernelLogPosition(NamedTuple):
@@ -164,6 +197,7 @@ class KernelLogWindow(NamedTuple):
 
 class KernelLogRead(NamedTuple):
     events: Tuple[XidEvent, ...] = ()  # aggregated: one per GPU and Xid
+    sxids: Tuple[SxidEvent, ...] = ()  # NVSwitch errors, judged by checks/nvswitch.py
     error: Optional[str] = None  # could not read: the Xid check reports unknown
     end: Optional[KernelLogPosition] = None
     skipped_bytes: int = 0  # the window was larger than kernlog.MAX_SCAN_BYTES: not scanned
@@ -220,6 +254,10 @@ class GpuBaseline(NamedTuple):
     remap_uncorrectable: Optional[int] = None
     remap_correctable: Optional[int] = None
     remap_pending: Optional[bool] = None
+    nvlink_crc_errors: Optional[int] = None
+    nvlink_replay_errors: Optional[int] = None
+    nvlink_recovery_errors: Optional[int] = None
+    pcie_replay: Optional[int] = None
 
 
 class Baseline(NamedTuple):

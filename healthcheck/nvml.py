@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import threading
 import time
+from ctypes import byref
 from typing import Any, Callable, Dict, List, NamedTuple, Optional, Sequence, Tuple
 
 from .model import GpuProcess, GpuSnapshot, MigDevice
@@ -30,7 +31,9 @@ ERROR_NAMES = {
     9: "DRIVER_NOT_LOADED", 10: "TIMEOUT", 11: "IRQ_ISSUE", 12: "LIBRARY_NOT_FOUND",
     13: "FUNCTION_NOT_FOUND", 14: "CORRUPTED_INFOROM", 15: "GPU_IS_LOST", 16: "RESET_REQUIRED",
     17: "OPERATING_SYSTEM", 18: "LIB_RM_VERSION_MISMATCH", 19: "IN_USE", 20: "MEMORY",
-    21: "NO_DATA", 25: "ARGUMENT_VERSION_MISMATCH", 27: "NOT_READY", 28: "GPU_NOT_FOUND",
+    21: "NO_DATA", 22: "VGPU_ECC_NOT_SUPPORTED", 23: "INSUFFICIENT_RESOURCES",
+    24: "FREQ_NOT_SUPPORTED", 25: "ARGUMENT_VERSION_MISMATCH", 26: "DEPRECATED", 27: "NOT_READY",
+    28: "GPU_NOT_FOUND", 29: "INVALID_STATE",
     999: "UNKNOWN",
 }
 NOT_AVAILABLE = {3, 13}  # NOT_SUPPORTED, FUNCTION_NOT_FOUND
@@ -42,7 +45,22 @@ _VOLATILE, _AGGREGATE = 0, 1  # nvmlEccCounterType_t
 _RETIRE_SBE, _RETIRE_DBE = 0, 1  # nvmlPageRetirementCause_t
 _TEMP_GPU = 0  # NVML_TEMPERATURE_GPU
 _TEMP_SLOWDOWN = 1  # NVML_TEMPERATURE_THRESHOLD_SLOWDOWN
+_TEMP_MEM_MAX = 2  # NVML_TEMPERATURE_THRESHOLD_MEM_MAX: HBM slowdown ("Memory Max Operating Temp")
 _FI_RECOVERY_ACTION = 230  # NVML_FI_DEV_GET_GPU_RECOVERY_ACTION
+_FI_MEMORY_TEMP = 82  # NVML_FI_DEV_MEMORY_TEMP (HBM, degrees C)
+_FI_PCIE_REPLAY = 94  # NVML_FI_DEV_PCIE_REPLAY_COUNTER
+_FI_NVLINK_COUNT = 91  # NVML_FI_DEV_NVLINK_LINK_COUNT
+# per link (scopeId = link): NVML_FI_DEV_NVLINK_GET_STATE, _ERROR_DL_CRC, _ERROR_DL_REPLAY,
+# _ERROR_DL_RECOVERY.  The three counters are Hopper's; Blackwell reports them unsupported.
+_FI_LINK_STATE, _FI_LINK_CRC, _FI_LINK_REPLAY, _FI_LINK_RECOVERY = 165, 163, 161, 162
+_NVLINK_STATE_INACTIVE = 0  # NVML_NVLINK_STATE_*: ACTIVE 1, SLEEP 2, ACTIVE_TRAFFIC_DISABLED 3 are up
+# NVLink4 (H100/H200) and NVLink5 (B200/GB200) GPUs have 18 links: query that many in the one
+# batch, and a second batch only for a GPU that reports more.
+_NVLINK_BATCH_LINKS = 18
+_LINK_FIELDS = (_FI_LINK_STATE, _FI_LINK_CRC, _FI_LINK_REPLAY, _FI_LINK_RECOVERY)
+_SCALAR_FIELDS = (_FI_RECOVERY_ACTION, _FI_MEMORY_TEMP, _FI_PCIE_REPLAY, _FI_NVLINK_COUNT)
+_FIELD_BATCH = list(_SCALAR_FIELDS) + [(f, link) for link in range(_NVLINK_BATCH_LINKS)
+                                       for f in _LINK_FIELDS]
 _MEMORY_V2 = 0x02000028  # nvmlMemory_v2
 _PSTATE_UNKNOWN = 32  # NVML_PSTATE_UNKNOWN
 _NOT_FOUND = 6
@@ -148,9 +166,13 @@ class _GpuReader:
             pending = q("RetiredPagesPendingStatus", n.nvmlDeviceGetRetiredPagesPendingStatus, handle)
             f["retired_pending"] = None if pending is None else bool(pending)
 
-        values = q("FieldValues", n.nvmlDeviceGetFieldValues, handle, [_FI_RECOVERY_ACTION])
-        if values is not None and len(values) == 1 and values[0].nvmlReturn == 0:
-            f["recovery_action"] = int(values[0].value.uiVal)
+        self._read_fields(handle)
+        self._read_fabric(handle)
+        if remap is not None:
+            hist = q("RowRemapperHistogram", n.nvmlDeviceGetRowRemapperHistogram, handle)
+            if hist is not None:
+                f["remap_histogram"] = (int(hist.max), int(hist.high), int(hist.partial),
+                                        int(hist.low), int(hist.none))
 
         memory = q("MemoryInfo", n.nvmlDeviceGetMemoryInfo, handle, _MEMORY_V2)
         if memory is None:  # drivers before r510 have no _v2
@@ -188,6 +210,85 @@ class _GpuReader:
         if f["mig_mode"]:
             f["mig_devices"] = self._mig_devices(handle)
         f["power_mw"] = q("PowerUsage", n.nvmlDeviceGetPowerUsage, handle)
+        if f.get("memory_temperature_c") is not None:
+            f["memory_temperature_max_c"] = q(
+                "TemperatureThreshold", n.nvmlDeviceGetTemperatureThreshold, handle, _TEMP_MEM_MAX)
+
+    def _read_fields(self, handle: Any) -> None:
+        """Recovery action, HBM temperature, PCIe replays and every NVLink's state and error
+        counters in one nvmlDeviceGetFieldValues call: one driver round trip instead of ~75."""
+        values = self.query("FieldValues", self.nvml.nvmlDeviceGetFieldValues, handle, _FIELD_BATCH)
+        if values is None:
+            return
+        got = {(int(v.fieldId), int(v.scopeId)): _field_value(v) for v in values
+               if v.nvmlReturn == 0}
+        f = self.fields
+        f["recovery_action"] = got.get((_FI_RECOVERY_ACTION, 0))
+        f["memory_temperature_c"] = got.get((_FI_MEMORY_TEMP, 0))
+        f["pcie_replay"] = got.get((_FI_PCIE_REPLAY, 0))
+        count = got.get((_FI_NVLINK_COUNT, 0))
+        if not count:
+            return  # a PCIe board, or a driver without NVLink fields: nothing to judge
+        f["nvlink_links"] = count
+        if count > _NVLINK_BATCH_LINKS:
+            extra = [(fid, link) for link in range(_NVLINK_BATCH_LINKS, count) for fid in _LINK_FIELDS]
+            more = self.query("FieldValues", self.nvml.nvmlDeviceGetFieldValues, handle, extra)
+            for v in more or ():
+                if v.nvmlReturn == 0:
+                    got[(int(v.fieldId), int(v.scopeId))] = _field_value(v)
+        down, counters = [], []
+        for link in range(count):
+            state = got.get((_FI_LINK_STATE, link))
+            if state == _NVLINK_STATE_INACTIVE:
+                down.append(link)
+            crc, replay, recovery = (got.get((fid, link)) for fid in _LINK_FIELDS[1:])
+            if crc is not None or replay is not None or recovery is not None:
+                counters.append((link, crc or 0, replay or 0, recovery or 0))
+        if any((_FI_LINK_STATE, link) in got for link in range(count)):
+            f["nvlink_down"] = tuple(down)
+        if counters:
+            f["nvlink_counters"] = tuple(counters)
+            f["nvlink_crc_errors"] = sum(c[1] for c in counters)
+            f["nvlink_replay_errors"] = sum(c[2] for c in counters)
+            f["nvlink_recovery_errors"] = sum(c[3] for c in counters)
+
+    def _read_fabric(self, handle: Any) -> None:
+        """NVSwitch fabric registration (Hopper and later); NOT_SUPPORTED on other boards.
+
+        The v3 structure adds the health summary; a driver that predates it answers
+        ARGUMENT_VERSION_MISMATCH, and v2 is asked instead.
+        """
+        n = self.nvml
+        info = None
+        for type_name in ("c_nvmlGpuFabricInfo_v3_t", "c_nvmlGpuFabricInfoV_t"):
+            info_type = getattr(n, type_name, None)
+            if info_type is None:
+                continue
+            info = info_type()
+            try:
+                # pynvml hands the argument to C as given: the structure must go by reference
+                n.nvmlDeviceGetGpuFabricInfoV(handle, byref(info))
+            except n.NVMLError as exc:
+                if getattr(exc, "value", None) == 25 and type_name.endswith("v3_t"):
+                    continue  # ARGUMENT_VERSION_MISMATCH: a driver before v3
+                self.query("GpuFabricInfoV", _raise, exc)
+                return
+            if self.trace is not None:
+                self.trace.append((self._call("GpuFabricInfoV", ()), _show(info)[:160]))
+            break
+        else:
+            return
+        f = self.fields
+        f["fabric_state"] = int(info.state)
+        f["fabric_status"] = int(info.status)
+        f["fabric_clique_id"] = int(info.cliqueId)
+        f["fabric_health_mask"] = int(info.healthMask)
+        summary = getattr(info, "healthSummary", None)
+        f["fabric_health_summary"] = None if summary is None else int(summary)
+        raw = bytes(info.clusterUuid)
+        if any(raw):
+            h = raw.hex()
+            f["fabric_cluster_uuid"] = f"{h[:8]}-{h[8:12]}-{h[12:16]}-{h[16:20]}-{h[20:]}"
 
     def _mig_devices(self, handle: Any) -> Optional[Tuple[MigDevice, ...]]:
         """The MIG devices of a MIG-enabled GPU: the devices CUDA can use on it."""
@@ -220,6 +321,24 @@ def _raise(exc: BaseException) -> None:
 
 def _processes(procs: Any) -> Tuple[GpuProcess, ...]:
     return tuple(GpuProcess(pid=int(p.pid), used_mib=_mib(p.usedGpuMemory)) for p in procs)
+
+
+def _field_value(v: Any) -> Optional[int]:
+    """An nvmlFieldValue_t's value as an int, by its valueType (NVML_VALUE_TYPE_*)."""
+    kind = v.valueType
+    if kind == 1:
+        return int(v.value.uiVal)
+    if kind == 3 or kind == 2:
+        return int(v.value.ullVal)
+    if kind == 0:
+        return int(v.value.dVal)
+    if kind == 4:
+        return int(v.value.sllVal)
+    if kind == 5:
+        return int(v.value.siVal)
+    if kind == 6:
+        return int(v.value.usVal)
+    return None
 
 
 def _show(value: Any) -> str:

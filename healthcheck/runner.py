@@ -821,7 +821,21 @@ def build_report(snapshot: NodeSnapshot, findings: List[Finding], verdict: Verdi
                   "power_mw": g.power_mw, "mig_mode": g.mig_mode,
                   "mig_devices": None if g.mig_devices is None else [
                       {"index": m.index, "uuid": m.uuid, "memory_total_mib": m.memory_total_mib}
-                      for m in g.mig_devices]}
+                      for m in g.mig_devices],
+                  "fabric": None if g.fabric_state is None else {
+                      "state": g.fabric_state, "status": g.fabric_status,
+                      "clique_id": g.fabric_clique_id, "cluster_uuid": g.fabric_cluster_uuid,
+                      "health_mask": g.fabric_health_mask,
+                      "health_summary": g.fabric_health_summary},
+                  "nvlink": None if not g.nvlink_links else {
+                      "links": g.nvlink_links, "down": list(g.nvlink_down or ()),
+                      "crc_errors": g.nvlink_crc_errors, "replay_errors": g.nvlink_replay_errors,
+                      "recovery_errors": g.nvlink_recovery_errors},
+                  "pcie_replay": g.pcie_replay,
+                  "memory_temperature_c": g.memory_temperature_c,
+                  "remap_histogram": None if g.remap_histogram is None else dict(
+                      zip(("max", "high", "partial", "low", "none"), g.remap_histogram)),
+                  "recovery_action": g.recovery_action}
                  for g in gpus],
         "probes": [{"gpu": p.index, "status": p.status.value, "cu_result": p.cu_result,
                     "cu_name": p.cu_name, "bytes_tested": p.bytes_tested,

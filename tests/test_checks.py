@@ -6,7 +6,7 @@ from healthcheck.checks import CATALOGUE, CheckContext, CheckSpec, run_checks
 from healthcheck.config import ChecksConfig, Config, Thresholds
 from healthcheck.model import (Action, Baseline, GpuBaseline, GpuProcess, GpuSnapshot, JobContext,
                                KernelLogRead, Mode, NodeSnapshot, ProbeResult, ProbeStatus,
-                               Severity, XidEvent)
+                               Severity, SxidEvent, XidEvent)
 
 HEALTHY = GpuSnapshot(index=0, uuid="GPU-0", serial="1650522003800", pci_bus_id="00000000:18:00.0",
                       name="NVIDIA H100", minor_number=0, ecc_mode_current=True, ecc_mode_pending=True,
@@ -17,7 +17,11 @@ HEALTHY = GpuSnapshot(index=0, uuid="GPU-0", serial="1650522003800", pci_bus_id=
                       memory_used_mib=4, processes=(), temperature_c=34,
                       temperature_slowdown_c=87, clocks_event_reasons=0, pcie_gen_current=5,
                       pcie_gen_max=5, pcie_width_current=16, pcie_width_max=16,
-                      persistence_mode=True, mig_mode=False)
+                      persistence_mode=True, mig_mode=False, fabric_state=3, fabric_status=0,
+                      fabric_health_mask=0, nvlink_links=18, nvlink_down=(), nvlink_crc_errors=0,
+                      nvlink_replay_errors=0, nvlink_recovery_errors=0, pcie_replay=0,
+                      memory_temperature_c=40, memory_temperature_max_c=95,
+                      remap_histogram=(2560, 0, 0, 0, 0))
 NODE = NodeSnapshot(host="n", gpus=(HEALTHY,), sysfs_gpus=(), selected=(0,),
                     probes=(ProbeResult(0, ProbeStatus.OK),))
 
@@ -49,6 +53,16 @@ FAULTS = {
     "slurm.job_gpus": (dict(job=JobContext("1", gpu_ids_error="SLURM_JOB_GPUS: bad")), Mode.PROLOG,
                        Severity.UNKNOWN, Action.NONE),
     "state.baseline": (dict(baseline_error="no prolog baseline for job 1"), Mode.EPILOG, Severity.INFO, Action.NONE),
+    "fabric.state": (dict(gpu=dict(fabric_status=23)), Mode.NODE, Severity.FAIL, Action.REBOOT),
+    "nvlink.down": (dict(gpu=dict(nvlink_down=(5,))), Mode.NODE, Severity.FAIL, Action.RESET),
+    "nvlink.errors": (dict(gpu=dict(nvlink_recovery_errors=9), baseline=Baseline(
+        "1", 0.0, (GpuBaseline("GPU-0", nvlink_recovery_errors=1),))), Mode.EPILOG, Severity.FAIL, Action.RESET),
+    "pcie.replay": (dict(gpu=dict(pcie_replay=700), baseline=Baseline(
+        "1", 0.0, (GpuBaseline("GPU-0", pcie_replay=200),))), Mode.EPILOG, Severity.WARN, Action.NONE),
+    "memory.temperature": (dict(gpu=dict(memory_temperature_c=96)), Mode.NODE, Severity.WARN, Action.NONE),
+    "remap.histogram": (dict(gpu=dict(remap_histogram=(2550, 5, 3, 1, 1))), Mode.NODE, Severity.WARN, Action.NONE),
+    "sxid": (dict(kernel_log=KernelLogRead(sxids=(SxidEvent("0000:c3:00.0", 24007, True, "nvidia-nvswitch0: SXid"),))),
+             Mode.EPILOG, Severity.FAIL, Action.REBOOT),
 }
 
 

@@ -3,7 +3,7 @@
 from pathlib import Path
 
 import pytest
-from hypothesis import given, settings, strategies as st
+from hypothesis import example, given, settings, strategies as st
 
 from healthcheck.kernlog import in_window, parse_lines, position_now, read_kernel_log
 from healthcheck.model import KernelLogWindow
@@ -110,6 +110,7 @@ def test_parser_never_raises_on_any_text(lines):
        st.sampled_from(["", "[ 12.000001] ", "[Wed Jul 31 23:14:18 2024] ", "Oct 06 17:59:27 h kernel: ",
                         "6,77,123456,-;"]),
        st.text(max_size=80))
+@example(0, 0, 0, 0, "Oct 06 17:59:27 h kernel: ", "\n0")  # a stray newline in the message
 def test_any_well_formed_xid_line_round_trips(domain, bus, dev, xid, prefix, tail):
     pci = f"{domain:04x}:{bus:02x}:{dev:02x}"
     events = parse_lines([f"{prefix}NVRM: Xid (PCI:{pci}): {xid}, {tail}"])

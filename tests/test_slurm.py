@@ -221,3 +221,14 @@ def test_a_gap_in_gres_conf_the_job_on_nvidia4_gets_index_3_and_its_prolog_probe
         assert reason.startswith(f"gpu-healthcheck: gpu4 pci={pci(4)} sn={serial(4)} ")
         assert f"prolog job={third}" in reason
         go.touch()
+
+
+def test_prolog_drains_a_node_with_link_5_of_gpu_3_down_naming_gpu_and_link(gpu_cluster):
+    c = gpu_cluster
+    c.scenario("gpu-a").write_text(HEALTHY + "gpu.*.nvlink.links = 18\ngpu.3.nvlink.down = 5\n")
+    job = c.cluster.sbatch(["--gres=gpu:2"], "echo ran on $SLURMD_NODENAME\n")
+    info = c.cluster.wait_job(job, timeout=240)  # requeue waits for cred_expire
+    assert info["NodeList"] != "gpu-a"
+    assert c.reason("gpu-a") == (f"gpu-healthcheck: gpu3 pci={pci(3)} sn={serial(3)} "
+                                 f"nvlink.down=link5 prolog job={job}")
+    assert c.drained("gpu-a")

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from typing import Iterator
 
-from ..model import Action, Finding, GpuSnapshot, NodeSnapshot, Severity
-from .registry import CheckContext, finding as _f, gpu_check, in_boot_grace, label
+from ..model import Action, Finding, GpuSnapshot, Mode, NodeSnapshot, Severity
+from .registry import CheckContext, delta, finding as _f, gpu_check, in_boot_grace, label
 
 
 @gpu_check("thermal.slowdown", severity=Severity.WARN, action=Action.NONE,
@@ -24,6 +24,49 @@ def check_thermal_slowdown(gpu: GpuSnapshot, node: NodeSnapshot, ctx: CheckConte
         yield _f("thermal.slowdown", Severity.WARN, gpu,
                  f"{label(gpu)}: {temp} C, slowdown at {slowdown} C; check the cooling",
                  value=temp, threshold=limit)
+
+
+@gpu_check("memory.temperature", severity=Severity.WARN, action=Action.NONE)
+def check_memory_temperature(gpu: GpuSnapshot, node: NodeSnapshot, ctx: CheckContext) -> Iterator[Finding]:
+    """HBM temperature at or above the GPU's memory slowdown limit.
+
+    The limit is the board's own "Memory Max Operating Temp" (NVML_TEMPERATURE_THRESHOLD_MEM_MAX,
+    95 C on H100): there the GPU slows its clocks to protect the HBM (NVML_FI_DEV_CLOCKS_EVENT_
+    REASON_SW_THERM_SLOWDOWN keeps "Memory Temp < Memory Max Operating Temp").  Jobs run, slowly;
+    the cooling needs a look.  Warn.
+    nvidia-smi equivalent: `nvidia-smi -q -d TEMPERATURE`, "Memory Current Temp".
+    """
+    temp, limit = gpu.memory_temperature_c, gpu.memory_temperature_max_c
+    if temp is None or not limit:
+        return
+    if temp >= limit:
+        yield _f("memory.temperature", Severity.WARN, gpu,
+                 f"{label(gpu)}: HBM at {temp} C, memory slowdown at {limit} C; check the cooling",
+                 value=temp, threshold=limit)
+
+
+@gpu_check("pcie.replay", severity=Severity.WARN, action=Action.NONE,
+           threshold_key="thresholds.pcie_replay_per_job")
+def check_pcie_replay(gpu: GpuSnapshot, node: NodeSnapshot, ctx: CheckContext) -> Iterator[Finding]:
+    """PCIe replays new during the job (epilog vs the prolog baseline), above
+    `thresholds.pcie_replay_per_job` (100).
+
+    A replay is a link-level retransmission after a bad TLP: corrected, but a rate means a
+    marginal riser, slot or cable and slow host transfers.  DCGM's PCIe health watch reports a
+    replay rate as a warning (DCGM_FR_PCI_REPLAY_RATE, "Error Threshold File"); a job has no
+    fixed duration, so we count per job.  Warn.
+    nvidia-smi equivalent: `nvidia-smi -q -d PCI`, "Replays Number".
+    """
+    if ctx.mode is not Mode.EPILOG or node.baseline is None:
+        return
+    base = node.baseline.for_uuid(gpu.uuid)
+    new = delta(gpu.pcie_replay, base.pcie_replay if base else None)
+    limit = ctx.config.thresholds.pcie_replay_per_job
+    if new is not None and new > limit:
+        yield _f("pcie.replay", Severity.WARN, gpu,
+                 f"{label(gpu)}: {new} PCIe replays new during the job ({gpu.pcie_replay} since "
+                 f"the driver loaded), limit {limit}; reseat or check the slot",
+                 value=new, threshold=limit)
 
 
 HW_SLOWDOWN_BITS = {0x8: "HW_SLOWDOWN", 0x20: "SW_THERMAL", 0x40: "HW_THERMAL",

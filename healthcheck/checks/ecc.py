@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from typing import Iterator
+import functools
+from typing import Dict, Iterator, Optional, Tuple
 
 from ..model import Action, Finding, GpuSnapshot, Mode, NodeSnapshot, Severity
 from .registry import CheckContext, delta, finding as _f, gpu_check, label
@@ -147,22 +148,76 @@ def check_remap_failure(gpu: GpuSnapshot, node: NodeSnapshot, ctx: CheckContext)
                  action=Action.RMA)
 
 
+@gpu_check("remap.histogram", severity=Severity.WARN, action=Action.NONE)
+def check_remap_histogram(gpu: GpuSnapshot, node: NodeSnapshot, ctx: CheckContext) -> Iterator[Finding]:
+    """A memory bank has no row-remap availability left (the histogram's "None" bucket).
+
+    Each bank keeps spare rows for remapping; one with none left cannot absorb the next
+    uncorrectable error, which then becomes a remap failure: NVIDIA's RMA criterion (Xid 64,
+    "GPU Memory Error Management", row remapping).  Warn now, while the GPU still works; "Low"
+    banks are shown as info.
+    nvidia-smi equivalent: `nvidia-smi -q -d ROW_REMAPPER`, "Remapping Histogram".
+    """
+    hist = gpu.remap_histogram
+    if hist is None:
+        return
+    low, none = hist[3], hist[4]
+    if none:
+        yield _f("remap.histogram", Severity.WARN, gpu,
+                 f"{label(gpu)}: {none} memory bank(s) with no remap availability left ({low} "
+                 f"low): the next uncorrectable error there means RMA; plan the replacement",
+                 value=none, threshold=0)
+    elif low:
+        yield _f("remap.histogram", Severity.INFO, gpu,
+                 f"{label(gpu)}: {low} memory bank(s) with low remap availability", value=low)
+
+
+# NVML_GPU_RECOVERY_ACTION_*: nvml.h names 0-4 everywhere; NVML 615+ adds 5-7.  A value is named
+# only from what the installed pynvml defines, never by guessing the numbering past 4.
 RECOVERY_ACTIONS = {1: ("GPU_RESET", Action.RESET), 2: ("NODE_REBOOT", Action.REBOOT),
                     3: ("DRAIN_P2P", Action.DRAIN), 4: ("DRAIN_AND_RESET", Action.RESET)}
+_RECOVERY_BY_NAME = {"GPU_RESET": Action.RESET, "NODE_REBOOT": Action.REBOOT,
+                     "DRAIN_P2P": Action.DRAIN, "DRAIN_AND_RESET": Action.RESET,
+                     "RECOVER_IMEX_DOMAIN": Action.DRAIN, "BUS_RESET": Action.RESET,
+                     "SYSTEM_REBOOT": Action.REBOOT}
 
 
-@gpu_check("recovery_action", severity=Severity.FAIL, action=Action.RESET)
+def recovery_action_name(value: int, known: Optional[Dict[int, str]] = None) -> Tuple[str, Action]:
+    """(name, action) of a recovery action value: named from nvml.h 0-4, else from `known`
+    (pynvml's NVML_GPU_RECOVERY_ACTION_* constants); any other value is "recovery action N"."""
+    if value in RECOVERY_ACTIONS:
+        return RECOVERY_ACTIONS[value]
+    name = (known if known is not None else _pynvml_recovery_names()).get(value)
+    if name is not None:
+        return name, _RECOVERY_BY_NAME.get(name, Action.DRAIN)
+    return f"recovery action {value}", Action.DRAIN
+
+
+@functools.lru_cache(maxsize=1)
+def _pynvml_recovery_names() -> Dict[int, str]:
+    try:
+        import pynvml
+    except ImportError:
+        return {}
+    prefix = "NVML_GPU_RECOVERY_ACTION_"
+    return {int(v): k[len(prefix):] for k, v in vars(pynvml).items()
+            if k.startswith(prefix) and isinstance(v, int)}
+
+
+@gpu_check("recovery_action", severity=Severity.FAIL, action=Action.REBOOT)
 def check_recovery_action(gpu: GpuSnapshot, node: NodeSnapshot, ctx: CheckContext) -> Iterator[Finding]:
     """The driver itself says the GPU needs recovery (NVML_FI_DEV_GET_GPU_RECOVERY_ACTION).
 
-    Anything but NONE fails, naming the driver's action.  Older drivers lack the field.
+    Anything but NONE fails with the driver's action: GPU_RESET, NODE_REBOOT, DRAIN_P2P,
+    DRAIN_AND_RESET (nvml.h), and past 4 the names the installed pynvml knows (RECOVER_IMEX_DOMAIN,
+    BUS_RESET, SYSTEM_REBOOT in NVML 615+); any other non-zero value fails as "recovery action N"
+    and drains, never assuming what the number means.  Older drivers lack the field.
     nvidia-smi equivalent: `nvidia-smi -q`, "GPU Recovery Action".
     """
     value = gpu.recovery_action
     if not value:
         return
-    name, action = RECOVERY_ACTIONS.get(value, (f"ACTION_{value}", Action.DRAIN))
+    name, action = recovery_action_name(value)
     yield _f("recovery_action", Severity.FAIL, gpu,
-             f"{label(gpu)}: the driver asks for recovery action {name}", value=name,
-             threshold="NONE", action=action)
-
+             f"{label(gpu)}: the driver asks for {name if name.startswith('recovery') else 'recovery action ' + name}",
+             value=name.replace(" ", "_"), threshold="NONE", action=action)

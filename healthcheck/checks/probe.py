@@ -5,7 +5,8 @@ from __future__ import annotations
 from typing import Iterator
 
 from ..model import Action, Finding, GpuSnapshot, NodeSnapshot, ProbeStatus, Severity
-from .registry import CheckContext, finding as _f, gpu_check, label
+from .fabric import fabric_training
+from .registry import CheckContext, finding as _f, gpu_check, in_boot_grace, label
 
 
 @gpu_check("cuda.probe", severity=Severity.FAIL, action=Action.RESET,
@@ -15,7 +16,10 @@ def check_cuda_probe(gpu: GpuSnapshot, node: NodeSnapshot, ctx: CheckContext) ->
 
     Catches what NVML does not show: a GPU that initialises but cannot allocate
     (ECC_UNCORRECTABLE, OUT_OF_MEMORY from a leaked context), corrupts data, or hangs.
-    Fails the GPU; the probe has a deadline and its child is killed past it.
+    Fails the GPU; the probe has a deadline and its child is killed past it.  CUDA error 802
+    (SYSTEM_NOT_READY) on an NVSwitch node means the fabric is not ready (fabric manager not
+    running, registration failed), not that memory is bad: the message says so, and while the
+    fabric is still training within `boot_grace_s` it is unknown, never a drain.
     nvidia-smi equivalent: none (dcgmi diag -r 1 comes closest).
     """
     mine = [p for p in node.probes if p.index == gpu.index]
@@ -31,10 +35,16 @@ def check_cuda_probe(gpu: GpuSnapshot, node: NodeSnapshot, ctx: CheckContext) ->
         return
     probe = failed[0]
     value = probe.cu_name or probe.status.value
+    if probe.cu_result == 802 and fabric_training(gpu) and in_boot_grace(node, ctx):
+        yield _f("cuda.probe", Severity.UNKNOWN, gpu,
+                 f"{label(gpu)}: CUDA not ready yet (802): the NVSwitch fabric is still "
+                 f"training after the driver loaded", value=value, threshold="ok")
+        return
     action = Action.REBOOT if probe.cu_result == 802 else (
         Action.RMA if probe.status is ProbeStatus.MISMATCH else Action.RESET)
     if probe.cu_result == 802:
-        hint = "start nvidia-fabricmanager or reboot"
+        hint = ("the NVSwitch fabric is not ready (system not yet initialized), not a memory "
+                "fault: is nvidia-fabricmanager running? Restart it, or reboot")
     elif probe.status is ProbeStatus.MISMATCH:
         hint = "GPU memory returned wrong data: drain; RMA if it recurs after a reset"
     else:

@@ -40,6 +40,14 @@ MEMORY_MIB = 1024
 FULL_MEMORY_MIB = 64
 
 
+HGX_ROW = "ours --prolog (8xH100 HGX: 18 NVLink links each, fabric, counters)"
+HGX_SCENARIO = ("gpu.*.name = NVIDIA H100 80GB HBM3\ngpu.*.nvlink.links = 18\n"
+                "gpu.*.fabric.state = completed\ngpu.*.nvlink.*.crc_errors = 3\n"
+                "gpu.*.nvlink.*.replay_errors = 1\ngpu.*.pcie.replay = 67\n"
+                "gpu.*.memory_temperature_c = 39\n")
+PCIE_SCENARIO = "gpu.*.nvlink.links = 0\ngpu.*.fabric.state = not_supported\n"
+
+
 def scenario(gpus: int, extra: str = "", memory_mib: int = MEMORY_MIB) -> str:
     return f"gpus = {gpus}\ngpu.*.memory.total_mib = {memory_mib}\n{extra}"
 
@@ -58,6 +66,7 @@ class Run:
     skipped: str = ""  # why not measured
     expect_rc: Tuple[int, ...] = (0,)
     memory_mib: int = MEMORY_MIB
+    extra: str = ""  # scenario lines on top of the default (an 8xH100 HGX board each)
 
     @property
     def key(self) -> str:
@@ -89,6 +98,15 @@ def build_runs(node: SimNode, peer_exe, peer_skip: str) -> List[Run]:
             Run("ours --node --level full", "ours", n, our_argv("--node", "--level", "full"),
                 memory_mib=FULL_MEMORY_MIB),
         ]
+    # The fake's default GPU is an H100 SXM on NVSwitch (18 NVLink links, fabric registered), so
+    # every row above reads NVLink; these two make that explicit: an 8xH100 HGX node with link
+    # counters, and the same node as PCIe boards (no NVLink, no fabric) for the difference.
+    job8 = {"SLURM_JOB_ID": JOB_ID, "SLURM_JOB_GPUS": gpu_list(8), "SLURMD_NODENAME": "benchnode"}
+    runs += [
+        Run(HGX_ROW, "ours", 8, our_argv("--prolog"), dict(job8), extra=HGX_SCENARIO),
+        Run("ours --prolog (PCIe boards: no NVLink, no fabric)", "ours", 8, our_argv("--prolog"),
+            dict(job8), extra=PCIE_SCENARIO),
+    ]
     console = shutil.which("gpu-healthcheck")
     runs.append(Run("console script gpu-healthcheck --prolog", "console", 8,
                     [console or "gpu-healthcheck", "--prolog"],
@@ -109,7 +127,7 @@ def measure(node: SimNode, runs: List[Run], reps: int, warmup: bool, log) -> Non
         log(f"bench: {'warm-up' if not timed else f'rep {i + (0 if warmup else 1)}/{reps}'}")
         for run in live:
             if run.gpus is not None:
-                node.write_scenario(scenario(run.gpus, memory_mib=run.memory_mib))
+                node.write_scenario(scenario(run.gpus, run.extra, memory_mib=run.memory_mib))
             if run.before:
                 run.before()
             sample = node.run(run.argv, node.env(run.env_extra, fake=run.fake,
@@ -159,6 +177,8 @@ def evaluate(runs: List[Run]) -> List[Dict[str, Any]]:
                         ("ours --node --level quick", 1.5)):
         row = _find(runs, name, 8)
         add(f"{name} (8 GPUs) <= {limit}x import-pynvml floor", row, ratio(row, floor), limit, "x")
+    row = _find(runs, HGX_ROW, 8)
+    add(f"{HGX_ROW} <= 2.0x import-pynvml floor", row, ratio(row, floor), 2.0, "x")
     for name in ("ours --prolog", "ours --epilog", "ours --node --level quick",
                  "ours --node --level full"):
         row64, row8 = _find(runs, name, 64), _find(runs, name, 8)

@@ -2,6 +2,11 @@
 """Turn a real ``nvidia-smi -q -x`` dump into a fakegpu scenario.
 
     python3 tests/fakegpu/from_nvidia_smi.py DUMP.xml > node.scenario
+    python3 tests/fakegpu/from_nvidia_smi.py DUMP.txt > node.scenario   # `nvidia-smi -q` text
+    python3 tests/fakegpu/from_nvidia_smi.py NVLINK.txt >> node.scenario # `nvidia-smi nvlink --status`
+
+Text input goes through nvidia_smi_text.py, which builds the same tree as the XML (so both
+give the same keys), or, for `nvidia-smi nvlink --status`, gives NVLink keys to append.
 
 Every GPU of the dump becomes ``gpu.N.*`` lines, in dump order.  A field the
 dump shows as ``N/A``, redacted or deprecated (or leaves out) becomes a
@@ -145,6 +150,67 @@ def _pci_bus_id(gpu):
             if m:
                 return "%08X:%s:%s.0" % (int(m.group(1), 16), m.group(2).upper(), m.group(3).upper())
     return None
+
+
+# nvidia-smi's Fabric "Status" text -> the nvmlReturn_t the fake serves (0 = success).
+FABRIC_STATUS = {"success": 0, "not supported": 3, "timeout": 10, "insufficient resources": 23,
+                 "not ready": 27, "in progress": 0}
+FABRIC_STATES = {"not supported": "not_supported", "not started": "not_started",
+                 "in progress": "in_progress", "completed": "completed"}
+
+
+def _fabric_lines(gpu, put, unsup):
+    """NVLink fabric, PCIe replays, HBM temperature and the remapper
+    histogram.  NVLink links are not in `nvidia-smi -q` (that is `nvidia-smi nvlink --status`,
+    see nvidia_smi_text.py): a dump alone leaves them unsupported."""
+    state = (_txt(gpu, "fabric/state") or "").lower()
+    if state in FABRIC_STATES and state != "not supported":
+        put("fabric.state", FABRIC_STATES[state])
+        status = (_txt(gpu, "fabric/status") or "success").lower()
+        if status not in FABRIC_STATUS:
+            put("fabric.status", 999)  # NVML_ERROR_UNKNOWN: a status this script cannot name
+        else:
+            put("fabric.status", FABRIC_STATUS[status])
+        clique = _int(gpu, "fabric/cliqueId")
+        if clique is not None:
+            put("fabric.clique_id", clique)
+        cluster = _txt(gpu, "fabric/clusterUuid")
+        if cluster and re.match(r"^[0-9A-Fa-f]{8}(-[0-9A-Fa-f]{4}){3}-[0-9A-Fa-f]{12}$", cluster):
+            put("fabric.cluster_uuid", cluster)
+        mask = 0
+        for shift, path, bad in ((0, "fabric/health/bandwidth", "degraded"),
+                                 (2, "fabric/health/route_recovery_in_progress", "true"),
+                                 (4, "fabric/health/route_unhealthy", "true")):
+            value = (_txt(gpu, path) or "").lower()
+            if value:  # nvml.h NVML_GPU_FABRIC_HEALTH_MASK_*: 1 = the condition holds, 2 = not
+                mask |= (1 if value.startswith(bad) else 2) << shift
+        put("fabric.health_mask", mask)
+        summary = (_txt(gpu, "fabric/health/summary") or "").lower()
+        summaries = {"healthy": 1, "unhealthy": 2, "limited capacity": 3}
+        if summary in summaries:
+            put("fabric.health_summary", summaries[summary])
+    else:
+        put("fabric.state", "not_supported")
+        unsup("GpuFabricInfo")
+    # `nvidia-smi -q` does not list NVLink links: none here; append the lines that
+    # nvidia_smi_text.py makes of `nvidia-smi nvlink --status` to give them
+    put("nvlink.links", 0)
+
+    replay = _int(gpu, "pci/replay_counter")
+    if replay is None:
+        unsup("PcieReplayCounter")
+    else:
+        put("pcie.replay", replay)
+    mem_temp = _int(gpu, "temperature/memory_temp")
+    put("memory_temperature_c", mem_temp if mem_temp is not None else 0)  # 0: not reported
+    mem_max = _int(gpu, "temperature/gpu_temp_max_mem_threshold")
+    put("memory_temperature.max_c", mem_max if mem_max is not None else 0)
+    hist = [_int(gpu, "remapped_rows/remapped_row_histogram/row_remap_histogram_" + b)
+            for b in ("max", "high", "partial", "low", "none")]
+    if None in hist:
+        unsup("RowRemapperHistogram")
+    else:
+        put("remap.histogram", ",".join(str(h) for h in hist))
 
 
 def _gpu_lines(n, gpu):
@@ -326,6 +392,7 @@ def _gpu_lines(n, gpu):
         put("recovery_action", _RECOVERY_ACTIONS[action])
     else:
         unsup("GpuRecoveryAction")  # drivers before 570 do not know the field
+    _fabric_lines(gpu, put, unsup)
     put("unsupported", ",".join(unsupported))
     return out
 
@@ -507,14 +574,23 @@ def convert(path_or_text):
     if isinstance(path_or_text, bytes):
         text, source = path_or_text.decode("utf-8", "replace"), "<bytes>"
     elif isinstance(path_or_text, os.PathLike) or (
-        isinstance(path_or_text, str) and "<" not in path_or_text
+        isinstance(path_or_text, str) and "<" not in path_or_text and "\n" not in path_or_text
     ):
         source = os.fspath(path_or_text)
         with open(source, "rb") as f:
             text = f.read().decode("utf-8", "replace")
     else:
         text, source = path_or_text, "<text>"
-    root = _parse(text)
+    if not text.lstrip().startswith("<"):
+        # `nvidia-smi -q` text (or `nvidia-smi nvlink --status`): the same tree, from text
+        text_module = _sibling("nvidia_smi_text")
+        nvlink = text_module.nvlink_status_lines(text)
+        if nvlink is not None:
+            return "\n".join(["# fakegpu scenario lines generated by from_nvidia_smi.py",
+                               "# source: %s" % source.replace("\n", " ")] + nvlink) + "\n"
+        root = text_module.text_to_tree(text)
+    else:
+        root = _parse(text)
     if root.tag != "nvidia_smi_log":
         raise ValueError("not an nvidia-smi -q -x dump (root element %r)" % root.tag)
     gpus = root.findall("gpu")
@@ -534,11 +610,36 @@ def convert(path_or_text):
         lines.append("cuda_driver_version = %d" % (int(m.group(1)) * 1000 + int(m.group(2)) * 10))
     else:
         lines.append("cuda_driver_version = 0  # not in the dump")
+    if root.get("fragment"):
+        # an excerpt (no "GPU <pci>" header): its fields apply to every GPU of the default node
+        lines = lines[:2] + ["# an excerpt: its fields override the defaults on every GPU"]
+        lines.extend(line.replace("gpu.0.", "gpu.*.", 1) for line in _fabric_only(gpus[0]))
+        return "\n".join(lines) + "\n"
     for n, gpu in enumerate(gpus):
         lines.append("")
         lines.append("# GPU %d: %s" % (n, gpu.get("id", "?")))
         lines.extend(_gpu_lines(n, gpu))
     return "\n".join(lines) + "\n"
+
+
+def _sibling(name):
+    """A module beside this script, whether it runs as a script or is imported by path."""
+    import importlib.util
+
+    path = os.path.join(os.path.dirname(os.path.abspath(__file__)), name + ".py")
+    spec = importlib.util.spec_from_file_location(name, path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def _fabric_only(gpu):
+    out = []
+    _fabric_lines(gpu, lambda key, value: out.append("gpu.0.%s = %s" % (key, value)), lambda *names: None)
+    # only what the excerpt shows: drop the keys derived from absent sections
+    shown = [line for line in out if not line.startswith(
+        ("gpu.0.memory_temperature", "gpu.0.recovery_action", "gpu.0.nvlink.links"))]
+    return shown
 
 
 def main(argv=None):

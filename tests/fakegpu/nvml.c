@@ -840,6 +840,11 @@ nvmlReturn_t nvmlDeviceGetTemperatureThreshold(nvmlDevice_t device, nvmlTemperat
             return NVML_ERROR_NOT_SUPPORTED;
         *temp = (unsigned int)g.temp_gpu_max_c;
         return NVML_SUCCESS;
+    case NVML_TEMPERATURE_THRESHOLD_MEM_MAX:
+        if (g.mem_temp_max_c == 0)
+            return NVML_ERROR_NOT_SUPPORTED;
+        *temp = g.mem_temp_max_c;
+        return NVML_SUCCESS;
     default:
         return NVML_ERROR_NOT_SUPPORTED;
     }
@@ -894,7 +899,7 @@ nvmlReturn_t nvmlDeviceGetMaxPcieLinkWidth(nvmlDevice_t device, unsigned int *ma
 
 /* ---------------------------------------------------------- field values */
 
-static void set_u(nvmlFieldValue_t *v, nvmlValueType_t type, unsigned long long x)
+void fg_set_field(nvmlFieldValue_t *v, nvmlValueType_t type, unsigned long long x)
 {
     memset(&v->value, 0, sizeof v->value);
     v->valueType = type;
@@ -922,38 +927,38 @@ nvmlReturn_t nvmlDeviceGetFieldValues(nvmlDevice_t device, int valuesCount, nvml
         int ok = 1;
         switch (v->fieldId) {
         case NVML_FI_DEV_ECC_SBE_VOL_TOTAL:
-            if ((ok = ecc_ok)) set_u(v, ULL, g.ecc_vol_corr);
+            if ((ok = ecc_ok)) fg_set_field(v, ULL, g.ecc_vol_corr);
             break;
         case NVML_FI_DEV_ECC_DBE_VOL_TOTAL:
-            if ((ok = ecc_ok)) set_u(v, ULL, g.ecc_vol_unc);
+            if ((ok = ecc_ok)) fg_set_field(v, ULL, g.ecc_vol_unc);
             break;
         case NVML_FI_DEV_ECC_SBE_AGG_TOTAL:
-            if ((ok = ecc_ok)) set_u(v, ULL, g.ecc_agg_corr);
+            if ((ok = ecc_ok)) fg_set_field(v, ULL, g.ecc_agg_corr);
             break;
         case NVML_FI_DEV_ECC_DBE_AGG_TOTAL:
-            if ((ok = ecc_ok)) set_u(v, ULL, g.ecc_agg_unc);
+            if ((ok = ecc_ok)) fg_set_field(v, ULL, g.ecc_agg_unc);
             break;
         case NVML_FI_DEV_RETIRED_SBE:
-            if ((ok = retired_ok)) set_u(v, ULL, g.retired_sbe);
+            if ((ok = retired_ok)) fg_set_field(v, ULL, g.retired_sbe);
             break;
         case NVML_FI_DEV_RETIRED_DBE:
-            if ((ok = retired_ok)) set_u(v, ULL, g.retired_dbe);
+            if ((ok = retired_ok)) fg_set_field(v, ULL, g.retired_dbe);
             break;
         case NVML_FI_DEV_RETIRED_PENDING:
             if ((ok = retired_ok && !unsupported(&g, FG_F_RetiredPagesPendingStatus)))
-                set_u(v, ULL, (unsigned long long)g.retired_pending);
+                fg_set_field(v, ULL, (unsigned long long)g.retired_pending);
             break;
         case NVML_FI_DEV_REMAPPED_COR:
-            if ((ok = remap_ok)) set_u(v, U, g.remap_corr);
+            if ((ok = remap_ok)) fg_set_field(v, U, g.remap_corr);
             break;
         case NVML_FI_DEV_REMAPPED_UNC:
-            if ((ok = remap_ok)) set_u(v, U, g.remap_unc);
+            if ((ok = remap_ok)) fg_set_field(v, U, g.remap_unc);
             break;
         case NVML_FI_DEV_REMAPPED_PENDING:
-            if ((ok = remap_ok)) set_u(v, U, (unsigned long long)g.remap_pending);
+            if ((ok = remap_ok)) fg_set_field(v, U, (unsigned long long)g.remap_pending);
             break;
         case NVML_FI_DEV_REMAPPED_FAILURE:
-            if ((ok = remap_ok)) set_u(v, U, (unsigned long long)g.remap_failure);
+            if ((ok = remap_ok)) fg_set_field(v, U, (unsigned long long)g.remap_failure);
             break;
 #ifdef NVML_FI_DEV_GET_GPU_RECOVERY_ACTION
         case NVML_FI_DEV_GET_GPU_RECOVERY_ACTION:
@@ -961,10 +966,10 @@ nvmlReturn_t nvmlDeviceGetFieldValues(nvmlDevice_t device, int valuesCount, nvml
         case 230:
 #endif
             if ((ok = !unsupported(&g, FG_F_GpuRecoveryAction)))
-                set_u(v, U, g.recovery_action);
+                fg_set_field(v, U, g.recovery_action);
             break;
         default:
-            ok = 0;
+            ok = fg_fabric_field(&g, v);  /* NVLink, PCIe replay, HBM: nvml_fabric.c */
             break;
         }
         if (!ok) {

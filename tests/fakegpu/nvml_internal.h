@@ -1,6 +1,6 @@
 /*
  * What the fake NVML's source files share (nvml.c, nvml_monitor.c,
- * nvml_mig.c, ...).  Everything here is hidden: only the nvml* entry points
+ * nvml_mig.c, nvml_fabric.c, ...).  Everything here is hidden: only the nvml* entry points
  * are exported from libnvidia-ml.so.1.
  */
 #ifndef FAKEGPU_NVML_INTERNAL_H
@@ -39,6 +39,13 @@ nvmlReturn_t fg_put_string(char *dst, unsigned int length, const char *src);
  * reverse; fg_mig_of returns -1 when `device` is not a MIG device handle. */
 nvmlDevice_t fg_mig_handle(unsigned int index, unsigned int mig);
 int fg_mig_of(nvmlDevice_t device, unsigned int *index, unsigned int *mig);
+
+/* Fill a field value: type NVML_VALUE_TYPE_UNSIGNED_INT or _UNSIGNED_LONG_LONG, return SUCCESS. */
+void fg_set_field(nvmlFieldValue_t *v, nvmlValueType_t type, unsigned long long x);
+
+/* nvml_fabric.c: one nvmlDeviceGetFieldValues entry that nvml.c does not serve (NVLink, PCIe
+ * replays, HBM temperature): fills *v and returns 1, or returns 0 for NOT_SUPPORTED. */
+int fg_fabric_field(const fg_gpu *g, nvmlFieldValue_t *v);
 
 #define BEGIN(func, args_ok)                                                    \
     fg_gpu g;                                                                   \

@@ -73,6 +73,10 @@ static const char *const func_names[FG_F_COUNT] = {
     [FG_F_ProcessUtilization] = "ProcessUtilization",
     [FG_F_PcieThroughput] = "PcieThroughput",
     [FG_F_GpuRecoveryAction] = "GpuRecoveryAction",
+    [FG_F_GpuFabricInfo] = "GpuFabricInfo",
+    [FG_F_RowRemapperHistogram] = "RowRemapperHistogram",
+    [FG_F_PcieReplayCounter] = "PcieReplayCounter",
+    [FG_F_NvLinkState] = "NvLinkState",
 };
 
 const char *fg_func_name(int f)
@@ -89,6 +93,7 @@ static int func_lookup(const char *name, size_t len)
         {"Uuid", FG_F_UUID},
         {"PowerState", FG_F_PerformanceState},
         {"Clock", FG_F_ClockInfo},
+        {"GpuFabricInfoV", FG_F_GpuFabricInfo},
     };
     for (int f = 0; f < FG_F_COUNT; f++)
         if (strlen(func_names[f]) == len && memcmp(func_names[f], name, len) == 0)
@@ -161,6 +166,17 @@ static void gpu_defaults(fg_gpu *g, unsigned int n)
     g->bar1_total_mib = 131072;
     g->bar1_used_mib = 1;
     snprintf(g->vbios, sizeof g->vbios, "96.00.74.00.01");
+    /* An HGX H100 on NVSwitch: 18 active links, fabric registered, HBM cool, every bank with
+     * its full remap availability (2560 banks, as a real H100 80GB reports). */
+    g->nvlink_links = 18;
+    g->fabric_state = 3;                /* NVML_GPU_FABRIC_STATE_COMPLETED */
+    g->fabric_clique_id = 32766;
+    g->fabric_health_summary = -1;
+    static const unsigned char cluster[16] = {0xc1, 0x05, 0x7e, 0x40, 0, 0, 0x40, 0, 0x80};
+    memcpy(g->fabric_cluster_uuid, cluster, sizeof cluster);
+    g->mem_temp_c = 40;
+    g->mem_temp_max_c = 95;
+    g->remap_hist[0] = 2560;
 }
 
 /* ------------------------------------------------------------- MIG devices */
@@ -441,7 +457,8 @@ static int parse_string(const char *v, char *dst, size_t cap, perr *e)
 /* ------------------------------------------------------------ key table */
 
 enum ktype { K_STR, K_U32, K_U64, K_INT, K_BOOL, K_SECONDS, K_ECC, K_ECC_PENDING,
-             K_PROCS, K_UNSUP, K_UUID, K_PCI, K_GPROCS, K_ENUM, K_CC };
+             K_PROCS, K_UNSUP, K_UUID, K_PCI, K_GPROCS, K_ENUM, K_CC, K_LINKS, K_FABRIC,
+             K_FUUID, K_HIST };
 
 /* Named values of the K_ENUM keys, the numbers nvml.h gives them (gkey.cap
  * picks the table). */
@@ -560,7 +577,75 @@ static const gkey gpu_keys[] = {
     {"graphics_processes", K_GPROCS, 0, 0, 0, 0},
     {"mig.instances", K_U32, G(mig_instances), 0, 0, FG_MAX_MIG},
     {"mig.memory_mib", K_U64, G(mig_memory_mib), 0, 0, 1LL << 24},
+    /* NVLink, the NVSwitch fabric, PCIe replays, HBM (nvml_fabric.c) */
+    {"memory_temperature_c", K_U32, G(mem_temp_c), 0, 0, 1000},
+    {"memory_temperature.max_c", K_U32, G(mem_temp_max_c), 0, 0, 1000},
+    {"pcie.replay", K_U32, G(pcie_replay), 0, 0, U32MAX},
+    {"nvlink.links", K_U32, G(nvlink_links), 0, 0, FG_MAX_LINKS},
+    {"nvlink.down", K_LINKS, 0, 0, 0, 0},
+    {"fabric.state", K_FABRIC, 0, 0, 0, 0},
+    {"fabric.status", K_U32, G(fabric_status), 0, 0, U32MAX},
+    {"fabric.clique_id", K_U32, G(fabric_clique_id), 0, 0, U32MAX},
+    {"fabric.cluster_uuid", K_FUUID, 0, 0, 0, 0},
+    {"fabric.health_mask", K_U32, G(fabric_health_mask), 0, 0, U32MAX},
+    {"fabric.health_summary", K_INT, G(fabric_health_summary), 0, -1, 3},
+    {"remap.histogram", K_HIST, 0, 0, 0, 0},
 };
+
+/* gpu.N.nvlink.L.KEY / gpu.N.nvlink.*.KEY: one link's error counter, or every link's. */
+static int apply_link_key(fg_gpu *g, const char *sub, const char *v, perr *e)
+{
+    static const struct { const char *name; size_t off; } counters[] = {
+        {"crc_errors", G(nvlink_crc)}, {"replay_errors", G(nvlink_replay)},
+        {"recovery_errors", G(nvlink_recovery)},
+    };
+    const char *dot = strchr(sub, '.');
+    if (!dot)
+        return fail(e, "unknown key 'nvlink.%s'", sub);
+    long long link = -1, x;
+    if (!(dot - sub == 1 && sub[0] == '*')) {
+        char idx[8];
+        if (dot - sub >= (long)sizeof idx)
+            return fail(e, "bad link in 'nvlink.%s'", sub);
+        memcpy(idx, sub, (size_t)(dot - sub));
+        idx[dot - sub] = '\0';
+        if (!isdigit((unsigned char)idx[0]) || parse_ll(idx, 0, FG_MAX_LINKS - 1, &link, e))
+            return fail(e, "bad link in 'nvlink.%s' (0..35 or *)", sub);
+    }
+    for (size_t i = 0; i < sizeof counters / sizeof counters[0]; i++) {
+        if (strcmp(dot + 1, counters[i].name) != 0)
+            continue;
+        if (parse_ll(v, 0, LLONG_MAX, &x, e))
+            return -1;
+        unsigned long long *arr = (unsigned long long *)(void *)((char *)g + counters[i].off);
+        for (int l = 0; l < FG_MAX_LINKS; l++)
+            if (link < 0 || l == link)
+                arr[l] = (unsigned long long)x;
+        return 0;
+    }
+    return fail(e, "unknown key 'nvlink.%s' (crc_errors, replay_errors or recovery_errors)", sub);
+}
+
+/* "L[,L...]" (or empty): links that report inactive. */
+static int parse_links(const char *v, fg_gpu *g, perr *e)
+{
+    uint64_t mask = 0;
+    const char *p = v;
+    while (*p) {
+        char *end;
+        if (!isdigit((unsigned char)*p))
+            return fail(e, "bad link list '%s' (expected L[,L...])", v);
+        unsigned long l = strtoul(p, &end, 10);
+        if (l >= FG_MAX_LINKS || (*end != ',' && *end != '\0'))
+            return fail(e, "bad link list '%s' (links 0..35)", v);
+        mask |= (uint64_t)1 << l;
+        p = *end == ',' ? end + 1 : end;
+        while (*p == ' ')
+            p++;
+    }
+    g->nvlink_down = mask;
+    return 0;
+}
 
 static int parse_enum(const char *v, const enum_name *names, unsigned int *out, perr *e)
 {
@@ -649,6 +734,35 @@ static int apply_gpu_key(fg_gpu *g, const gkey *k, const char *v, perr *e)
         else
             return fail(e, "bad ecc_mode '%s' (expected enabled, disabled or unsupported)", v);
         return 0;
+    case K_LINKS:
+        return parse_links(v, g, e);
+    case K_FABRIC: {
+        static const char *const states[] = {"not_supported", "not_started", "in_progress", "completed"};
+        for (unsigned int i = 0; i < 4; i++)
+            if (strcmp(v, states[i]) == 0) {
+                g->fabric_state = i;
+                return 0;
+            }
+        return fail(e, "bad fabric.state '%s' (not_supported, not_started, in_progress or completed)", v);
+    }
+    case K_FUUID: {
+        fg_gpu tmp;
+        char buf[FG_UUID_LEN];
+        snprintf(buf, sizeof buf, "GPU-%s", v);
+        if (strlen(v) + 5 > sizeof buf || parse_uuid(buf, &tmp, e))
+            return fail(e, "bad fabric.cluster_uuid '%s' (expected xxxxxxxx-xxxx-xxxx-xxxx-xxxxxxxxxxxx)", v);
+        memcpy(g->fabric_cluster_uuid, tmp.uuid_bytes, 16);
+        return 0;
+    }
+    case K_HIST: {
+        unsigned int h[5];
+        int used = 0;
+        if (sscanf(v, "%u,%u,%u,%u,%u%n", &h[0], &h[1], &h[2], &h[3], &h[4], &used) != 5 ||
+            v[used] != '\0')
+            return fail(e, "bad remap.histogram '%s' (expected MAX,HIGH,PARTIAL,LOW,NONE)", v);
+        memcpy(g->remap_hist, h, sizeof h);
+        return 0;
+    }
     case K_ECC_PENDING:
         if (strcmp(v, "enabled") == 0)
             g->ecc_pending = FG_ECC_ENABLED;
@@ -731,6 +845,14 @@ static int parse_line(fg_scenario *s, char *line, perr *e)
             *dot = '.';
             return fail(e, "GPU index out of range 0..255 in key '%s'", key);
         }
+    }
+    if (strncmp(sub, "nvlink.", 7) == 0 && (sub[7] == '*' || isdigit((unsigned char)sub[7]))) {
+        if (!all)
+            return apply_link_key(&s->gpu[n], sub + 7, val, e);
+        for (unsigned int i = 0; i < FG_MAX_GPUS; i++)
+            if (apply_link_key(&s->gpu[i], sub + 7, val, e))
+                return -1;
+        return 0;
     }
     const gkey *k = NULL;
     for (size_t i = 0; i < sizeof gpu_keys / sizeof gpu_keys[0]; i++)

@@ -24,6 +24,7 @@
 #define FG_DRIVER_LEN 80         /* == NVML_SYSTEM_DRIVER_VERSION_BUFFER_SIZE */
 #define FG_VBIOS_LEN 32          /* == NVML_DEVICE_VBIOS_VERSION_BUFFER_SIZE */
 #define FG_MAX_MIG 7             /* gpu.N.mig.instances: at most 7 MIG devices per GPU */
+#define FG_MAX_LINKS 36          /* == NVML_NVLINK_MAX_LINKS */
 
 /* NVML queries that gpu.N.unsupported can switch off, one bit each. */
 enum fg_func {
@@ -44,6 +45,7 @@ enum fg_func {
     FG_F_BAR1MemoryInfo, FG_F_VbiosVersion, FG_F_TotalEnergyConsumption,
     FG_F_ProcessUtilization, FG_F_PcieThroughput,
     FG_F_GpuRecoveryAction,             /* the field NVML_FI_DEV_GET_GPU_RECOVERY_ACTION */
+    FG_F_GpuFabricInfo, FG_F_RowRemapperHistogram, FG_F_PcieReplayCounter, FG_F_NvLinkState,
     FG_F_COUNT
 };
 
@@ -114,6 +116,17 @@ typedef struct {
     unsigned int ngprocs;
     unsigned int mig_instances;         /* MIG devices while mig_mode is on, 0..FG_MAX_MIG */
     unsigned long long mig_memory_mib;  /* memory of each; 0 = its share by profile */
+    /* NVLink, NVSwitch fabric, PCIe replays, HBM: served by nvml_fabric.c */
+    unsigned int nvlink_links;          /* 0 = no NVLink (a PCIe board) */
+    uint64_t nvlink_down;               /* bit L: link L inactive */
+    unsigned long long nvlink_crc[FG_MAX_LINKS], nvlink_replay[FG_MAX_LINKS],
+        nvlink_recovery[FG_MAX_LINKS];
+    unsigned int fabric_state;          /* NVML_GPU_FABRIC_STATE_* */
+    unsigned int fabric_status, fabric_clique_id, fabric_health_mask;
+    int fabric_health_summary;          /* -1: derived from the mask */
+    unsigned char fabric_cluster_uuid[16];
+    unsigned int pcie_replay, mem_temp_c, mem_temp_max_c;
+    unsigned int remap_hist[5];         /* max, high, partial, low, none */
 } fg_gpu;
 
 typedef struct {
