@@ -306,9 +306,14 @@ def _ack(args: "argparse.Namespace") -> int:
         print(f"gpu-healthcheck: config error: {exc}", file=sys.stderr)
         return 3
     gpus = _parse_gpus(args.gpus) if args.gpus else None
-    code, lines, _ = ack(config, gpus)
+    code, lines, events = ack(config, gpus)
     for line in lines:
         print(line, file=sys.stdout if code == 0 else sys.stderr)
+    if config.journal and events:
+        # an acknowledgement changes what later runs judge: it belongs in the node's journal
+        from .journal import send_events
+
+        send_events(events, "ack")
     return code
 
 

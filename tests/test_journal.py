@@ -300,3 +300,18 @@ def test_journal_false_sends_nothing(node, tmp_path):
     assert done.returncode == 1 and fake.entries == []
     assert "journal sink" not in done.stderr and "[finding" not in done.stderr  # no fallback dump
     assert (node.state_dir / "history.jsonl").exists()
+
+
+@needs_namespaces
+@needs_systemd_python
+def test_an_xid_acknowledgement_reaches_the_journal(node, tmp_path):
+    """`--ack` changes what later runs judge: the node's journal says what was acknowledged."""
+    node.kernel_log.write_text("[ 1234.500000] NVRM: Xid (PCI:0000:18:00): 48, pid=1, DBE\n")
+    fake = FakeJournal(tmp_path / "journal")
+    try:
+        done = run_in_namespace(node, fake.directory, ["--ack"], fake=fake)
+    finally:
+        fake.close()
+    assert done.returncode == 0, done.stderr
+    [entry] = [e for e in fake.entries if e.get("GPU_HEALTHCHECK_OUTCOME") == "acknowledged"]
+    assert entry["GPU_HEALTHCHECK_MODE"] == "ack" and "0000:18:00 Xid 48 x1" in entry["MESSAGE"]
