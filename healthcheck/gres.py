@@ -297,11 +297,7 @@ def device_order(layout: GresLayout, gpus: Sequence[GpuSnapshot]) -> Tuple[List[
     if any(g.minor_number is None for g in gpus):
         return [None] * max(len(layout.files), len(gpus)), \
             "AutoDetect=nvml and a GPU did not tell its minor number: slurmd's order is unknown"
-    wanted = set(numbers)
-    detected = sorted((g for g in gpus if not layout.files or g.minor_number in wanted),
-                      key=lambda g: g.index)
-    by_nvml: List[Optional[int]] = [g.index for g in detected]
-    by_nvml += [None] * (len(layout.files) - len(by_nvml))
+    by_nvml = nvml_order(layout, gpus)
     if not layout.files:
         return by_nvml, None  # no File=: only a slurmd with NVML has devices to number
     agreed = [a if a == b else None for a, b in zip(by_file, by_nvml)]
@@ -310,6 +306,19 @@ def device_order(layout: GresLayout, gpus: Sequence[GpuSnapshot]) -> Tuple[List[
         why = ("AutoDetect=nvml with File= out of NVML's order: slurmd built with NVML numbers "
                "GPUs in NVML order, one without it (Debian 12) in File= order")
     return agreed, why
+def nvml_order(layout: GresLayout, gpus: Sequence[GpuSnapshot]) -> List[Optional[int]]:
+    """The NVML index at each gres index as a slurmd built with NVML numbers them
+    (`_merge_system_gres_conf`): the detected GPUs that match a configured file (all of them
+    when no File= is given) sorted by their Links position, which gpu_nvml.c sets from NVML's
+    enumeration; configured files that were not detected follow (None here).
+    tests/test_gres.py checks this against a real slurmd (`slurmd -G` with fake_gpus.conf)."""
+    wanted = {trailing_number(f) for f in layout.files}
+    detected = sorted((g for g in gpus if g.minor_number is not None
+                       and (not layout.files or g.minor_number in wanted)), key=lambda g: g.index)
+    order: List[Optional[int]] = [g.index for g in detected]
+    return order + [None] * (len(layout.files) - len(order))
+
+
 def map_gres_indices(ids: Sequence[str], layout: GresLayout,
                      gpus: Sequence[GpuSnapshot]) -> Tuple[Tuple[int, ...], Optional[str]]:
     """Slurm gres indices -> NVML indices.  Returns the indices found and an error naming every
