@@ -50,7 +50,7 @@ def sanitise(text: str, limit: int = MAX_REASON_BYTES) -> str:
     """
     cleaned = "".join(ch if " " <= ch <= "~" and ch not in "\"'`\\" else "_" for ch in text)
     cleaned = re.sub(r"\s+", " ", cleaned).strip()
-    return cleaned[:limit]
+    return cleaned[:limit].rstrip()  # a cut at a blank must not leave one behind
 
 
 def _value_text(value: object) -> str:

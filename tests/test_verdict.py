@@ -56,6 +56,11 @@ def test_sanitised_text_is_printable_quote_free_and_bounded(text):
     assert len(out.encode()) <= 255
     assert all(" " <= c <= "~" for c in out)
     assert not set("\"'`\\\n") & set(out)
+    assert out == out.strip()  # Slurm strips a reason: ours must come back as written
+
+
+def test_a_reason_cut_at_its_limit_never_ends_in_a_blank():
+    assert sanitise("a" * 254 + " b") == "a" * 254
 
 
 @settings(max_examples=200)
