@@ -233,7 +233,12 @@ def isolate() -> Isolation:
                 os.getpid())
     initial = {p: os.path.lexists(p) for p in HIDDEN}
     how = _unshare(libc)
-    _mount(libc, None, "/", None, MS_REC | MS_PRIVATE)
+    if libc.mount(None, b"/", None, ctypes.c_ulong(MS_REC | MS_PRIVATE), None) != 0:
+        # EINVAL: a chroot whose root is not a mount point. Its propagation cannot be made
+        # private, so a mount made here could show up on the host: refuse.
+        err = ctypes.get_errno()
+        raise IsolationError(f"cannot make / private ({os.strerror(err)}): in a chroot, bind-mount "
+                             "the new root onto itself first")
     done = set()
     for path in HIDDEN:  # parents first, so a later tmpfs is not bound over by a parent's copy
         if not initial[path]:
