@@ -344,12 +344,10 @@ def _drain(effects: _Effects, store: StateStore, node: str, reason: str, mode: M
         decision = decide_drain(this, nodes, effects.config.drain.max_fraction)
         if decision is DrainDecision.REFUSED:
             ours = sum(1 for n in nodes if n.drained and is_ours(n.reason))
-            message = (f"drain of {node} refused: {ours} of {len(gpu_nodes(nodes))} GPU nodes already "
-                       f"drained by gpu-healthcheck, drain.max_fraction = "
-                       f"{effects.config.drain.max_fraction}; would have drained with: {reason}")
-            events.append(LogEvent("refused", CRIT, message, {**fields, "GPU_HEALTHCHECK_OUTCOME": "refused"}))
-            _note_refusal(effects, node, reason, events)
-            return NodeAction("none", reason, detail=message, extra={"refused": True})
+            return _refused(effects, node, reason, events, fields,
+                            f"drain of {node} refused: {ours} of {len(gpu_nodes(nodes))} GPU nodes "
+                            f"already drained by gpu-healthcheck, drain.max_fraction = "
+                            f"{effects.config.drain.max_fraction}; would have drained with: {reason}")
         if decision is DrainDecision.ADMIN_OWNED:
             message = f"{node} is already drained by someone else ({this.reason}); their reason is kept"
             events.append(LogEvent("drain", WARNING, message + f"; ours would be: {reason}",
@@ -540,9 +538,15 @@ def _hold_budget(effects: _Effects, node: str, reason: str, events: List[LogEven
                    f"reason is no longer ours; left as it is")
         events.append(LogEvent("drain", WARNING, message, {**fields, "GPU_HEALTHCHECK_OUTCOME": "kept"}))
         return NodeAction("none", reason, detail=message, extra={"admin_owned": True})
-    message = (f"drain of {node} refused: {check.drained} of {check.total} GPU nodes drained by "
-               f"gpu-healthcheck at once, drain.max_fraction = {max_fraction}; {first} drained "
-               f"first, so {node} resumed itself; would have drained with: {reason}")
+    return _refused(effects, node, reason, events, fields,
+                    f"drain of {node} refused: {check.drained} of {check.total} GPU nodes drained by "
+                    f"gpu-healthcheck at once, drain.max_fraction = {max_fraction}; {first} drained "
+                    f"first, so {node} resumed itself; would have drained with: {reason}")
+
+
+def _refused(effects: _Effects, node: str, reason: str, events: List[LogEvent],
+             fields: Dict[str, str], message: str) -> NodeAction:
+    """A drain the budget refused: logged critical, noted on the node (--cluster lists it)."""
     events.append(LogEvent("refused", CRIT, message, {**fields, "GPU_HEALTHCHECK_OUTCOME": "refused"}))
     _note_refusal(effects, node, reason, events)
     return NodeAction("none", reason, detail=message, extra={"refused": True})

@@ -16,7 +16,7 @@ import subprocess
 import sys
 import time
 from pathlib import Path
-from typing import Dict, List, Optional
+from typing import Dict, List, Optional, Tuple
 
 import pytest
 
@@ -337,7 +337,9 @@ def test_an_exception_injected_into_a_check_exit_0_traceback_logged_no_drain(nod
     assert "ZeroDivisionError: injected" in logged(node.state_dir)
 
 
-def test_sigterm_from_slurmd_at_prolog_epilog_timeout_children_killed_pending_state_consistent(node):
+def _prolog_with_two_hung_probes(node) -> Tuple[subprocess.Popen, List[int]]:
+    """A prolog in its own process group (as slurmd starts it) whose probes of GPUs 0 and 1
+    hang; returns once both probe children exist."""
     node.write_config("[probe]\ntimeout_s = 600")
     node.scenario.write_text("gpus = 8\ngpu.0.cuda.hang_s = 3600\ngpu.1.cuda.hang_s = 3600\n")
     proc = subprocess.Popen([sys.executable, "-m", "healthcheck.cli", "--prolog"],
@@ -346,9 +348,14 @@ def test_sigterm_from_slurmd_at_prolog_epilog_timeout_children_killed_pending_st
     deadline = time.monotonic() + 30
     children: List[int] = []
     while time.monotonic() < deadline and len(children) < 2:
-        children = [int(p) for p in Path(f"/proc/{proc.pid}/task/{proc.pid}/children").read_text().split()]
+        children = _probe_children(proc.pid)
         time.sleep(0.05)
     assert len(children) == 2
+    return proc, children
+
+
+def test_sigterm_from_slurmd_at_prolog_epilog_timeout_children_killed_pending_state_consistent(node):
+    proc, children = _prolog_with_two_hung_probes(node)
     os.killpg(proc.pid, signal.SIGTERM)  # slurmd signals the script's whole process group
     _, err = proc.communicate(timeout=30)
     assert proc.returncode == 128 + signal.SIGTERM and "terminated by SIGTERM" in err
@@ -450,17 +457,7 @@ def test_nvmlinit_hanging_is_bounded_by_nvml_timeout_fail_drain(node):
 def test_probe_children_die_with_their_parent_sigkill_of_the_parent_or_its_process_group(node, how):
     """slurmd SIGKILLs the script's process group after PrologEpilogTimeout; an OOM killer or
     an admin may SIGKILL the parent alone.  Either way no probe child outlives it."""
-    node.write_config("[probe]\ntimeout_s = 600")
-    node.scenario.write_text("gpus = 8\ngpu.0.cuda.hang_s = 3600\ngpu.1.cuda.hang_s = 3600\n")
-    proc = subprocess.Popen([sys.executable, "-m", "healthcheck.cli", "--prolog"],
-                            env=node.env({**JOB, "SLURMD_NODENAME": "gpu-a"}),
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True)
-    deadline = time.monotonic() + 30
-    children: List[int] = []
-    while time.monotonic() < deadline and len(children) < 2:
-        children = _probe_children(proc.pid)
-        time.sleep(0.05)
-    assert len(children) == 2
+    proc, children = _prolog_with_two_hung_probes(node)
     if how == "group":
         os.killpg(proc.pid, signal.SIGKILL)
     else:
