@@ -1207,7 +1207,8 @@ _KEYS = ["gpus", "driver_version", "cuda_driver_version", "gpu.0.name", "gpu.*.t
          "gpu.0.ecc_mode", "gpu.300.lost", "gpu.x.lost", "bogus", "gpu.0.architecture", "gpu.1.brand",
          "gpu.0.cuda_cc", "gpu.0.utilization.gpu", "gpu.0.pstate", "gpu.0.fan_pct", "gpu.*.clocks.sm_mhz",
          "gpu.0.compute_mode", "gpu.0.driver_model", "gpu.0.vbios_version", "gpu.0.graphics_processes",
-         "gpu.0.mig.instances", "gpu.0.mig.memory_mib", "gpu.0.temperature.gpu_max_c"]
+         "gpu.0.mig.instances", "gpu.0.mig.memory_mib", "gpu.0.temperature.gpu_max_c",
+         "gpu.0.mig.gpu_instance_ids", "gpu.*.mig.memory_used_mib"]
 _line = st.one_of(
     st.text(max_size=40),
     st.builds(lambda k, v, c: "%s = %s%s" % (k, v, c), st.sampled_from(_KEYS),
@@ -1349,7 +1350,12 @@ def test_monitoring_defaults_and_keys(tmp_path):
     ("gpu.0.mig.instances = 8\n", "integer out of range '8'"),
     ("gpu.0.compute_mode = exclusive\n", "bad value 'exclusive'"),
     ("gpu.0.graphics_processes = 1:2,\n", "bad processes"),
-], ids=["arch", "brand", "cc", "cc_tail", "util", "pstate", "mig", "compute_mode", "gprocs"])
+    ("gpu.0.mig.gpu_instance_ids = 0\n", "bad mig.gpu_instance_ids '0'"),
+    ("gpu.0.mig.gpu_instance_ids = 3,3\n", "repeated ID in mig.gpu_instance_ids"),
+    ("gpu.0.mig.gpu_instance_ids = 3,4,\n", "trailing comma"),
+    ("gpu.0.mig.gpu_instance_ids = 1,2,3,4,5,6,7,8\n", "bad mig.gpu_instance_ids"),
+], ids=["arch", "brand", "cc", "cc_tail", "util", "pstate", "mig", "compute_mode", "gprocs", "gi_zero",
+        "gi_repeated", "gi_trailing", "gi_too_many"])
 def test_malformed_monitoring_keys_fail_init(tmp_path, text, what):
     result, proc = run(tmp_path, text, "out(E(N.nvmlInit))\n")
     assert result == "NVMLError_Unknown"
@@ -1439,6 +1445,24 @@ h1 = N.nvmlDeviceGetHandleByIndex(1)
 out([s(N.nvmlDeviceGetUUID(N.nvmlDeviceGetMigDeviceHandleByIndex(h1, k))) for k in range(3)])
 """
     return run(tmp_path, MIG_SCENARIO, code)[0]
+
+
+def test_mig_instance_ids_and_memory_in_use(tmp_path):
+    scenario = MIG_SCENARIO + "gpu.1.mig.gpu_instance_ids = 3, 5, 6\ngpu.1.mig.memory_used_mib = 12\n"
+    code = """
+N.nvmlInit()
+h1 = N.nvmlDeviceGetHandleByIndex(1)
+migs = [N.nvmlDeviceGetMigDeviceHandleByIndex(h1, k) for k in range(3)]
+out([[[N.nvmlDeviceGetGpuInstanceId(m), N.nvmlDeviceGetMemoryInfo(m).used >> 20] for m in migs],
+     [p.gpuInstanceId for p in N.nvmlDeviceGetComputeRunningProcesses(h1)]])
+"""
+    (ids, proc_gi), _ = run(tmp_path, scenario, code)
+    assert ids == [[3, 12], [5, 12], [6, 12]] and proc_gi == [3]
+    # CUDA's older MIG-GPU-<uuid>/<GI>/<CI> form finds the instance by that ID
+    env = {"CUDA_VISIBLE_DEVICES": "MIG-GPU-fa4e0000-0000-4000-8000-000000000001/5/0"}
+    (r, n, devs, mem), _ = run(tmp_path, scenario, MIG_CUDA, env=env)
+    assert (r, n) == (0, 1) and mem == [["NVIDIA A100-SXM4-80GB MIG 2g.20gb", 20480]]
+    assert run(tmp_path, scenario, MIG_CUDA, env={"CUDA_VISIBLE_DEVICES": env["CUDA_VISIBLE_DEVICES"][:-3] + "2/0"})[0][:2] == [100, 0]
 
 
 def test_cuda_sees_mig_devices_as_the_driver_does(tmp_path):

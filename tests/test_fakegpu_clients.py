@@ -295,11 +295,9 @@ FIELDS: Dict[str, Tuple[Expect, Got]] = {
 # test_clients_type_live_compute_and_graphics_processes with PIDs that do.
 
 # What the fake still cannot reproduce, by (dump stem, field): each runs as a strict xfail.
-LACKS: Dict[Tuple[str, str], str] = {
-    ("a100-sxm4-v12", "nvitop.mig_devices"):
-        "the fake numbers GPU instances 1..K (the dump has 3..6) and gives each MIG device 0 MiB used "
-        "(the dump: 12 MiB each)",
-}
+# Empty today: the last entry, the A100 dump's MIG GPU instance IDs (3..6) and memory in use
+# (12 MiB each), went when gpu.N.mig.gpu_instance_ids and mig.memory_used_mib came.
+LACKS: Dict[Tuple[str, str], str] = {}
 
 
 def _cases() -> List[Any]:

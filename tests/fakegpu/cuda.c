@@ -246,11 +246,14 @@ static int find_mig(const fg_scenario *s, const char *p, size_t len, int *mig)
         size_t ulen = (size_t)(slash - (p + 4));
         for (unsigned int i = 0; i < s->ngpus; i++) {
             const fg_gpu *g = &s->gpu[i];
-            if (g->mig_mode && gi >= 1 && gi <= g->mig_instances && strlen(g->uuid) == ulen &&
-                strncasecmp(g->uuid, p + 4, ulen) == 0) {
-                *mig = (int)gi - 1;
-                return (int)i;
-            }
+            if (!g->mig_mode || strlen(g->uuid) != ulen || strncasecmp(g->uuid, p + 4, ulen) != 0)
+                continue;
+            for (unsigned int k = 0; k < g->mig_instances; k++)
+                if (fg_mig_gi(g, k) == gi) {
+                    *mig = (int)k;
+                    return (int)i;
+                }
+            return -1;
         }
         return -1;
     }
@@ -415,7 +418,7 @@ static void seen_as(int gpu, fg_gpu *g)
     fg_mig_uuid(&scn->gpu[gpu], (unsigned int)k, g->uuid_bytes, uuid, sizeof uuid);
     fg_mig_name(&scn->gpu[gpu], g->name, sizeof g->name);
     g->mem_total_mib = fg_mig_memory_mib(&scn->gpu[gpu]);
-    g->mem_used_mib = 0;
+    g->mem_used_mib = scn->gpu[gpu].mig_used_mib;
     g->mem_reserved_mib = 0;
 }
 

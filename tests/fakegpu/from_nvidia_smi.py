@@ -567,6 +567,12 @@ def _monitoring_lines(gpu, put, unsup):
         memory = _int(migs[0], "fb_memory_usage/total")
         if memory is not None and memory <= 1 << 24:
             put("mig.memory_mib", memory)
+        used = _int(migs[0], "fb_memory_usage/used")
+        if used is not None and used <= 1 << 24:
+            put("mig.memory_used_mib", used)
+        ids = [_int(m, "gpu_instance_id") for m in migs[:7]]
+        if all(i is not None and 1 <= i <= 64 for i in ids) and len(set(ids)) == len(ids):
+            put("mig.gpu_instance_ids", ",".join(map(str, ids)))
 
 
 def convert(path_or_text):

@@ -696,11 +696,11 @@ static unsigned long long sub_sat(unsigned long long a, unsigned long long b)
     return a > b ? a - b : 0;
 }
 
-/* A MIG device's memory: its share of the GPU's, nothing used. */
+/* A MIG device's memory: its share of the GPU's, mig.memory_used_mib of it in use. */
 static void mig_memory(fg_gpu *g)
 {
     g->mem_total_mib = fg_mig_memory_mib(g);
-    g->mem_used_mib = 0;
+    g->mem_used_mib = g->mig_used_mib;
     g->mem_reserved_mib = 0;
 }
 
@@ -753,7 +753,7 @@ static nvmlReturn_t processes(nvmlDevice_t device, int func, unsigned int *infoC
             memset(p, 0, sizeof *p);
             p->pid = list[i].pid;
             p->usedGpuMemory = list[i].mib * MIB;
-            p->gpuInstanceId = in_mig ? 1 : 0xFFFFFFFFu;      /* 0xFFFFFFFF: MIG off */
+            p->gpuInstanceId = in_mig ? fg_mig_gi(&g, 0) : 0xFFFFFFFFu;   /* 0xFFFFFFFF: MIG off */
             p->computeInstanceId = in_mig ? 0 : 0xFFFFFFFFu;
         } else {
             nvmlProcessInfo_v1_t *p = (nvmlProcessInfo_v1_t *)infos + i;

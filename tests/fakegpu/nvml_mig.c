@@ -78,13 +78,13 @@ nvmlReturn_t nvmlDeviceGetDeviceHandleFromMigDeviceHandle(nvmlDevice_t migDevice
     return NVML_SUCCESS;
 }
 
-/* GPU instance k + 1 and compute instance 0, for MIG device k. */
+/* GPU instance fg_mig_gi (k + 1 unless the scenario says) and compute instance 0. */
 nvmlReturn_t nvmlDeviceGetGpuInstanceId(nvmlDevice_t device, unsigned int *id)
 {
     BEGIN_MIG(-1, id != NULL);
     if (mig < 0)
         return g.mig_mode ? NVML_ERROR_INVALID_ARGUMENT : NVML_ERROR_NOT_SUPPORTED;
-    *id = (unsigned int)mig + 1;
+    *id = fg_mig_gi(&g, (unsigned int)mig);
     return NVML_SUCCESS;
 }
 

@@ -202,6 +202,11 @@ static void mig_profile(const fg_gpu *g, unsigned int *slices, unsigned int *eig
     *eighths = k == 1 ? 8 : k == 2 ? 4 : k == 3 ? 2 : 1;
 }
 
+unsigned int fg_mig_gi(const fg_gpu *g, unsigned int k)
+{
+    return k < g->mig_ngi ? g->mig_gi[k] : k + 1;
+}
+
 unsigned long long fg_mig_memory_mib(const fg_gpu *g)
 {
     unsigned int slices, eighths;
@@ -457,8 +462,8 @@ static int parse_string(const char *v, char *dst, size_t cap, perr *e)
 /* ------------------------------------------------------------ key table */
 
 enum ktype { K_STR, K_U32, K_U64, K_INT, K_BOOL, K_SECONDS, K_ECC, K_ECC_PENDING,
-             K_PROCS, K_UNSUP, K_UUID, K_PCI, K_GPROCS, K_ENUM, K_CC, K_LINKS, K_FABRIC,
-             K_FUUID, K_HIST };
+             K_PROCS, K_UNSUP, K_UUID, K_PCI, K_GPROCS, K_ENUM, K_CC, K_GI_IDS, K_LINKS,
+             K_FABRIC, K_FUUID, K_HIST };
 
 /* Named values of the K_ENUM keys, the numbers nvml.h gives them (gkey.cap
  * picks the table). */
@@ -577,6 +582,8 @@ static const gkey gpu_keys[] = {
     {"graphics_processes", K_GPROCS, 0, 0, 0, 0},
     {"mig.instances", K_U32, G(mig_instances), 0, 0, FG_MAX_MIG},
     {"mig.memory_mib", K_U64, G(mig_memory_mib), 0, 0, 1LL << 24},
+    {"mig.memory_used_mib", K_U64, G(mig_used_mib), 0, 0, 1LL << 24},
+    {"mig.gpu_instance_ids", K_GI_IDS, 0, 0, 0, 0},
     /* NVLink, the NVSwitch fabric, PCIe replays, HBM (nvml_fabric.c) */
     {"memory_temperature_c", K_U32, G(mem_temp_c), 0, 0, 1000},
     {"memory_temperature.max_c", K_U32, G(mem_temp_max_c), 0, 0, 1000},
@@ -664,6 +671,40 @@ static int parse_enum(const char *v, const enum_name *names, unsigned int *out, 
     return fail(e, "%s", m);
 }
 
+/* "ID[,ID...]": up to 7 distinct GPU instance IDs, 1..64 */
+static int parse_gi_ids(const char *v, fg_gpu *g, perr *e)
+{
+    unsigned int ids[FG_MAX_MIG], n = 0;
+    const char *p = v;
+    while (*p) {
+        char num[8];
+        size_t len = strcspn(p, ",");
+        long long x;
+        perr ignore;
+        if (n == FG_MAX_MIG || len == 0 || len >= sizeof num)
+            return fail(e, "bad mig.gpu_instance_ids '%s' (expected up to 7 IDs 1..64, comma-separated)", v);
+        memcpy(num, p, len);
+        num[len] = '\0';
+        char *q = num;
+        while (*q == ' ' || *q == '\t')
+            q++;
+        for (char *end = q + strlen(q); end > q && (end[-1] == ' ' || end[-1] == '\t');)
+            *--end = '\0';
+        if (parse_ll(q, 1, 64, &x, &ignore))
+            return fail(e, "bad mig.gpu_instance_ids '%s' (expected up to 7 IDs 1..64, comma-separated)", v);
+        for (unsigned int i = 0; i < n; i++)
+            if (ids[i] == (unsigned int)x)
+                return fail(e, "repeated ID in mig.gpu_instance_ids '%s'", v);
+        ids[n++] = (unsigned int)x;
+        p += len;
+        if (*p == ',' && *++p == '\0')
+            return fail(e, "bad mig.gpu_instance_ids '%s' (trailing comma)", v);
+    }
+    memcpy(g->mig_gi, ids, n * sizeof ids[0]);
+    g->mig_ngi = n;
+    return 0;
+}
+
 /* "MAJOR.MINOR", e.g. 9.0 or 12.1 */
 static int parse_cc(const char *v, fg_gpu *g, perr *e)
 {
@@ -697,6 +738,8 @@ static int apply_gpu_key(fg_gpu *g, const gkey *k, const char *v, perr *e)
         return parse_enum(v, enum_tables[k->cap], (unsigned int *)(void *)(base + k->off), e);
     case K_CC:
         return parse_cc(v, g, e);
+    case K_GI_IDS:
+        return parse_gi_ids(v, g, e);
     case K_UNSUP:
         return parse_unsupported(v, g, e);
     case K_U32:

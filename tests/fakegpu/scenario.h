@@ -116,6 +116,9 @@ typedef struct {
     unsigned int ngprocs;
     unsigned int mig_instances;         /* MIG devices while mig_mode is on, 0..FG_MAX_MIG */
     unsigned long long mig_memory_mib;  /* memory of each; 0 = its share by profile */
+    unsigned long long mig_used_mib;    /* memory in use on each */
+    unsigned int mig_gi[FG_MAX_MIG];    /* GPU instance IDs; the first mig_ngi given, then k + 1 */
+    unsigned int mig_ngi;
     /* NVLink, NVSwitch fabric, PCIe replays, HBM: served by nvml_fabric.c */
     unsigned int nvlink_links;          /* 0 = no NVLink (a PCIe board) */
     uint64_t nvlink_down;               /* bit L: link L inactive */
@@ -162,13 +165,16 @@ const char *fg_func_name(int f);
  * MIG devices, the same for NVML and CUDA.  MIG device k (0-based) of GPU g
  * exists when g->mig_mode is on and k < g->mig_instances.  Its UUID is
  * "MIG-" + 8-4-4-4-12 hex derived from the GPU's UUID and k; its GPU
- * instance ID is k + 1 and its compute instance ID 0.  With K instances
+ * instance ID is k + 1 (or gpu.N.mig.gpu_instance_ids) and its compute
+ * instance ID 0.  With K instances
  * each gets the profile of K equal A100/H100 slices: 7g (K=1), 3g (2),
  * 2g (3), 1g (4..7), with 8/8, 4/8, 2/8 or 1/8 of the GPU's memory
  * (gpu.N.mig.memory_mib sets the memory of each instead).
  */
 void fg_mig_uuid(const fg_gpu *g, unsigned int k, unsigned char bytes[16], char *text, size_t cap);
 unsigned long long fg_mig_memory_mib(const fg_gpu *g);
+/* GPU instance ID of MIG device k (gpu.N.mig.gpu_instance_ids, else k + 1). */
+unsigned int fg_mig_gi(const fg_gpu *g, unsigned int k);
 /* "<GPU name> MIG <s>g.<m>gb", as NVML names a MIG device. */
 void fg_mig_name(const fg_gpu *g, char *text, size_t cap);
 
