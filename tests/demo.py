@@ -70,13 +70,21 @@ def act_one(c: GpuCluster, wd: Path) -> str:
     wait_for(lambda: c.cluster.job_info(task1).get("JobState") == "COMPLETED", 120, "task 1 to finish")
     say("The next task of the array ran on a healthy node")
     show(_out(c, task1).replace("started\n", ""))
+    # The epilog writes its history line after the drain has been re-read against the budget
+    # (about a second later): the next task can finish before that.
+    wait_for(lambda: bool(_epilog_records(c)), 60, "the epilog's history line on gpu-a")
     say("gpu-a's history ties the failure to host, GPU, PCI bus, serial and job:  gpu-healthcheck --history 2")
     show(c.check("gpu-a", "--history", "2").stdout)
-    history = (c.state("gpu-a") / "history.jsonl").read_text().splitlines()
-    epilog = [json.loads(line) for line in history if '"epilog"' in line][-1]
+    epilog = _epilog_records(c)[-1]
     show(json.dumps({k: epilog.get(k) for k in ("node", "mode", "job_id", "verdict")}
                     | {"finding": (epilog.get("findings") or [{}])[0]}, indent=1))
     return sinfo
+
+
+def _epilog_records(c: GpuCluster) -> list:
+    path = c.state("gpu-a") / "history.jsonl"
+    lines = path.read_text().splitlines() if path.exists() else []
+    return [json.loads(line) for line in lines if '"epilog"' in line]
 
 
 def act_two(c: GpuCluster) -> None:
