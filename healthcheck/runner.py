@@ -325,7 +325,8 @@ SLURM_OWN_REASONS = ("Prolog error", "Epilog error")
 
 def _drain(effects: _Effects, store: StateStore, node: str, reason: str, mode: Mode,
            job_id: Optional[str], events: List[LogEvent], fields: Dict[str, str],
-           replace_slurm_reason: bool = False) -> NodeAction:
+           replace_slurm_reason: bool = False,
+           counters: Tuple[Tuple[str, int], ...] = ()) -> NodeAction:
     """Drain through scontrol, within the budget; on failure leave a pending drain."""
     from .scontrol import ScontrolError
 
@@ -336,7 +337,7 @@ def _drain(effects: _Effects, store: StateStore, node: str, reason: str, mode: M
             raise ScontrolError(["scontrol", "show", "nodes"], f"node {node} not in the output")
         if replace_slurm_reason and this.drained and (this.reason or "").startswith(SLURM_OWN_REASONS):
             effects.ctl.set_reason(node, reason)
-            _note_our_drain(store, node, reason)
+            _note_our_drain(store, node, reason, counters)
             events.append(LogEvent("drain", CRIT, f"drained {node}: {reason} (replacing Slurm's "
                                                   f"{this.reason!r} left by our pending drain)",
                                    {**fields, "GPU_HEALTHCHECK_OUTCOME": "applied"}))
@@ -354,7 +355,7 @@ def _drain(effects: _Effects, store: StateStore, node: str, reason: str, mode: M
                                    {**fields, "GPU_HEALTHCHECK_OUTCOME": "kept"}))
             return NodeAction("none", reason, detail=message, extra={"admin_owned": True})
         if decision is DrainDecision.ALREADY_OURS:
-            _note_our_drain(store, node, this.reason or reason)
+            _note_our_drain(store, node, this.reason or reason, counters)
             message = f"{node} is already drained by gpu-healthcheck ({this.reason})"
             events.append(LogEvent("drain", NOTICE, message, {**fields, "GPU_HEALTHCHECK_OUTCOME": "kept"}))
             return NodeAction("none", reason, detail=message, extra={"already_ours": True})
@@ -380,20 +381,54 @@ def _drain(effects: _Effects, store: StateStore, node: str, reason: str, mode: M
         return NodeAction("drain", reason, detail=message, extra={"pending": True})
     events.append(LogEvent("drain", CRIT, f"drained {node}: {reason}",
                            {**fields, "GPU_HEALTHCHECK_OUTCOME": "applied"}))
-    _note_our_drain(store, node, reason)
+    _note_our_drain(store, node, reason, counters)
     if job_id:
         _admin_comment(effects, job_id, reason, events)
     return NodeAction("drain", reason)
 
 
-def _note_our_drain(store: StateStore, node: str, reason: str) -> None:
-    """So that a later run can tell an admin resumed it (and dealt with its Xids)."""
+def _note_our_drain(store: StateStore, node: str, reason: str,
+                    counters: Tuple[Tuple[str, int], ...] = ()) -> None:
+    """So that a later run can tell an admin resumed it, or reset a GPU (its volatile ECC
+    counters start over), and so dealt with its Xids."""
     from .state import OurDrain, write_our_drain
 
     try:
-        write_our_drain(store, OurDrain(node=node, reason=reason, drained_at=time.time()))
+        write_our_drain(store, OurDrain(node=node, reason=reason, drained_at=time.time(),
+                                        volatile_ecc=counters))
     except OSError:
         pass  # costs only the automatic acknowledgement; the drain itself stands
+
+
+def _acknowledge_resets(snapshot: NodeSnapshot, config: Config, store: StateStore, node: str,
+                        events: List[LogEvent]) -> NodeSnapshot:
+    """GPUs reset since our drain (their volatile ECC counters started over): their Xids are
+    dealt with.  The note then holds the counters as they are now, so one reset acknowledges
+    once and a later Xid still counts."""
+    from .state import read_our_drain, write_our_drain
+    from .xidack import counters_started_over, kernel_pci
+
+    ours = read_our_drain(store)
+    if ours is None or ours.node != node or not ours.volatile_ecc:
+        return snapshot
+    reset = counters_started_over(ours.volatile_ecc, snapshot.gpus)
+    if not reset:
+        return snapshot
+    indices = tuple(g.index for g in snapshot.gpus
+                    if g.pci_bus_id and kernel_pci(g.pci_bus_id) in reset)
+    events.append(LogEvent("resume", NOTICE, f"GPU(s) {', '.join(reset)} were reset since our drain "
+                                             f"(volatile ECC counters started over): their Xids "
+                                             f"count as dealt with",
+                           {"GPU_HEALTHCHECK_OUTCOME": "acknowledged"}))
+    snapshot = acknowledge_xids(snapshot, config, store, events, indices, by="reset")
+    now = {kernel_pci(g.pci_bus_id): (g.ecc_volatile_corrected or 0) + (g.ecc_volatile_uncorrected or 0)
+           for g in snapshot.gpus if g.pci_bus_id}
+    try:
+        write_our_drain(store, ours._replace(volatile_ecc=tuple(
+            (p, now.get(p, 0) if p in reset else n) for p, n in ours.volatile_ecc)))
+    except OSError:
+        pass
+    return snapshot
 
 
 def _admin_resumed(effects: _Effects, store: StateStore, node: str, events: List[LogEvent]) -> bool:
@@ -636,6 +671,8 @@ def run(request: RunRequest, config: Config, node_name: Optional[str] = None) ->
     snapshot, selected = read_node(request, config, host, store, events, probe_cap, node)
     if resumed_by_admin:
         snapshot = acknowledge_xids(snapshot, config, store, events, None, by="resume")
+    elif mode is Mode.NODE and request.act and not report_only:
+        snapshot = _acknowledge_resets(snapshot, config, store, node, events)
     findings, crashes, verdict = judge(snapshot, config, request, selected)
     job_id = snapshot.job.job_id if snapshot.job else None
     reason = drain_reason(findings, snapshot.gpus, mode, job_id)
@@ -650,7 +687,10 @@ def run(request: RunRequest, config: Config, node_name: Optional[str] = None) ->
     if report_only:
         action = _report_only(node, reason, mode, events, base_fields)
     elif acting and reason:
-        action = _drain(effects, store, node, reason, mode, job_id, events, base_fields)
+        from .xidack import volatile_ecc
+
+        action = _drain(effects, store, node, reason, mode, job_id, events, base_fields,
+                        counters=volatile_ecc(snapshot.gpus))
     elif mode is Mode.NODE and request.act and verdict is not Verdict.FAIL:
         action = _maybe_resume(effects, node, findings, snapshot, events, base_fields, config,
                                request)

@@ -65,6 +65,10 @@ class OurDrain(NamedTuple):
     node: str
     reason: str
     drained_at: float
+    # (kernel PCI address, volatile ECC errors corrected + uncorrected) of each GPU that had any
+    # when we drained: a GPU reset (or driver reload) starts these counters over, which deals
+    # with that GPU's Xids even where the kernel log shows no init line
+    volatile_ecc: Tuple[Tuple[str, int], ...] = ()
 
 
 def check_dir_owner(path: str, st: os.stat_result) -> None:
@@ -372,7 +376,8 @@ def read_our_drain(store: "StateStore") -> Optional[OurDrain]:
         raw = read_file(store.state_dir, OUR_DRAIN)
         if raw is None:
             return None
-        data = _check_fields(OurDrain, json.loads(raw.decode("utf-8")))
+        data = dict(_check_fields(OurDrain, json.loads(raw.decode("utf-8"))))
+        data["volatile_ecc"] = tuple((str(p), int(n)) for p, n in data.get("volatile_ecc") or ())
         return OurDrain(**data)
     except (OSError, ValueError, TypeError):
         return None  # an unreadable note only costs the automatic acknowledgement

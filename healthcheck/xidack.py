@@ -90,3 +90,29 @@ def gpu_pcis(gpus: Sequence[GpuSnapshot], events: Sequence[XidEvent] = ()) -> Tu
     found = [kernel_pci(g.pci_bus_id) for g in gpus if g.pci_bus_id]
     found += [e.pci for e in events]
     return tuple(sorted({p for p in found if p}))
+
+
+def volatile_ecc(gpus: Sequence[GpuSnapshot]) -> Tuple[Tuple[str, int], ...]:
+    """(kernel PCI address, volatile corrected + uncorrected ECC errors) of each GPU with any."""
+    found = []
+    for gpu in gpus:
+        pci = kernel_pci(gpu.pci_bus_id) if gpu.pci_bus_id else None
+        total = (gpu.ecc_volatile_corrected or 0) + (gpu.ecc_volatile_uncorrected or 0)
+        if pci and total > 0:
+            found.append((pci, total))
+    return tuple(found)
+
+
+def counters_started_over(noted: Sequence[Tuple[str, int]],
+                          gpus: Sequence[GpuSnapshot]) -> Tuple[str, ...]:
+    """The GPUs whose volatile ECC counters are below what we noted at our drain: they started
+    over, so the GPU was reset (or its driver reloaded) since (pure)."""
+    now = {kernel_pci(g.pci_bus_id): g for g in gpus if g.pci_bus_id}
+    reset = []
+    for pci, before in noted:
+        gpu = now.get(pci)
+        if gpu is None or gpu.lost is not None or gpu.ecc_volatile_uncorrected is None:
+            continue  # unknown is not "started over"
+        if (gpu.ecc_volatile_corrected or 0) + gpu.ecc_volatile_uncorrected < before:
+            reset.append(pci)
+    return tuple(reset)

@@ -658,3 +658,21 @@ def test_two_jobs_share_a_gpu_through_gres_mps_or_shard_and_both_prologs_pass(sh
     assert result.returncode == 1 and "in no live job" in result.stdout
     c.scenario(node).write_text(HEALTHY)
     c.cluster.resume(node)
+
+
+def test_a_gpu_reset_without_init_lines_is_seen_by_its_volatile_counters_starting_over(c):
+    """The admin resets the GPU (nvidia-smi -r) and leaves the resume to us: the volatile ECC
+    counters start over, so the Xid that came with the DBE is dealt with, and our own drain
+    resumes; a new Xid after that drains again."""
+    kern = c.wd / "kern" / "gpu-a.log"
+    kern.write_text(_xid(1234.5))
+    c.scenario("gpu-a").write_text(HEALTHY + "gpu.0.ecc.volatile.uncorrected = 1\n")
+    assert _node_act(c)["action"]["taken"] == "drain"
+    assert _node_act(c)["action"]["taken"] == "none" and c.drained("gpu-a")  # still there
+    c.scenario("gpu-a").write_text(HEALTHY)  # reset: the volatile counters start over
+    doc = _node_act(c)
+    assert doc["verdict"] == "pass" and doc["action"]["taken"] == "resume", doc["action"]
+    assert "were reset since our drain" in logged(c.state("gpu-a"))
+    with kern.open("a") as log:
+        log.write(_xid(6000.0))
+    assert _node_act(c)["action"]["taken"] == "drain"

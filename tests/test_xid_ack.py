@@ -139,3 +139,15 @@ def test_refused_comments_parse_or_are_not_ours(text):
     refused_time(text)
     comment = refused_comment("gpu-healthcheck: gpu1 gpu.lost=GPU_IS_LOST node " + text[:50], "T")
     assert refused_reason(comment).startswith("gpu-healthcheck: gpu1 gpu.lost=GPU_IS_LOST node")
+
+
+def test_volatile_counters_below_the_noted_ones_mean_the_gpu_was_reset():
+    from healthcheck.model import GpuSnapshot
+    from healthcheck.xidack import counters_started_over, volatile_ecc
+    dbe = GpuSnapshot(index=0, pci_bus_id="00000000:18:00.0", ecc_volatile_uncorrected=1,
+                      ecc_volatile_corrected=5)
+    assert volatile_ecc([dbe]) == ((GPU0, 6),)
+    assert counters_started_over(((GPU0, 6),), [dbe]) == ()
+    assert counters_started_over(((GPU0, 6),), [dbe._replace(ecc_volatile_uncorrected=0, ecc_volatile_corrected=0)]) == (GPU0,)
+    assert counters_started_over(((GPU0, 6),), [dbe._replace(ecc_volatile_uncorrected=None)]) == ()
+    assert counters_started_over(((GPU0, 6),), [dbe._replace(lost="GPU_IS_LOST", ecc_volatile_uncorrected=0)]) == ()
