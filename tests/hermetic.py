@@ -11,6 +11,8 @@ session runs in its own namespaces, made here before pytest starts any thread:
   over every path in HIDDEN that exists on the host. A path that does not exist on the host
   (say /etc/gpu-healthcheck) stays absent, but its nearest existing parent becomes a tmpfs
   that shows the host's entries (see _privatise), so creating it writes nowhere on the host;
+- /etc is always such a tmpfs, so an account a test adds with useradd exists in the session
+  only;
 - a private network namespace with only loopback up: the test clusters on 127.0.0.1 work,
   while a host slurmctld (on this machine or found through DNS SRV records, Slurm's configless
   lookup) and the host's munged are out of reach.
@@ -65,6 +67,7 @@ IFF_UP = 0x1
 SECOND_LOOPBACK = "127.0.0.2"
 ENV_MARK = "GPU_HEALTHCHECK_TEST_ISOLATED"
 HOST_COPY = ".hermetic-host"
+COPY_MAX_BYTES = 4 << 20
 
 
 class IsolationError(RuntimeError):
@@ -119,10 +122,11 @@ def _tmpfs_like(libc: ctypes.CDLL, path: str) -> None:
 
 def _privatise(libc: ctypes.CDLL, parent: str) -> None:
     """Make `parent` a tmpfs that shows the host's entries: the host's directory itself is
-    bound, live, at `parent`/.hermetic-host; each directory entry is bound back in place and
-    each file entry becomes a symlink into .hermetic-host (so a file the host replaces by a
-    rename, like /etc/passwd, is seen as replaced); symlinks are copied as they are. A new
-    entry lands in the tmpfs only."""
+    bound, live, at `parent`/.hermetic-host; each directory entry is bound back in place, each
+    regular file is copied (a private copy, taken now), anything else becomes a symlink into
+    .hermetic-host, and symlinks are copied as they are. A new or replaced entry lands in the
+    tmpfs only. (Binding files back instead would go stale, and could not be bound again in a
+    nested session, once the host replaced one by a rename.)"""
     stash = tempfile.mkdtemp(prefix="hermetic-stash-")
     keep = os.path.join(parent, HOST_COPY)
     try:
@@ -143,6 +147,14 @@ def _privatise(libc: ctypes.CDLL, parent: str) -> None:
         elif stat.S_ISDIR(st.st_mode):
             os.mkdir(dst)
             _mount(libc, src, dst, None, MS_BIND | MS_REC)
+        elif stat.S_ISREG(st.st_mode) and st.st_size <= COPY_MAX_BYTES:
+            # a private copy: tools like useradd refuse a symlinked /etc/passwd and replace the
+            # file by rename, which must not reach the host
+            shutil.copy2(src, dst, follow_symlinks=False)
+            try:
+                os.chown(dst, st.st_uid, st.st_gid)
+            except OSError:
+                pass  # a user namespace maps only our own uid
         else:
             os.symlink(os.path.join(HOST_COPY, name), dst)
 
@@ -239,7 +251,10 @@ def isolate() -> Isolation:
         err = ctypes.get_errno()
         raise IsolationError(f"cannot make / private ({os.strerror(err)}): in a chroot, bind-mount "
                              "the new root onto itself first")
-    done = set()
+    # /etc always: a test may add an account (useradd renames /etc/passwd+ over /etc/passwd),
+    # and that must land in the session's /etc, not the host's.
+    _privatise(libc, "/etc")
+    done = {"/etc"}
     for path in HIDDEN:  # parents first, so a later tmpfs is not bound over by a parent's copy
         if not initial[path]:
             parent = _nearest_existing(path)

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import os
 import re
+import shutil
 import socket
 import subprocess
 import sys
@@ -150,14 +151,30 @@ def test_the_risky_tests_started_on_the_real_host_leave_it_as_they_found_it(isol
     from the real host, as `make test` does), compared from outside through the host's root."""
     host = isolation.host
     before = hermetic.host_snapshot(host)
+    # --root: the session's own root (the same as the host's, unless we run in a chroot)
     done = _pytest(RISKY, prefix=["nsenter", f"--mount=/proc/self/fd/{host.mnt_fd}",
-                                  f"--net=/proc/self/fd/{host.net_fd}", f"--wd={ROOT}", "--"],
-                   pass_fds=(host.mnt_fd, host.net_fd))
+                                  f"--net=/proc/self/fd/{host.net_fd}",
+                                  f"--root=/proc/self/fd/{host.root_fd}", f"--wd={ROOT}", "--"],
+                   pass_fds=(host.mnt_fd, host.net_fd, host.root_fd))
     assert done.returncode == 0, done.stdout + done.stderr
     assert "hermetic: session isolated" in done.stdout
     changed = hermetic.differences(before, hermetic.host_snapshot(host))
     assert changed == [], ("the host changed while the risky tests ran (by them, or by another "
                            "process on this machine): %s" % changed)
+
+
+@pytest.mark.skipif(os.geteuid() != 0 or shutil.which("useradd") is None, reason="useradd as root")
+def test_an_account_added_in_the_session_never_reaches_the_hosts_etc(isolation):
+    name = "hchermetic%d" % os.getpid()
+    subprocess.run(["useradd", "-l", "--no-create-home", "--shell", "/usr/sbin/nologin", name],
+                   check=True)
+    try:
+        assert any(line.startswith(name + ":") for line in open("/etc/passwd"))
+        for path in ("/etc/passwd", "/etc/group", "/etc/shadow"):
+            with open(isolation.host.path(path)) as handle:
+                assert not any(line.startswith(name + ":") for line in handle), path
+    finally:
+        subprocess.run(["userdel", name], check=False)
 
 
 # What builds, demonstrates and tests this project must leave the host's daemons alone. (The

@@ -64,20 +64,18 @@ class LocalUser(NamedTuple):
 
 @pytest.fixture(scope="module")
 def local_user(isolation):
-    """A real unprivileged account on the host, made with useradd for this module and removed
-    after it.  The session's /etc is a private view (tests/hermetic.py), so useradd and userdel
-    run in the host's mount namespace."""
+    """A real unprivileged account, made with useradd for this module and removed after it.
+    The session's /etc is private (tests/hermetic.py): useradd replaces the session's
+    /etc/passwd, never the host's; -l keeps it out of the host's lastlog and faillog."""
     name = f"hc17{uuid.uuid4().hex[:8]}"
-    host = isolation.host
-    on_host = ["nsenter", f"--mount=/proc/self/fd/{host.mnt_fd}", "--"]
-    subprocess.run(on_host + ["useradd", "--no-create-home", "--shell", "/usr/sbin/nologin", name],
-                   check=True, pass_fds=(host.mnt_fd,))
+    subprocess.run(["useradd", "-l", "--no-create-home", "--shell", "/usr/sbin/nologin", name],
+                   check=True)
     try:
-        with open(host.path("/etc/passwd")) as handle:
+        with open("/etc/passwd") as handle:
             [entry] = [line.split(":") for line in handle if line.startswith(name + ":")]
         yield LocalUser(name, int(entry[2]), int(entry[3]))
     finally:
-        subprocess.run(on_host + ["userdel", name], check=False, pass_fds=(host.mnt_fd,))
+        subprocess.run(["userdel", name], check=False)
 
 
 @pytest.fixture
