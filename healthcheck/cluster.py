@@ -48,14 +48,15 @@ def rows_from_show_nodes(text: str) -> List[Dict[str, Any]]:
             row["time"] = refused_time(node.comment)
             row["refused"] = True
             refused.append(row)
-        if not node.reason:
+        if not node.reason or not node.drained:
+            # a reason on a node in service is a note, or a leftover: Slurm 24.11 keeps the
+            # last reason after State=RESUME (tested; 22.05 clears it)
             continue
         if is_ours(node.reason):
             row = _our_row(node.name, node.state, node.reason, node.reason)
             row["time"] = reason_time(line)
             ours.append(row)
-        elif node.drained:
-            # a reason on a node in service is a note, not a drain
+        else:
             row = dict.fromkeys(COLUMNS)
             row.update(node=node.name, state=node.state, time=reason_time(line),
                        raw_reason=node.reason, ours=False, refused=False)

@@ -207,8 +207,11 @@ def decide_drain(this: NodeState, cluster: Sequence[NodeState], max_fraction: fl
     """Whether to drain this node, given the cluster as scontrol shows it now."""
     if this.drained and is_ours(this.reason):
         return DrainDecision.ALREADY_OURS
-    if not down_by_slurm(this) and (this.drained or (this.reason and not is_ours(this.reason))):
+    if this.drained and not down_by_slurm(this):
         return DrainDecision.ADMIN_OWNED
+    # A reason on a node in service is not a drain to respect: Slurm 24.11 keeps the last
+    # reason after State=RESUME (tested; 22.05 clears it), so every node an admin once drained
+    # and resumed carries one.  Treating it as the admin's would stop us draining a bad node.
     ours = sum(1 for n in _our_drains(cluster) if n.name != this.name)
     if ours + 1 > drain_budget(len(gpu_nodes(cluster)), max_fraction):
         return DrainDecision.REFUSED

@@ -68,6 +68,7 @@ def prolog(c: GpuCluster, node: str = "gpu-a", env: Optional[Dict[str, str]] = N
 
 # --- rows --------------------------------------------------------------------------------
 
+@pytest.mark.slurm
 @pytest.mark.parametrize("code,name", [(9, "DRIVER_NOT_LOADED"), (18, "LIB_RM_VERSION_MISMATCH")])
 def test_nvml_init_fails_driver_not_loaded_or_rm_version_mismatch_fail_drain(c, code, name):
     c.scenario("gpu-a").write_text(f"nvml.init_error = {code}\n")
@@ -77,6 +78,7 @@ def test_nvml_init_fails_driver_not_loaded_or_rm_version_mismatch_fail_drain(c, 
     assert f"nvml.init={name}" in logged(c.state("gpu-a")) and '"taken": "drain"' in logged(c.state("gpu-a"))
 
 
+@pytest.mark.slurm
 def test_a_gpu_is_lost_fail_drain(c):
     c.scenario("gpu-a").write_text(HEALTHY + "gpu.1.lost = 1\n")
     assert prolog(c).returncode == 1
@@ -84,6 +86,7 @@ def test_a_gpu_is_lost_fail_drain(c):
     assert "gpu.lost" in logged(c.state("gpu-a"))
 
 
+@pytest.mark.slurm
 def test_nvml_hangs_on_one_gpu_bounded_by_the_deadline_fail_that_gpu(c):
     path = c.wd / "config" / "gpu-a.toml"
     path.write_text(path.read_text().replace("scontrol_timeout_s = 10\n", "scontrol_timeout_s = 10\nnvml_timeout_s = 2\n"))
@@ -95,6 +98,7 @@ def test_nvml_hangs_on_one_gpu_bounded_by_the_deadline_fail_that_gpu(c):
     assert c.reason("gpu-a").startswith("gpu-healthcheck: gpu1 gpu.lost=TIMEOUT prolog")
 
 
+@pytest.mark.slurm
 @pytest.mark.parametrize("fault,value", [("cuda.hang_s = 3600", "timeout"), ("cuda.crash = 11", "crashed")])
 def test_cuda_probe_hangs_or_crashes_bounded_fail_that_gpu(c, fault, value):
     path = c.wd / "config" / "gpu-a.toml"
@@ -109,6 +113,7 @@ def test_cuda_probe_hangs_or_crashes_bounded_fail_that_gpu(c, fault, value):
     assert "cuda.probe" in logged(c.state("gpu-a"))
 
 
+@pytest.mark.slurm
 def test_libnvidia_ml_absent_on_a_node_with_nvidia_pci_devices_fail(c, tmp_path):
     from tests.fakenode import make_sysfs
     sysfs = make_sysfs(tmp_path / "sys", nvidia=["0000:41:00.0"])
@@ -122,6 +127,7 @@ def test_libnvidia_ml_absent_on_a_node_with_nvidia_pci_devices_fail(c, tmp_path)
     assert "LIBRARY_NOT_FOUND" in logged(c.state("gpu-a"))
 
 
+@pytest.mark.slurm
 def test_libnvidia_ml_absent_on_a_node_with_no_nvidia_devices_pass_with_no_gpus(c, tmp_path):
     result = c.check("gpu-a", "--node", "--act", "--json", env={"LD_LIBRARY_PATH": str(tmp_path)})
     assert result.returncode == 0
@@ -137,6 +143,7 @@ def _stub(path: Path, body: str) -> str:
     return str(path)
 
 
+@pytest.mark.slurm
 @pytest.mark.parametrize("how", ["missing", "non-zero", "hanging", "slurmctld down"])
 def test_scontrol_missing_nonzero_hanging_or_slurmctld_down_pending_drain_kept_applied_at_next_run(c, tmp_path, how):
     env: Dict[str, str] = {}
@@ -161,7 +168,7 @@ def test_scontrol_missing_nonzero_hanging_or_slurmctld_down_pending_drain_kept_a
     pending = json.loads((c.state("gpu-a") / "pending-drain.json").read_text())
     assert pending["reason"].endswith("ecc.volatile_uncorrected=1 prolog job=4242")
     assert "pending" in logged(c.state("gpu-a")) and "cannot drain gpu-a" in logged(c.state("gpu-a"))
-    assert not c.reason("gpu-a").startswith("gpu-healthcheck:")
+    assert not c.drained("gpu-a")  # (Slurm 24.11 keeps an earlier test's reason after RESUME)
 
     c.cluster.drain("gpu-a", "Prolog error")  # what slurmctld does with the prolog's exit 1
     c.write_config("gpu-a")  # scontrol and slurmctld work again
@@ -281,6 +288,7 @@ def test_sixteen_prologs_at_once_on_one_node_all_complete_no_lost_or_mixed_basel
     assert sorted(r["job_id"] for r in history(node.state_dir)) == [str(j) for j in range(100, 116)]
 
 
+@pytest.mark.slurm
 def test_every_node_of_the_test_cluster_fails_the_same_check_drain_budget_holds(c):
     for node in NODES:
         c.write_config(node, max_fraction=0.34)  # three nodes: one may be drained

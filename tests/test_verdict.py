@@ -105,6 +105,14 @@ def test_never_overwrite_an_admin_reason():
     assert may_resume(this, [], []) == "drained by someone else"
 
 
+def test_a_reason_left_on_a_node_in_service_does_not_stop_a_drain():
+    # Slurm 24.11 keeps the last reason after State=RESUME (tests/test_slurm_versions.py)
+    for reason in ("admin: replacing PSU", "gpu-healthcheck: gpu1 ecc.volatile_uncorrected=1 epilog job=7"):
+        this = NodeState("n0", "IDLE", reason)
+        assert decide_drain(this, [this], 1.0) is DrainDecision.APPLY
+        assert may_resume(this, [], []) == "not drained"
+
+
 def test_resume_only_our_clean_non_rma_drain():
     ours = NodeState("n0", "IDLE+DRAIN", "gpu-healthcheck: gpu3 ecc.volatile_uncorrected=2 epilog job=1")
     assert may_resume(ours, [], [GPU3]) is None
