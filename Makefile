@@ -1,6 +1,6 @@
 # gpu-healthcheck: top-level entry points.
 #   make demo    the incident replayed on a local 3-node Slurm cluster (the main job; root)
-#   make test    the test suite, in the venv .venv (no timed assertions)
+#   make test    the test suite, in the venv .venv (no timed assertions) [PYTEST_ARGS=...]
 #   make venv    make or repair .venv with the distro's python3 and install .[test] into it
 #   make fake    build the simulated NVML/CUDA libraries (tests/fakegpu/build)
 #   make bench   performance table vs floors and gcm, in the venv: tests.bench [BENCH_ARGS=...]
@@ -8,11 +8,14 @@
 #   make man     regenerate docs/gpu-healthcheck.8 from the argparse definition
 #   make deb     dist/gpu-healthcheck_VERSION_all.deb (deploy/deb/build-deb; dpkg-deb only)
 #   make rpm     dist/gpu-healthcheck-VERSION-1.elN.noarch.rpm: EL=9 (default) or EL=8 [EL8_PYTHON=3.11|3.9]
+#   make slurm-matrix  the Slurm tests against Slurm 22.05 (host) and 24.11 (a Debian 13 root
+#                built and cached by tests/slurmroot/build; needs root and debootstrap)
 #
 # The distro's python3 is externally managed (PEP 668): nothing is pip-installed into it.
 # Everything runs from a venv made with it (VENV_PYTHON: /usr/bin/python3 where it exists).
 PYTHON ?= python3
 BENCH_ARGS ?=
+PYTEST_ARGS ?=
 VENV ?= .venv
 VENV_PYTHON ?= $(shell test -x /usr/bin/python3 && echo /usr/bin/python3 || command -v python3)
 VPY = $(VENV)/bin/python
@@ -22,7 +25,7 @@ SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 DEMO_APT = gcc make munge slurmctld slurmd slurm-client python3-venv
 TEST_APT = $(DEMO_APT) python3-dev pkg-config libsystemd-dev
 
-.PHONY: fake test venv venv-demo apt-demo apt-test bench validate demo man deb rpm
+.PHONY: fake test venv venv-demo apt-demo apt-test bench validate demo man deb rpm slurm-matrix
 
 fake:
 	$(MAKE) -C tests/fakegpu
@@ -74,7 +77,7 @@ venv-demo: apt-demo
 # The whole suite, in the venv. pytest exits 5 when it collected no tests: that fails too.
 test: venv
 	@$(MAKE) -s -C tests/fakegpu PYTHON=$(abspath $(VPY))
-	$(VPY) -m pytest -q -p no:cacheprovider tests
+	$(VPY) -m pytest -q -p no:cacheprovider $(PYTEST_ARGS) tests
 
 bench: venv
 	@$(MAKE) -s -C tests/fakegpu PYTHON=$(abspath $(VPY))
@@ -99,6 +102,14 @@ rpm:
 
 man:
 	$(PYTHON) docs/make-manpage > docs/gpu-healthcheck.8.new && mv docs/gpu-healthcheck.8.new docs/gpu-healthcheck.8
+
+# The Slurm tests on every supported Slurm version (tests/slurmroot/matrix): 22.05 from the
+# host through the venv, 24.11 in a Debian 13 root that debootstrap builds once and caches in
+# /var/cache/gpu-healthcheck-ci (its own Python 3.13 venv).  Needs root.
+slurm-matrix: venv
+	$(call apt_install,debootstrap debian-archive-keyring)
+	@$(MAKE) -s -C tests/fakegpu PYTHON=$(abspath $(VPY))
+	PYTHON=$(abspath $(VPY)) tests/slurmroot/matrix
 
 # demo: the incident replayed on a local 3-node Slurm cluster with simulated 8-GPU nodes.
 # Sets itself up on a fresh Debian 12 / Ubuntu 24.04 machine (apt packages, a venv in .venv,

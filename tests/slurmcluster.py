@@ -33,8 +33,13 @@ after a prolog failure may start again only after AuthInfo=cred_expire seconds
 Every daemon (and so every slurmstepd and, through sbatch's default
 ``--export=ALL``, every job process) carries the environment variable
 ``HC_SLURMCLUSTER_ID=<unique id>``; :meth:`SlurmCluster.stop` uses it, plus
-the process tree, to kill whatever is left and verifies that nothing remains.
+the process tree (and, for Slurm 24.11's slurmstepd, which hides its environment,
+the working directory), to kill whatever is left and verifies that nothing remains.
 Other clusters (or a system Slurm) on the same machine are never touched.
+
+Versions: the harness starts whatever Slurm is on PATH (:func:`slurm_version`):
+22.05 on the Debian 12 host, 24.11 inside the Debian 13 root of tests/slurmroot/
+(``tests/slurmroot/run``; ``make slurm-matrix`` runs the Slurm tests on both).
 """
 
 from __future__ import annotations
@@ -57,6 +62,7 @@ __all__ = [
     "JobError",
     "slurm_available",
     "slurm_missing_reason",
+    "slurm_version",
     "requires_slurm",
     "write_wrapper",
     "parse_scontrol_oneliner",
@@ -98,6 +104,18 @@ def slurm_missing_reason() -> Optional[str]:
     if os.geteuid() != 0:
         return "a local Slurm cluster needs root (SlurmUser=root, mknod for GPU devices)"
     return None
+
+
+def slurm_version() -> Optional[str]:
+    """The major.minor ('22.05', '24.11') of the slurmctld on PATH, None when there is none.
+
+    The same harness starts every version; tests/slurmroot/run puts Slurm 24.11 on PATH."""
+    exe = _which("slurmctld")
+    if not exe:
+        return None
+    out = subprocess.run([exe, "-V"], capture_output=True, text=True, timeout=30).stdout
+    m = re.search(r"(\d+)\.(\d+)\.\d+", out)
+    return "%s.%s" % (m.group(1), m.group(2)) if m else None
 
 
 def slurm_available() -> bool:
@@ -300,6 +318,13 @@ def _proc_cmdline(pid: int) -> str:
     try:
         with open("/proc/%d/cmdline" % pid, "rb") as f:
             return f.read().replace(b"\0", b" ").decode("utf-8", "replace").strip()
+    except OSError:
+        return ""
+
+
+def _proc_cwd(pid: int) -> str:
+    try:
+        return os.readlink("/proc/%d/cwd" % pid)
     except OSError:
         return ""
 
@@ -816,8 +841,16 @@ class SlurmCluster:
         tag = ("%s=%s" % (TAG_VAR, self.cluster_id)).encode()
         me = os.getpid()
         roots = {p.pid for p in self.procs.values()} | set(self._known_pids)
+        workdir = str(self.workdir) + "/"
         for pid in _all_pids():
-            if pid != me and tag in _proc_env(pid).split(b"\0"):
+            if pid == me:
+                continue
+            if tag in _proc_env(pid).split(b"\0"):
+                roots.add(pid)
+            elif (_proc_cmdline(pid).startswith("slurmstepd")
+                  and (_proc_cwd(pid) + "/").startswith(workdir)):
+                # Slurm 24.11's slurmstepd shows an empty environment (its process title
+                # overwrites it) and is reparented to init; it keeps slurmd's cwd, our workdir.
                 roots.add(pid)
         found = {}
         for pid in roots | self._descendants(roots):

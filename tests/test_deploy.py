@@ -356,3 +356,22 @@ def test_gpus_idle_condition_without_nvidia_smi(tmp_path: Path) -> None:
                            str(SYSTEMD / "gpu-healthcheck-gpus-idle")],
                           capture_output=True, text=True, timeout=30)
     assert proc.returncode == 0, proc.stderr
+
+
+# --- deploy/slurm/README.md's table of Slurm behaviour ------------------------------------
+
+def test_the_slurm_behaviour_table_has_a_tested_column_per_version_and_a_row_per_observation() -> None:
+    """Every cell comes from tests/test_slurm_versions.py: one column per version it holds
+    observations for, one row per observation (named in the first column)."""
+    from tests.test_slurm_versions import OBSERVED
+
+    text = (ROOT / "deploy" / "slurm" / "README.md").read_text()
+    rows = [line for line in text.splitlines() if line.startswith("| ")]
+    header = [cell.strip() for cell in rows[0].strip("|").split("|")]
+    assert header[1:] == [f"{v} (tested)" for v in sorted(OBSERVED)], header
+    for row in rows[1:]:
+        cells = [cell.strip() for cell in row.strip("|").split("|")]
+        assert len(cells) == len(header) and all(cells), row
+    keys = set(OBSERVED["22.05"]) | set(OBSERVED["24.11"])
+    missing = [k for k in sorted(keys) if f"`{k}`" not in text]
+    assert not missing, f"observations without a row in deploy/slurm/README.md: {missing}"
