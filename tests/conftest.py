@@ -18,6 +18,7 @@ import pytest
 
 from tests import hermetic
 from tests.fakenode import FAKE_BUILD, FAKEGPU, FIXTURES, ROOT, ensure_fakegpu, make_sysfs  # noqa: F401
+from tests.slurmcluster import SLURM_MARK_VAR
 
 
 def _isolate() -> hermetic.Isolation:
@@ -46,6 +47,13 @@ def _fresh_private_defaults():
     so state a fallback to the built-in defaults left behind cannot reach the next test."""
     yield
     hermetic.reset(ISOLATION)
+
+
+def pytest_runtest_setup(item) -> None:
+    """Tell tests/slurmcluster.py whether this test carries the slurm marker (before any of its
+    fixtures start a cluster): a cluster started by an unmarked test is an error there, since
+    make slurm-matrix selects the Slurm tests by that marker and would miss it on 24.11."""
+    os.environ[SLURM_MARK_VAR] = "1" if item.get_closest_marker("slurm") else "0"
 
 
 def pytest_terminal_summary(terminalreporter) -> None:

@@ -71,6 +71,8 @@ __all__ = [
 
 SLURM_BINARIES = ("slurmctld", "slurmd", "scontrol", "sbatch", "squeue", "sinfo", "munged")
 TAG_VAR = "HC_SLURMCLUSTER_ID"
+# Set by tests/conftest.py for each test: "1" when it is marked @pytest.mark.slurm, else "0".
+SLURM_MARK_VAR = "HC_TEST_MARKED_SLURM"
 DEFAULT_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
 
 # Job states after which a job will not run again by itself.
@@ -456,6 +458,11 @@ class SlurmCluster:
         reason = slurm_missing_reason()
         if reason:
             raise SlurmClusterError(reason)
+        if os.environ.get(SLURM_MARK_VAR) == "0":
+            raise SlurmClusterError(
+                "this test starts a Slurm cluster but is not marked @pytest.mark.slurm: "
+                "make slurm-matrix selects the Slurm tests by that marker, so it would not run "
+                "on every Slurm version")
         self._started = True
         t0 = time.monotonic()
         try:

@@ -302,6 +302,7 @@ def test_every_node_of_the_test_cluster_fails_the_same_check_drain_budget_holds(
         assert "refused" in logged(c.state(node))
 
 
+@pytest.mark.slurm
 def test_one_job_on_every_node_gets_a_dbe_and_scontrol_is_slow_drain_budget_holds_under_concurrency(c, tmp_path):
     slow = c.slow_scontrol(0.3)  # a loaded controller: 300 ms per call
     for node in NODES:
@@ -322,7 +323,8 @@ def test_one_job_on_every_node_gets_a_dbe_and_scontrol_is_slow_drain_budget_hold
     assert len(drained) == 1, [(n, c.reason(n)) for n in NODES]
     assert c.reason(drained[0]).startswith("gpu-healthcheck: gpu0 ")
     for node in set(NODES) - set(drained):
-        assert "refused" in logged(c.state(node)) and c.reason(node) == ""
+        # not drained (Slurm 24.11 keeps the reason of an undone drain after RESUME)
+        assert "refused" in logged(c.state(node)) and not c.drained(node)
 
 
 def test_an_exception_injected_into_a_check_exit_0_traceback_logged_no_drain(node):
