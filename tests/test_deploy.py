@@ -366,7 +366,14 @@ def test_the_slurm_behaviour_table_has_a_tested_column_per_version_and_a_row_per
     from tests.test_slurm_versions import OBSERVED
 
     text = (ROOT / "deploy" / "slurm" / "README.md").read_text()
-    rows = [line for line in text.splitlines() if line.startswith("| ")]
+    lines = text.splitlines()
+    start = next(i for i, line in enumerate(lines) if line.startswith("| Behaviour the tool relies on"))
+    rows = []
+    for line in lines[start:]:
+        if not line.startswith("|"):
+            break
+        if not line.startswith("|---"):
+            rows.append(line)
     header = [cell.strip() for cell in rows[0].strip("|").split("|")]
     assert header[1:] == [f"{v} (tested)" for v in sorted(OBSERVED)], header
     for row in rows[1:]:
