@@ -486,6 +486,7 @@ def _node_act(c: GpuCluster, *extra: str) -> Dict:
 
 @pytest.mark.parametrize("fault,check", [("gpu.4.memory.used_mib = 61440", "memory.leaked"),
                                          ("gpu.4.processes = 999999:1024", "processes.leftover")])
+@pytest.mark.slurm
 def test_a_prolog_only_fault_memory_leaked_or_processes_leftover_blocks_resume_while_present(c, fault, check):
     """The prolog drains for a fault that `--node` alone calls a warning (or info); the
     HealthCheckProgram must judge it as the prolog did and keep the node drained while it is
@@ -504,6 +505,7 @@ def test_a_prolog_only_fault_memory_leaked_or_processes_leftover_blocks_resume_w
     assert not c.drained("gpu-a")
 
 
+@pytest.mark.slurm
 def test_a_lost_gpu_outside_gpus_keeps_the_node_drained_resume_needs_a_full_check(c):
     c.scenario("gpu-a").write_text(HEALTHY + "gpu.5.lost = 1\n")
     assert _node_act(c)["action"]["taken"] == "drain"
@@ -516,6 +518,7 @@ def test_a_lost_gpu_outside_gpus_keeps_the_node_drained_resume_needs_a_full_chec
     assert _node_act(c)["action"]["taken"] == "resume"
 
 
+@pytest.mark.slurm
 def test_a_stale_pending_drain_is_dropped_once_the_admin_resumed_the_node(c, tmp_path):
     """scontrol failed, so the prolog kept its drain pending and exited 1 (Slurm drained the
     node "Prolog error").  The admin fixed the GPU and resumed the node.  The next job's prolog
@@ -553,6 +556,7 @@ def _set_drain(c: GpuCluster, node: str, text: str) -> None:
     path.write_text(path.read_text().replace("[drain]\n", "[drain]\n" + text + "\n"))
 
 
+@pytest.mark.slurm
 def test_report_only_drains_and_resumes_nothing_and_logs_what_it_would_have_done(c):
     _set_drain(c, "gpu-a", "report_only = true")
     c.scenario("gpu-a").write_text(HEALTHY + "gpu.2.ecc.volatile.uncorrected = 1\n")
@@ -572,6 +576,7 @@ def test_report_only_drains_and_resumes_nothing_and_logs_what_it_would_have_done
     assert _node_act(c)["action"]["taken"] == "none" and c.drained("gpu-a")
 
 
+@pytest.mark.slurm
 def test_a_refused_drain_is_visible_in_cluster_and_the_metrics_until_a_full_check_passes(c):
     metrics = c.state("gpu-a").parent / "gpu-a.prom"
     for node in ("gpu-a", "gpu-b"):
@@ -602,6 +607,7 @@ def _xid(stamp: float, xid: int = 48) -> str:
     return f"[{stamp:12.6f}] NVRM: Xid (PCI:0000:18:00): {xid}, pid=4242, name=python, Ch 00000008\n"
 
 
+@pytest.mark.slurm
 def test_an_old_xid_drains_once_the_admins_resume_deals_with_it_and_a_new_xid_drains_again(c):
     """The field's worst false drain (azurehpc#648, DCGM#277, gpud#1072): before, the admin
     reset the GPU and resumed the node, and the next HealthCheckProgram run drained it again
@@ -634,6 +640,7 @@ def shared(tmp_path_factory, fakegpu):
         yield c
 
 
+@pytest.mark.slurm
 @pytest.mark.parametrize("node,gres", [("gpu-a", "mps:50"), ("gpu-b", "shard:1")])
 def test_two_jobs_share_a_gpu_through_gres_mps_or_shard_and_both_prologs_pass(shared, tmp_path, node, gres):
     """Both jobs get SLURM_JOB_GPUS=0.  The second prolog sees the first job's process on GPU 0:
@@ -670,6 +677,7 @@ def test_two_jobs_share_a_gpu_through_gres_mps_or_shard_and_both_prologs_pass(sh
     c.cluster.resume(node)
 
 
+@pytest.mark.slurm
 def test_a_gpu_reset_without_init_lines_is_seen_by_its_volatile_counters_starting_over(c):
     """The admin resets the GPU (nvidia-smi -r) and leaves the resume to us: the volatile ECC
     counters start over, so the Xid that came with the DBE is dealt with, and our own drain
