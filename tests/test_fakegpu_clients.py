@@ -380,3 +380,12 @@ def test_nvitop_shows_mig_instances(tmp_path, clients):
     assert len({uuid for _, uuid, _, _ in migs}) == 3 and all(u.startswith("MIG-") for _, u, _, _ in migs)
     assert [line for line in once.splitlines() if "2g.20gb @ GI/CI" in line] and "1:2" in once
     assert gpustat[1]["utilization.gpu"] is None  # no GPU-wide utilization with MIG on
+
+
+def test_nvitop_reads_nvlink_traffic_of_an_idle_gpu(tmp_path, clients):
+    """The counters nvitop (and nvitop-exporter's gpu_nvlink_* metrics) poll, per link."""
+    code = ("import json; from nvitop import Device\n"
+            "print(json.dumps([[d.nvlink_link_count(), d.nvlink_total_tx_throughput(), "
+            "d.nvlink_total_rx_throughput()] for d in Device.all()]))")
+    (_, links), _ = _run_clients(tmp_path, "gpus = 2\ngpu.1.nvlink.links = 0\n", code)
+    assert links == [[18, 0, 0], [0, "N/A", "N/A"]]

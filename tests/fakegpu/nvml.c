@@ -969,7 +969,8 @@ nvmlReturn_t nvmlDeviceGetFieldValues(nvmlDevice_t device, int valuesCount, nvml
                 fg_set_field(v, U, g.recovery_action);
             break;
         default:
-            ok = fg_fabric_field(&g, v);  /* NVLink, PCIe replay, HBM: nvml_fabric.c */
+            /* NVLink, PCIe replay, HBM: nvml_fabric.c; NVLink traffic: nvml_monitor.c */
+            ok = fg_fabric_field(&g, v) || fg_monitor_field(&g, v);
             break;
         }
         if (!ok) {

@@ -46,6 +46,8 @@ void fg_set_field(nvmlFieldValue_t *v, nvmlValueType_t type, unsigned long long 
 /* nvml_fabric.c: one nvmlDeviceGetFieldValues entry that nvml.c does not serve (NVLink, PCIe
  * replays, HBM temperature): fills *v and returns 1, or returns 0 for NOT_SUPPORTED. */
 int fg_fabric_field(const fg_gpu *g, nvmlFieldValue_t *v);
+/* nvml_monitor.c: the field values monitoring tools poll (NVLink traffic); 1 if answered. */
+int fg_monitor_field(const fg_gpu *g, nvmlFieldValue_t *v);
 
 #define BEGIN(func, args_ok)                                                    \
     fg_gpu g;                                                                   \

@@ -279,6 +279,27 @@ nvmlReturn_t nvmlDeviceGetVbiosVersion(nvmlDevice_t device, char *version, unsig
     return fg_put_string(version, length, g.vbios);
 }
 
+/*
+ * NVLink traffic counters (KiB since the driver loaded), per link in scopeId, as nvitop and
+ * its exporter poll them: an idle GPU whose counters stay at 0, on every link it has
+ * (gpu.N.nvlink.links); a PCIe board (0 links) has none.
+ */
+int fg_monitor_field(const fg_gpu *g, nvmlFieldValue_t *v)
+{
+    switch (v->fieldId) {
+    case NVML_FI_DEV_NVLINK_THROUGHPUT_DATA_TX:
+    case NVML_FI_DEV_NVLINK_THROUGHPUT_DATA_RX:
+    case NVML_FI_DEV_NVLINK_THROUGHPUT_RAW_TX:
+    case NVML_FI_DEV_NVLINK_THROUGHPUT_RAW_RX:
+        if ((g->unsupported >> FG_F_NvLinkState) & 1 || v->scopeId >= g->nvlink_links)
+            return 0;
+        fg_set_field(v, NVML_VALUE_TYPE_UNSIGNED_LONG_LONG, 0);
+        return 1;
+    default:
+        return 0;
+    }
+}
+
 nvmlReturn_t nvmlDeviceGetPcieThroughput(nvmlDevice_t device, nvmlPcieUtilCounter_t counter, unsigned int *value)
 {
     BEGIN(FG_F_PcieThroughput, value != NULL && (counter == NVML_PCIE_UTIL_TX_BYTES ||
