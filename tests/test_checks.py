@@ -207,3 +207,25 @@ def test_memory_without_a_visible_process_leak_or_busy():
         assert "reset the GPU" in i.message
     assert busy_signs(unknown_util.gpus[0]) == ["performance state P2 with utilization unknown"]
     assert busy_signs(idle.gpus[0]) == []
+
+
+@pytest.mark.parametrize("reasons, severity", [
+    (0x8, Severity.WARN),            # HW_SLOWDOWN with no cause named
+    (0x40, Severity.WARN),           # HW_THERMAL
+    (0x48, Severity.WARN),
+    (0xC8, Severity.WARN),           # power brake and HW thermal: the thermal one decides
+    (0x88, Severity.INFO),           # power brake (and the HW_SLOWDOWN it implies): real healthy H100s
+    (0x80, Severity.INFO),
+    (0x20, Severity.INFO),           # SW thermal: temperatures judged by thermal.slowdown
+    (0xA4, Severity.INFO),           # power brake + SW thermal + SW power cap: real healthy H100
+])
+def test_clock_slowdowns_warn_only_on_the_gpus_own_hardware_protection(reasons, severity):
+    [finding] = findings_of(faulty(dict(gpu=dict(clocks_event_reasons=reasons))), Mode.NODE,
+                            "clocks.hw_slowdown")
+    assert finding.severity is severity and finding.action is Action.NONE
+
+
+@pytest.mark.parametrize("reasons", [0x1, 0x4, 0x10, 0x2])
+def test_idle_power_cap_sync_boost_and_app_clocks_are_not_slowdowns(reasons):
+    assert findings_of(faulty(dict(gpu=dict(clocks_event_reasons=reasons))), Mode.NODE,
+                       "clocks.hw_slowdown") == []

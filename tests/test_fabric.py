@@ -467,27 +467,32 @@ H100_DUMPS = ["gpud__nvidia-smi-q__535.161.08__8xH100-80GB-HBM3.txt",
 
 
 @pytest.mark.parametrize("dump", H100_DUMPS)
-def test_each_real_8xh100_text_dump_replays_to_pass_on_every_check_but_its_own_power_brake(node, dump):
+def test_each_real_8xh100_text_dump_replays_to_pass(node, dump):
     scenario = convert(SMI / dump)
     assert "gpus = 8" in scenario and "gpu.7.fabric.state = completed" in scenario
     assert "gpu.0.remap.histogram = 2560,0,0,0,0" in scenario
-    doc = node.run("--node", "--json", scenario=scenario).json
-    assert len(doc["gpus"]) == 8 and all(g["fabric"]["state"] == 3 for g in doc["gpus"])
-    assert not [f for f in doc["findings"] if f["severity"] in ("fail", "unknown")], doc["findings"]
-    # The dumps themselves show "HW Power Brake Slowdown: Active" (and a thermal slowdown) on
-    # some GPUs: the one warning a faithful replay must give, and nothing else.
-    warned = {f["check"] for f in doc["findings"] if f["severity"] == "warn"}
-    assert warned <= {"clocks.hw_slowdown"}, doc["findings"]
-    braked = sum(1 for m in re.finditer(r"clocks_event_reasons = (0x[0-9A-F]+)", scenario)
-                 if int(m[1], 16) & (0x8 | 0x20 | 0x40 | 0x80))
-    assert len([f for f in doc["findings"] if f["check"] == "clocks.hw_slowdown"]) == braked
-
-
-def test_the_same_dump_without_its_clock_slowdowns_passes(node):
-    scenario = re.sub(r"clocks_event_reasons = 0x[0-9A-F]+", "clocks_event_reasons = 0x0",
-                      convert(SMI / H100_DUMPS[0]))
     result = node.run("--node", "--json", scenario=scenario)
-    assert result.json["verdict"] == "pass" and result.rc == 0, result.json["findings"]
+    doc = result.json
+    assert len(doc["gpus"]) == 8 and all(g["fabric"]["state"] == 3 for g in doc["gpus"])
+    assert doc["verdict"] == "pass" and result.rc == 0, doc["findings"]
+    assert not [f for f in doc["findings"] if f["severity"] != "info"], doc["findings"]
+    # The dumps show "HW Power Brake Slowdown: Active" (with the HW Slowdown it implies, and SW
+    # thermal on one GPU of the 535.183 node) on healthy GPUs: each is reported, as info.
+    braked = sum(1 for m in re.finditer(r"clocks_event_reasons = (0x[0-9A-F]+)", scenario)
+                 if int(m[1], 16) & 0x80)
+    assert braked >= 1
+    slowed = [f for f in doc["findings"] if f["check"] == "clocks.hw_slowdown"]
+    assert len(slowed) == braked and all("HW_POWER_BRAKE" in f["value"] for f in slowed), slowed
+
+
+def test_the_same_dump_with_a_hw_thermal_slowdown_warns(node):
+    scenario = convert(SMI / H100_DUMPS[0]).replace("gpu.3.clocks_event_reasons = 0x88",
+                                                    "gpu.3.clocks_event_reasons = 0xC8")
+    assert "gpu.3.clocks_event_reasons = 0xC8" in scenario
+    result = node.run("--node", "--json", scenario=scenario)
+    warned = [f for f in result.json["findings"] if f["severity"] == "warn"]
+    assert result.json["verdict"] == "warn" and [f["check"] for f in warned] == ["clocks.hw_slowdown"]
+    assert warned[0]["gpu"] == 3 and "HW_THERMAL" in warned[0]["message"]
 
 
 def test_the_real_fabric_insufficient_resources_excerpt_replays_to_fail(node):

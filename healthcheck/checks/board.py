@@ -71,24 +71,45 @@ def check_pcie_replay(gpu: GpuSnapshot, node: NodeSnapshot, ctx: CheckContext) -
 
 HW_SLOWDOWN_BITS = {0x8: "HW_SLOWDOWN", 0x20: "SW_THERMAL", 0x40: "HW_THERMAL",
                     0x80: "HW_POWER_BRAKE"}
+HW_THERMAL = 0x40
+HW_SLOWDOWN = 0x8
+HW_POWER_BRAKE = 0x80
 
 
 @gpu_check("clocks.hw_slowdown", severity=Severity.WARN, action=Action.NONE)
 def check_clocks_hw_slowdown(gpu: GpuSnapshot, node: NodeSnapshot, ctx: CheckContext) -> Iterator[Finding]:
-    """Clocks held down by hardware or thermal protection (not by idleness or power capping).
+    """Clocks held down by the GPU's own hardware protection (not by idleness or power capping).
 
-    HW slowdown, HW/SW thermal slowdown and power brake point at cooling, power supply or a
-    failing board; jobs run slowly.  Warn.
+    Warns on HW_THERMAL (the board's hardware thermal protection), and on HW_SLOWDOWN whose
+    cause is not the power brake alone: jobs run at half the clocks or less, and cooling, power
+    delivery or the board needs a look.  Info, not warn, for the two bits healthy production
+    nodes show in a snapshot: HW_POWER_BRAKE (with the HW_SLOWDOWN it implies), an "External
+    Power Brake Assertion ... triggered (e.g. by the system power supply)", a chassis signal and
+    not a GPU fault; and SW_THERMAL, which NVML defines as the GPU or memory temperature above
+    its max operating temperature, judged already, with the board's own limits, by
+    `thermal.slowdown` and `memory.temperature`.  Sources: NVML API reference, "Clocks Event
+    Reasons" (nvmlClocksThrottleReasonHwSlowdown/HwThermalSlowdown/HwPowerBrakeSlowdown,
+    nvmlClocksEventReasonSwThermalSlowdown; HW Slowdown "may be also reported during PState or
+    clock change"), and two real 8xH100 `nvidia-smi -q` dumps of healthy nodes (gpud fixtures:
+    power brake on all 8 GPUs at 29 C idle; power brake with SW thermal at 36 C).
     nvidia-smi equivalent: `nvidia-smi -q -d PERFORMANCE`, "Clocks Event Reasons".
     """
     reasons = gpu.clocks_event_reasons
     if not reasons:
         return
     active = [name for bit, name in HW_SLOWDOWN_BITS.items() if reasons & bit]
-    if active:
+    if not active:
+        return
+    hardware = bool(reasons & HW_THERMAL) or bool(reasons & HW_SLOWDOWN and not reasons & HW_POWER_BRAKE)
+    if hardware:
         yield _f("clocks.hw_slowdown", Severity.WARN, gpu,
                  f"{label(gpu)}: clocks slowed by {', '.join(active)}; check cooling and power",
-                 value=",".join(active), threshold="none")
+                 value=",".join(active), threshold="HW_THERMAL or HW_SLOWDOWN")
+    else:
+        yield _f("clocks.hw_slowdown", Severity.INFO, gpu,
+                 f"{label(gpu)}: clocks slowed by {', '.join(active)} (power brake asserted by the "
+                 f"system, or SW thermal within the temperature checks' limits)",
+                 value=",".join(active), threshold="HW_THERMAL or HW_SLOWDOWN")
 
 
 @gpu_check("pcie.width_degraded", severity=Severity.WARN, action=Action.NONE,
