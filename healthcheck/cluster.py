@@ -80,9 +80,11 @@ def _fully_parsed(reason: str) -> bool:
     """Whether verdict.REASON_RE explains the whole reason.  Its match is loose (a free-text
     reason after our prefix still yields a "check"), so columns from a partial match would
     mislead; a reason cut at Slurm's 255 bytes may end mid-token and still counts."""
+    import re
+
     from .verdict import MAX_REASON_BYTES, REASON_RE
 
-    m = REASON_RE.match(reason)
+    m = re.match(REASON_RE, reason)
     if m is None:
         return False
     return m.end() == len(reason.rstrip()) or len(reason.encode()) >= MAX_REASON_BYTES - 5

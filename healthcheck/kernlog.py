@@ -61,6 +61,9 @@ class _Patterns(NamedTuple):
     dmesg_t: "re.Pattern[str]"
     iso: "re.Pattern[str]"
     syslog: "re.Pattern[str]"
+    decode: "re.Pattern[str]"
+    program: "re.Pattern[str]"
+    stamp: "re.Pattern[str]"
 
 
 @functools.lru_cache(maxsize=1)
@@ -76,6 +79,11 @@ def patterns() -> _Patterns:
         dmesg_t=re.compile(r"^\s*\[(?P<date>[A-Z][a-z]{2} [A-Z][a-z]{2} [ \d]\d \d\d:\d\d:\d\d \d{4})\]\s?(?P<msg>.*)$", re.DOTALL),
         iso=re.compile(r"^(?P<date>\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d(?:[.,]\d+)?(?:[+-]\d\d:?\d\d|Z)?)\s+(?P<msg>.*)$", re.DOTALL),
         syslog=re.compile(r"^(?P<mon>[A-Za-z]{3,4})\.? +(?P<day>\d{1,2}) (?P<hms>\d\d:\d\d:\d\d)\s+(?P<msg>.*)$", re.DOTALL),
+        # dmesg --decode / -x: "kern  :err   : " (facility, level) before the stamp
+        decode=re.compile(r"^(?P<facility>[a-z0-9]+)\s*:(?P<level>[a-z]+)\s*:\s"),
+        program=re.compile(r"^(?:\S+\s+)?kernel:\s?"),
+        # dmesg's stamps ("[ 12.5]", "[Wed Jul 31 23:14:18 2024]"), whatever follows on the line
+        stamp=re.compile(r"^\s*\[(?:\s*\d+\.\d+|[A-Z][a-z]{2} [A-Z][a-z]{2} [ \d]\d \d\d:\d\d:\d\d \d{4})\]"),
     )
 
 
@@ -92,11 +100,6 @@ MAX_SXID_LINES = 4096  # NVSwitch SXid lines kept per read (4 switches, a few li
 # A kernel ring buffer is a few MiB; a syslog file can be GBs.  At ~100 MB/s of NVRM-free
 # text (or ~1 s per 200,000 NVRM lines) this keeps --node within HealthCheckProgram's 60 s.
 MAX_SCAN_BYTES = 64 << 20
-# dmesg --decode / -x: "kern  :err   : " (facility, level) before the stamp
-_DMESG_DECODE_RE = re.compile(r"^(?P<facility>[a-z0-9]+)\s*:(?P<level>[a-z]+)\s*:\s")
-_KERNEL_PROGRAM_RE = re.compile(r"^(?:\S+\s+)?kernel:\s?")
-# dmesg's stamps ("[ 12.5]", "[Wed Jul 31 23:14:18 2024]"), whatever follows on the line
-_DMESG_STAMP_RE = re.compile(r"^\s*\[(?:\s*\d+\.\d+|[A-Z][a-z]{2} [A-Z][a-z]{2} [ \d]\d \d\d:\d\d:\d\d \d{4})\]")
 
 
 def _pci(text: str) -> str:
@@ -112,18 +115,18 @@ def _from_kernel(line: str, year: int) -> Optional[Tuple[str, Optional[float], O
     if m:
         # PRI = facility * 8 + level; the kernel's facility is 0, a write to /dev/kmsg gets 1
         return (m["msg"], int(m["usec"]) / 1e6, None, int(m["seq"])) if int(m["pri"]) < 8 else None
-    decoded = _DMESG_DECODE_RE.match(line)
+    decoded = p.decode.match(line)
     if decoded:  # dmesg --decode: the facility says who wrote it ("kern" is the kernel)
         if decoded["facility"] != "kern":
             return None
         return _stamp(line[decoded.end():], year)
     msg, mono, wall, seq = _stamp(line, year)
-    if _DMESG_STAMP_RE.match(line):
+    if p.stamp.match(line):
         return msg, mono, wall, seq  # dmesg prints the kernel ring buffer only
     # syslog, journal or undated text: "[host ]kernel: ...", or a bare "NVRM: ..." line
     start = min((i for i in (msg.find("NVRM"), msg.find("nvidia-nvswitch")) if i >= 0), default=-1)
     prefix = msg[:start] if start >= 0 else msg
-    program = _KERNEL_PROGRAM_RE.match(prefix)
+    program = p.program.match(prefix)
     if prefix.strip() and not program:
         return None
     return msg, mono, wall, seq
@@ -262,14 +265,14 @@ class Aggregate(NamedTuple):
     dropped: int  # events of (GPU, Xid) pairs past MAX_GROUPS
 
 
-_NVLINK5_SEVERITY = re.compile(r"\b(Fatal|Non-?fatal)\b", re.IGNORECASE)
+_NVLINK5_SEVERITY = r"\b(Fatal|Non-?fatal)\b"  # compiled by re on first use
 
 
 def _variant(event: XidEvent) -> str:
     """What must not be merged within one GPU and Xid: the NVLink5 Xids 144-150 print their
     own Fatal / Nonfatal, and a fatal line must not hide behind a non-fatal one."""
     if event.xid is not None and 144 <= event.xid <= 150:
-        m = _NVLINK5_SEVERITY.search(event.message)
+        m = re.search(_NVLINK5_SEVERITY, event.message, re.IGNORECASE)
         return m[1].lower().replace("-", "") if m else ""
     return ""
 

@@ -150,12 +150,13 @@ def _with_slurm_jobs(gpus: Tuple[GpuSnapshot, ...], selected: Tuple[int, ...], c
     `scontrol listpids` call, made only when such a process exists).  A co-tenant is not a
     leftover (checks/processes.py)."""
     from .procinfo import is_mps_daemon, with_jobs
-    from .scontrol import Scontrol, ScontrolError, find_scontrol
 
     unknown = [p for g in gpus if g.index in selected and g.processes for p in g.processes
                if p.job_id is None and not is_mps_daemon(p)]
     if not unknown:
-        return gpus
+        return gpus  # the common case: scontrol is never imported
+    from .scontrol import Scontrol, ScontrolError, find_scontrol
+
     try:
         jobs = Scontrol(find_scontrol(config.scontrol, environ),
                         config.scontrol_timeout_s).listpids(node)

@@ -92,7 +92,7 @@ def drain_reason(findings: Sequence[Finding], gpus: Sequence[GpuSnapshot], mode:
     return sanitise(" ".join(parts))
 
 
-REASON_RE = re.compile(
+REASON_RE = (  # compiled by re on first use (its cache): a healthy prolog parses no reason
     r"^gpu-healthcheck:\s+(?:gpu(?P<gpu>\d+)\s+)?(?:pci=(?P<pci>\S+)\s+)?(?:sn=(?P<serial>\S+)\s+)?"
     r"(?:uuid=(?P<uuid>\S+)\s+)?(?P<check>[a-z_.]+)(?:=(?P<value>\S*))?(?:\s+(?P<rma>rma))?"
     r"(?:\s+(?P<context>node|prolog|epilog))?(?:\s+job=(?P<job>\S+))?(?:\s+\(\+(?P<more>\d+) more\))?")
@@ -102,7 +102,7 @@ def parse_reason(reason: str) -> Optional[Dict[str, Optional[str]]]:
     """Split one of our reasons into its columns; None when it is not ours."""
     if not reason.startswith(PREFIX):
         return None
-    m = REASON_RE.match(reason)
+    m = re.match(REASON_RE, reason)
     if not m:
         return {"check": None, "raw": reason}
     fields: Dict[str, Optional[str]] = dict(m.groupdict())

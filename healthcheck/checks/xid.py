@@ -64,13 +64,13 @@ FALLEN_OFF_BUS = (FAIL, Action.REBOOT, "GPU has fallen off the bus: power-cycle 
 UNKNOWN_XID = (WARN, Action.NONE, "not in NVIDIA's Xid catalogue as we know it: look it up")
 
 # "<UNIT> Fatal|Nonfatal XC<n> i<n> Link <L> (<intrinfo> <errorstatus> ...)" (driver 550+)
-_NVLINK5 = re.compile(r"(?P<unit>[A-Z][A-Z0-9_]*)\s+(?P<sev>Fatal|Non-?fatal)\s+XC\d+\s+i\d+\s+"
-                      r"Link\s+(?P<link>-?\d+)\s+\((?P<intr>0x[0-9a-fA-F]+)\s+(?P<status>0x[0-9a-fA-F]+)",
-                      re.IGNORECASE)
+# Patterns as text, compiled by re on first use (its cache): the prolog reads no kernel log.
+_NVLINK5 = (r"(?P<unit>[A-Z][A-Z0-9_]*)\s+(?P<sev>Fatal|Non-?fatal)\s+XC\d+\s+i\d+\s+"
+            r"Link\s+(?P<link>-?\d+)\s+\((?P<intr>0x[0-9a-fA-F]+)\s+(?P<status>0x[0-9a-fA-F]+)")
 # Xid 154: "GPU recovery action changed from 0x0 (None) to 0x1 (GPU Reset Required)"
-_XID154 = re.compile(r"recovery action changed from\s+(?P<from>0x[0-9a-fA-F]+|\d+)\s*(?:\((?P<from_name>[^)]*)\))?"
-                     r"\s+to\s+(?P<to>0x[0-9a-fA-F]+|\d+)\s*(?:\((?P<to_name>[^)]*)\))?", re.IGNORECASE)
-_CAUSED_BY = re.compile(r"caused by previous Xid (?P<xid>\d+)", re.IGNORECASE)
+_XID154 = (r"recovery action changed from\s+(?P<from>0x[0-9a-fA-F]+|\d+)\s*(?:\((?P<from_name>[^)]*)\))?"
+           r"\s+to\s+(?P<to>0x[0-9a-fA-F]+|\d+)\s*(?:\((?P<to_name>[^)]*)\))?")
+_CAUSED_BY = r"caused by previous Xid (?P<xid>\d+)"
 
 
 class XidVerdict(NamedTuple):
@@ -102,7 +102,7 @@ def xid_verdict(event: XidEvent) -> XidVerdict:
         return XidVerdict(*FALLEN_OFF_BUS)
     code, text = event.xid, event.message
     if code in NVLINK5_XIDS:
-        m = _NVLINK5.search(text)
+        m = re.search(_NVLINK5, text, re.IGNORECASE)
         if m is None:
             return XidVerdict(WARN, Action.NONE, f"NVLink5 {NVLINK5_XIDS[code]} error whose payload "
                                                  f"could not be decoded: look it up")
@@ -113,13 +113,13 @@ def xid_verdict(event: XidEvent) -> XidVerdict:
                                              f"follows from an Xid 154")
     if code == 154:
         # aggregated: the last line of this GPU's Xid 154s carries the action that holds now
-        m = _XID154.search(event.last_message or text)
+        m = re.search(_XID154, event.last_message or text, re.IGNORECASE)
         if m is None:
             return XidVerdict(FAIL, Action.DRAIN, "GPU recovery action changed (new action not in "
                                                   "the line): drain and check nvidia-smi -q")
         return XidVerdict(*recovery_action_from_154(int(m["to"], 0), (m["to_name"] or "").strip()))
     if code == 45:
-        m = _CAUSED_BY.search(text)
+        m = re.search(_CAUSED_BY, text, re.IGNORECASE)
         if m:
             return XidVerdict(INFO, Action.NONE, f"preemptive cleanup caused by the earlier Xid "
                                                  f"{m['xid']}, which is judged on its own")
