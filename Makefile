@@ -10,6 +10,7 @@
 #   make rpm     dist/gpu-healthcheck-VERSION-1.elN.noarch.rpm: EL=9 (default) or EL=8 [EL8_PYTHON=3.11|3.9]
 #   make slurm-matrix  the Slurm tests against Slurm 22.05 (host) and 24.11 (a Debian 13 root
 #                built and cached by tests/slurmroot/build; needs root and debootstrap)
+#   make test-py313  the rest of the suite (-m "not slurm") on Python 3.13 in that root [PYTEST_ARGS=...]
 #
 # The distro's python3 is externally managed (PEP 668): nothing is pip-installed into it.
 # Everything runs from a venv made with it (VENV_PYTHON: /usr/bin/python3 where it exists).
@@ -25,7 +26,7 @@ SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 DEMO_APT = gcc make munge slurmctld slurmd slurm-client python3-venv
 TEST_APT = $(DEMO_APT) python3-dev pkg-config libsystemd-dev
 
-.PHONY: fake test venv venv-demo apt-demo apt-test bench validate demo man deb rpm slurm-matrix
+.PHONY: fake test venv venv-demo apt-demo apt-test bench validate demo man deb rpm slurm-matrix test-py313
 
 fake:
 	$(MAKE) -C tests/fakegpu
@@ -110,6 +111,12 @@ slurm-matrix: venv
 	$(call apt_install,debootstrap debian-archive-keyring)
 	@$(MAKE) -s -C tests/fakegpu PYTHON=$(abspath $(VPY))
 	PYTHON=$(abspath $(VPY)) tests/slurmroot/matrix
+
+# The rest of the suite (pytest -m "not slurm") on Python 3.13, in the same Debian 13 root
+# (not in .ci/run: CI's time budget; the matrix already runs the Slurm tests there).
+test-py313: venv
+	$(call apt_install,debootstrap debian-archive-keyring)
+	PYTHON=$(abspath $(VPY)) tests/slurmroot/run python -m pytest -q -p no:cacheprovider -m "not slurm" $(PYTEST_ARGS) tests
 
 # demo: the incident replayed on a local 3-node Slurm cluster with simulated 8-GPU nodes.
 # Sets itself up on a fresh Debian 12 / Ubuntu 24.04 machine (apt packages, a venv in .venv,

@@ -131,6 +131,10 @@ def roundtrip(deb: Path, tmp_path_factory: pytest.TempPathFactory, fakegpu: Path
         _unavailable("the dpkg round trip needs root (mount namespace, overlayfs, chroot)")
     if shutil.which("unshare") is None or shutil.which("dpkg") is None:
         _unavailable("unshare or dpkg not installed")
+    if shutil.which("man") is None:
+        # The round trip reads the installed page with the machine's man (the Debian 13 root
+        # of tests/slurmroot has no man-db).
+        _unavailable("man not installed (Debian package man-db): the round trip renders the installed page")
     work = tmp_path_factory.mktemp("debroot")
     proc = subprocess.run(["unshare", "-m", "--propagation", "private", "sh", str(ROUNDTRIP),
                            str(deb), str(fakegpu), str(work)],

@@ -132,6 +132,11 @@ def _slurmd_gres_order(tmp_path, gres_conf: str, gres_count: int, system: list) 
     done = subprocess.run(["slurmd", "-G", "-N", "n1"], capture_output=True, text=True, timeout=60,
                           env={"SLURM_CONF": str(tmp_path / "slurm.conf"), "PATH": "/usr/sbin:/usr/bin"})
     lines = [l for l in done.stdout.splitlines() + done.stderr.splitlines() if "Gres Name=gpu" in l]
+    if not lines and "cannot create auth context for auth/munge" in done.stderr:
+        # Slurm 24.11's slurmd creates a munge credential before it prints the gres list (22.05
+        # does not); this test runs a bare slurmd, no munged.  It still runs on 22.05.
+        pytest.skip("this slurmd's -G needs a running munged (Slurm >= 24.11), which this test "
+                    "does not start:\n" + done.stderr[-500:])
     assert lines, done.stdout + done.stderr
     return [int(re.search(r"File=\S*nvidia(\d+)\b", l).group(1)) for l in lines]
 
