@@ -86,6 +86,15 @@ def check_dir_owner(path: str, st: os.stat_result) -> None:
                             f"{stat.S_IMODE(st.st_mode):04o}): refusing to use it")
 
 
+def _open_dir_nofollow(path: str) -> int:
+    """An O_DIRECTORY|O_NOFOLLOW descriptor of `path`; a symlink or non-directory is refused."""
+    try:
+        return os.open(path, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC)
+    except OSError as exc:
+        raise StateError(exc.errno, f"{path} is not a directory we can use ({exc.strerror}; "
+                                    f"a symlink is refused)") from None
+
+
 def open_private_dir(path: str, create: bool) -> int:
     """Open (creating it 0700 if asked) a directory we own, refusing a symlink, one owned by
     another user, or one writable by group or others; tighten a readable one to 0700.
@@ -98,11 +107,7 @@ def open_private_dir(path: str, create: bool) -> int:
             os.makedirs(path, mode=0o700, exist_ok=True)
         except OSError as exc:
             raise StateError(exc.errno, f"cannot create {path}: {exc.strerror}") from None
-    try:
-        fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC)
-    except OSError as exc:
-        raise StateError(exc.errno, f"{path} is not a directory we can use ({exc.strerror}; "
-                                    f"a symlink is refused)") from None
+    fd = _open_dir_nofollow(path)
     try:
         st = os.fstat(fd)
         check_dir_owner(path, st)
@@ -127,11 +132,7 @@ def atomic_write(directory: str, name: str, data: bytes, create_dir: bool = True
     if private_dir:
         dfd = open_private_dir(directory, create_dir)
     else:
-        try:
-            dfd = os.open(directory, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC)
-        except OSError as exc:
-            raise StateError(exc.errno, f"{directory} is not a directory we can use "
-                                        f"({exc.strerror}; a symlink is refused)") from None
+        dfd = _open_dir_nofollow(directory)
         try:
             # its mode is the exporter's to choose, but not who may write into it
             check_dir_owner(directory, os.fstat(dfd))
