@@ -22,7 +22,9 @@ from __future__ import annotations
 import math
 import os
 import stat
-from typing import Any, Dict, FrozenSet, List, Mapping, NamedTuple, Optional, Tuple
+from typing import Any, Dict, FrozenSet, List, Mapping, Optional, Tuple
+
+from .records import NamedTuple
 
 DEFAULT_CONFIG_PATH = "/etc/gpu-healthcheck/config.toml"
 CONFIG_ENV = "GPU_HEALTHCHECK_CONFIG"

@@ -26,9 +26,10 @@ import os
 import select
 import signal
 import time
-from typing import Dict, List, NamedTuple, Optional, Sequence, Tuple
+from typing import Any, Dict, List, Optional, Sequence, Tuple
 
 from .model import ProbeResult, ProbeStatus
+from .records import NamedTuple
 
 MIB = 1 << 20
 CHUNK = 64 * MIB  # host buffer for full read-back
@@ -57,6 +58,25 @@ class ProbeSize(NamedTuple):
     full_fraction: Optional[float] = None  # set at --level full: share of free memory
 
 
+class _Kit(NamedTuple):
+    """What every probe child needs that does not depend on its GPU, made once in the parent
+    before it forks: a child only reads it, so its pages stay shared.  Each child building its
+    own (a libc handle, the 256 KiB block) cost it ~100 page faults of the ~800 a child takes."""
+
+    prctl: Any  # libc's prctl, or None where there is none
+    memcmp: Any
+    block: bytes  # the non-constant host-to-device block
+
+
+def _kit() -> _Kit:
+    libc = ctypes.CDLL(None, use_errno=True)
+    memcmp = libc.memcmp
+    memcmp.restype = ctypes.c_int
+    memcmp.argtypes = (ctypes.c_void_p, ctypes.c_void_p, ctypes.c_size_t)
+    return _Kit(prctl=getattr(libc, "prctl", None), memcmp=memcmp,
+                block=bytes((i * 7 + 13) & 0xFF for i in range(256)) * (HTOD_BYTES // 256))
+
+
 class _CudaError(Exception):
     def __init__(self, status: ProbeStatus, call: str, code: int, name: str) -> None:
         super().__init__(f"{call} returned {name} ({code})")
@@ -82,7 +102,7 @@ class _Cuda:
             raise _CudaError(status, fn, code, self.name(code))
 
 
-def _probe_in_child(size: ProbeSize) -> Dict[str, object]:
+def _probe_in_child(size: ProbeSize, kit: _Kit) -> Dict[str, object]:
     """Runs in the child, with CUDA_VISIBLE_DEVICES already naming exactly one GPU."""
     try:
         cuda = _Cuda()
@@ -121,14 +141,12 @@ def _probe_in_child(size: ProbeSize) -> Dict[str, object]:
             # aligned, or the pattern read at an odd offset would look like corruption
             step = max(SAMPLE_BYTES, (nbytes - SAMPLE_BYTES) // (SAMPLES - 1) // PAGE * PAGE)
             spans = [(min(i * step, nbytes - SAMPLE_BYTES), SAMPLE_BYTES) for i in range(SAMPLES)]
-        longest = max(max(length for _, length in spans), HTOD_BYTES)
+        longest = max(length for _, length in spans)
         # Built once and compared with memcmp: at --level full a Python slice-and-compare per
         # chunk costs ~1.6 s of CPU per GiB, past the deadline on a 141 GiB board.
         expected = c.create_string_buffer(PATTERN.to_bytes(4, "little") * (longest // 4), longest)
-        host = c.create_string_buffer(longest)
-        memcmp = c.CDLL(None).memcmp
-        memcmp.restype = c.c_int
-        memcmp.argtypes = (c.c_void_p, c.c_void_p, c.c_size_t)
+        host = c.create_string_buffer(max(longest, HTOD_BYTES))
+        memcmp, block = kit.memcmp, kit.block
         for offset, length in spans:
             cuda.call(copy, "cuMemcpyDtoH_v2", host, c.c_uint64(ptr.value + offset), c.c_size_t(length))
             if memcmp(host, expected, length) != 0:
@@ -138,7 +156,6 @@ def _probe_in_child(size: ProbeSize) -> Dict[str, object]:
                                   f"{offset + bad} of {nbytes}"}
             tested += length
         # a block that is not a constant: catches a copy path that returns stale or fixed data
-        block = bytes((i * 7 + 13) & 0xFF for i in range(256)) * (HTOD_BYTES // 256)
         cuda.call(copy, "cuMemcpyHtoD_v2", c.c_uint64(ptr.value), block, c.c_size_t(HTOD_BYTES))
         cuda.call(copy, "cuMemcpyDtoH_v2", host, c.c_uint64(ptr.value), c.c_size_t(HTOD_BYTES))
         if memcmp(host, block, HTOD_BYTES) != 0:
@@ -170,30 +187,27 @@ def _first_difference(a: bytes, b: bytes) -> int:
 PR_SET_PDEATHSIG = 1  # <linux/prctl.h>
 
 
-def die_with_parent(parent: int) -> None:
+def die_with_parent(parent: int, prctl: Any) -> None:
     """In a forked child: SIGKILL when the parent dies, however it dies (SIGKILL included).
 
     No setsid(): a child in its own session escapes slurmd's kill of the process group."""
-    try:
-        libc = ctypes.CDLL(None, use_errno=True)
-        libc.prctl(PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
-    except (OSError, AttributeError):
-        pass  # not Linux: the process group still reaches us
+    if prctl is not None:  # None: not Linux; the process group still reaches us
+        prctl(PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
     if os.getppid() != parent:  # the parent died before prctl took effect
         os._exit(1)
 
 
-def _child_main(target: ProbeTarget, size: ProbeSize, write_fd: int, parent: int) -> None:
+def _child_main(target: ProbeTarget, size: ProbeSize, kit: _Kit, write_fd: int, parent: int) -> None:
     """Never returns: the child must not run the parent's cleanup or atexit handlers."""
     code = 0
     try:
         # The parent's SIGTERM handler unwinds Python code; the child, maybe blocked in a
         # driver call, must simply die with its group.
         signal.signal(signal.SIGTERM, signal.SIG_DFL)
-        die_with_parent(parent)
+        die_with_parent(parent, kit.prctl)
         os.environ["CUDA_VISIBLE_DEVICES"] = target.uuid
         os.environ.pop("CUDA_DEVICE_ORDER", None)
-        result = _probe_in_child(size)
+        result = _probe_in_child(size, kit)
         os.write(write_fd, json.dumps(result).encode())
     except BaseException as exc:  # noqa: BLE001 - report anything, then leave without cleanup
         try:
@@ -220,24 +234,38 @@ def run_probes(targets: Sequence[ProbeTarget], size: ProbeSize, timeout_s: float
     """Probe every target in parallel; return one result per target, within timeout_s."""
     children: List[_Child] = []
     parent = os.getpid()
+    kit = _kit()
+    pipes: List[Tuple[int, int]] = []
+    pids = [0] * len(targets)
     try:
-        for target in targets:
-            read_fd, write_fd = os.pipe()
-            pid = os.fork()
-            if pid == 0:  # pragma: no cover - runs in the child, reported through the pipe
-                os.close(read_fd)
-                _child_main(target, size, write_fd, parent)
+        for _ in targets:
+            pipes.append(os.pipe())
+        # Nothing but the fork between forks: after the first, every page the parent writes
+        # costs it a copy-on-write fault, once per page per fork.
+        for i in range(len(targets)):
+            pids[i] = os.fork()
+            if pids[i] == 0:  # pragma: no cover - runs in the child, reported through the pipe
+                for j, (read_fd, write_fd) in enumerate(pipes):
+                    os.close(read_fd)
+                    if j != i:
+                        os.close(write_fd)  # or the parent never sees that child's pipe close
+                _child_main(targets[i], size, kit, pipes[i][1], parent)
+        started = time.monotonic()
+        for target, pid, (read_fd, write_fd) in zip(targets, pids, pipes):
             os.close(write_fd)
-            children.append(_Child(target, pid, read_fd, time.monotonic()))
+            children.append(_Child(target, pid, read_fd, started))
+        pipes = []
         deadline = time.monotonic() + timeout_s
         _collect(children, deadline)
     finally:
-        # On a deadline, an exception or SIGTERM from slurmd: no child outlives us.
-        for child in children:
-            if not child.eof:
-                _kill(child.pid)
+        for read_fd, write_fd in pipes:  # the forks were cut short
+            os.close(read_fd)
+            os.close(write_fd)
+        for pid in pids:  # On a deadline, an exception or SIGTERM from slurmd: no child outlives us.
+            if pid and not any(c.pid == pid and c.eof for c in children):
+                _kill(pid)
         reap_by = time.monotonic() + REAP_S
-        statuses = {child.pid: _reap(child.pid, reap_by) for child in children}
+        statuses = {pid: _reap(pid, reap_by) for pid in pids if pid}
         for child in children:
             os.close(child.fd)
     return tuple(_result(child, statuses[child.pid], timeout_s) for child in children)
@@ -270,16 +298,45 @@ def _kill(pid: int) -> None:
 REAP_S = 2.0  # how long to wait for killed children to be reaped
 
 
-REAP_POLL_S = (0.0005, 0.01)  # first and longest pause between waitpid polls
+REAP_POLL_S = (0.0005, 0.01)  # first and longest pause between waitpid polls (no pidfd)
 
 
 def _reap(pid: int, by: float) -> int:
     """The child's wait status; -1 when it is not gone by `by` (killed, but stuck in the driver
     in uninterruptible sleep: it is left to init rather than holding the run past its budget).
 
-    A child that closed its pipe is exiting and is reaped within a millisecond: polls start at
-    0.5 ms and double up to 10 ms (a fixed 10 ms pause cost every prolog 10 ms)."""
+    A child that closed its pipe is exiting and is gone within a millisecond.  Its pidfd
+    (Linux 5.3) wakes us the moment it is; without one, polls start at 0.5 ms and double up to
+    10 ms.  Polling cost every prolog about a millisecond of sleeping past the exits."""
+    status = _wait_now(pid)
+    if status is not None:
+        return status
+    pidfd = _pidfd(pid)
+    if pidfd is not None:
+        try:
+            while True:
+                remaining = by - time.monotonic()
+                if remaining <= 0:
+                    return -1
+                if select.select([pidfd], [], [], remaining)[0]:
+                    break
+        finally:
+            os.close(pidfd)
+        status = _wait_now(pid)
+        return -1 if status is None else status
     pause, longest = REAP_POLL_S
+    while True:
+        if time.monotonic() >= by:
+            return -1
+        time.sleep(pause)
+        pause = min(pause * 2, longest)
+        status = _wait_now(pid)
+        if status is not None:
+            return status
+
+
+def _wait_now(pid: int) -> Optional[int]:
+    """The wait status if the child has exited (0 if it was reaped already), else None."""
     while True:
         try:
             done, status = os.waitpid(pid, os.WNOHANG)
@@ -287,12 +344,15 @@ def _reap(pid: int, by: float) -> int:
             return 0
         except InterruptedError:
             continue
-        if done:
-            return status
-        if time.monotonic() >= by:
-            return -1
-        time.sleep(pause)
-        pause = min(pause * 2, longest)
+        return status if done else None
+
+
+def _pidfd(pid: int) -> Optional[int]:
+    """A pidfd for the child, readable once it has exited; None where there is none."""
+    try:
+        return os.pidfd_open(pid)
+    except (AttributeError, OSError):  # Python built without it, or a kernel before 5.3
+        return None
 
 
 def _result(child: _Child, wait_status: int, timeout_s: float) -> ProbeResult:

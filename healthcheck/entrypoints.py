@@ -8,7 +8,7 @@
 
 Each does what its shell script in prolog/, epilog/ or deploy/slurm/ does: slurmd starts it with
 no PATH, so PATH falls back to the standard directories (and is honoured where set), its own
-arguments are ignored, and the checker's exit status is the script's.  The shell scripts look
+arguments are ignored (replaced by the mode's), and the checker's exit status is the script's.  The shell scripts look
 gpu-healthcheck up on PATH and exit 0 when it is missing; here the checker is this very
 install, so there is nothing to look up.
 """
@@ -16,30 +16,30 @@ install, so there is nothing to look up.
 from __future__ import annotations
 
 import os
-from typing import List
+from typing import List, NoReturn
 
 
-def _run(args: List[str]) -> int:
-    from .cli import main
+def _run(args: List[str]) -> NoReturn:
+    from .cli import entry
     from .scontrol import DEFAULT_PATH
 
     # `PATH=${PATH:-...}` in the shell scripts: unset or empty takes the default.  Children
     # (scontrol found on PATH, logger) see it too.
     if not os.environ.get("PATH"):
         os.environ["PATH"] = DEFAULT_PATH
-    return main(args)
+    entry(args)
 
 
-def prolog() -> int:
+def prolog() -> NoReturn:
     """Prolog=: `gpu-healthcheck --prolog`."""
-    return _run(["--prolog"])
+    _run(["--prolog"])
 
 
-def epilog() -> int:
+def epilog() -> NoReturn:
     """Epilog=: `gpu-healthcheck --epilog`."""
-    return _run(["--epilog"])
+    _run(["--epilog"])
 
 
-def node_act() -> int:
+def node_act() -> NoReturn:
     """HealthCheckProgram=: `gpu-healthcheck --node --act` (slurmd ignores its exit status)."""
-    return _run(["--node", "--act"])
+    _run(["--node", "--act"])

@@ -33,9 +33,10 @@ from __future__ import annotations
 import json
 import os
 import re
-from typing import Dict, List, NamedTuple, Optional, Sequence, Tuple
+from typing import Dict, List, Optional, Sequence, Tuple
 
 from .model import GpuSnapshot
+from .records import NamedTuple
 
 CACHE = "gres-map.json"
 MAX_CONF_BYTES = 1 << 20  # a gres.conf is a few lines

@@ -38,9 +38,10 @@ import os
 import re
 import stat
 import time
-from typing import Dict, Iterable, Iterator, List, NamedTuple, Optional, Tuple
+from typing import Dict, Iterable, Iterator, List, Optional, Tuple
 
 from .model import KernelLogPosition, KernelLogRead, KernelLogWindow, SxidEvent, XidEvent
+from .records import NamedTuple
 from .text import printable
 
 OFF_BUS = "fallen off the bus"

@@ -29,7 +29,9 @@ import json
 import os
 import stat
 import time
-from typing import NamedTuple, TYPE_CHECKING, Any, Dict, List, Mapping, Optional, Sequence, Tuple
+from typing import TYPE_CHECKING, Any, Dict, List, Mapping, Optional, Sequence, Tuple
+
+from .records import NamedTuple
 
 if TYPE_CHECKING:
     from .config import Config

@@ -16,7 +16,9 @@ generation was a fifth of the prolog's time).  Change one with `record._replace(
 from __future__ import annotations
 
 import enum
-from typing import Dict, NamedTuple, Optional, Tuple, Union
+from typing import Dict, Optional, Tuple, Union
+
+from .records import NamedTuple
 
 Value = Union[int, float, str, bool, None]
 

@@ -20,9 +20,10 @@ from __future__ import annotations
 import threading
 import time
 from ctypes import byref
-from typing import Any, Callable, Dict, List, NamedTuple, Optional, Sequence, Tuple
+from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
 
 from .model import GpuProcess, GpuSnapshot, MigDevice
+from .records import NamedTuple
 from .text import printable
 
 ERROR_NAMES = {

@@ -12,15 +12,17 @@ from __future__ import annotations
 
 import os
 import time
-from typing import Any, Callable, Dict, List, Mapping, NamedTuple, Optional, Tuple
+from typing import Any, Callable, Dict, List, Mapping, Optional, Tuple
 
 from . import __version__
 from .checks import CheckContext, CheckCrash, run_checks
 from .config import Config
+from .kernlog import boot_wallclock, position_now, read_kernel_log
 from .model import (Baseline, Finding, GpuBaseline, GpuSnapshot, JobContext, KernelLogWindow,
                     Mode, NodeAction, NodeSnapshot, ProbeResult, ProbeStatus, Severity, UsageError,
                     Verdict)
 from .nvml import read_nvml
+from .records import NamedTuple
 from .slurmenv import job_from_env, map_job_gpus
 from .state import PendingDrain, StateStore
 from .sysfs import read_driver_age, read_sysfs_gpus
@@ -130,8 +132,6 @@ def read_node(request: RunRequest, config: Config, host: str, store: StateStore,
             events.append(LogEvent("error" if "corrupt" in why or "cannot" in why else "finding",
                                    WARNING, why))
     if mode is not Mode.PROLOG:
-        from .kernlog import read_kernel_log
-
         snapshot = snapshot._replace(kernel_log=read_kernel_log(
             config.kernel_log, _xid_window(mode, snapshot, config.xid_window_s)))
         if mode is Mode.NODE:
@@ -173,7 +173,6 @@ def _without_acknowledged(snapshot: NodeSnapshot, config: Config, store: StateSt
     """`--node`: Xids an admin has dealt with (state.XidAck) no longer count; what the kernel
     logged after each acknowledgement does.  The epilog needs none of this: its window is the
     job's own."""
-    from .kernlog import boot_wallclock, read_kernel_log
     from .state import read_acks
     from .xidack import live_acks, position_key, unacknowledged, window_after
 
@@ -218,8 +217,6 @@ def name_lost_gpu(gpus: Tuple[GpuSnapshot, ...],
 
 
 def _xid_window(mode: Mode, snapshot: NodeSnapshot, window_s: float) -> KernelLogWindow:
-    from .kernlog import boot_wallclock
-
     if mode is Mode.EPILOG and snapshot.baseline and snapshot.baseline.kernel_log:
         pos = snapshot.baseline.kernel_log
         return KernelLogWindow(position=pos, since_monotonic_s=pos.monotonic_s,
@@ -459,7 +456,6 @@ def acknowledge_xids(snapshot: NodeSnapshot, config: Config, store: StateStore,
                      events: List[LogEvent], gpus: Optional[Tuple[int, ...]], by: str) -> NodeSnapshot:
     """Record that the Xids in the snapshot's kernel log, on these GPUs (None: all), are dealt
     with; returns the snapshot without them.  `by`: "ack" (--ack) or "resume"."""
-    from .kernlog import boot_wallclock, position_now
     from .state import read_acks, write_acks
     from .xidack import acknowledge, gpu_pcis, kernel_pci
 
@@ -499,8 +495,6 @@ def ack(config: Config, gpus: Optional[Tuple[int, ...]]) -> Tuple[int, List[str]
         if missing:
             raise UsageError(f"--gpus {','.join(map(str, missing))}: this node has "
                              f"{len(nvml.gpus)} GPU(s)")
-    from .kernlog import read_kernel_log
-
     snapshot = NodeSnapshot(host=host, nvml_error=nvml.error, gpus=nvml.gpus)
     snapshot = snapshot._replace(kernel_log=read_kernel_log(
         config.kernel_log, _xid_window(Mode.NODE, snapshot, config.xid_window_s)))
@@ -785,8 +779,6 @@ def _write_baseline(store: StateStore, snapshot: NodeSnapshot, job_id: str, conf
     # a baseline field is the snapshot field of the same name
     gpus = tuple(GpuBaseline(**{name: getattr(g, name) for name in GpuBaseline._fields})
                  for g in snapshot.gpus if g.uuid and g.lost is None)
-    from .kernlog import position_now
-
     baseline = Baseline(job_id=job_id, taken_at=time.time(), gpus=gpus,
                         kernel_log=position_now(config.kernel_log))
     try:

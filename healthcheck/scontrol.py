@@ -16,8 +16,9 @@ from __future__ import annotations
 import re
 import shutil
 import time
-from typing import Callable, Dict, List, Mapping, NamedTuple, Optional, Sequence
+from typing import Callable, Dict, List, Mapping, Optional, Sequence
 
+from .records import NamedTuple
 from .verdict import NodeState, beyond_budget, gpu_nodes, is_ours, sanitise
 
 DEFAULT_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"

@@ -20,9 +20,10 @@ import json
 import os
 import stat
 import time
-from typing import Any, Dict, NamedTuple, Optional, Tuple
+from typing import Any, Dict, Optional, Tuple
 
 from .model import Baseline, GpuBaseline, KernelLogPosition
+from .records import NamedTuple
 
 JOBS = "jobs"
 PENDING = "pending-drain.json"

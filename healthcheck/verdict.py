@@ -14,9 +14,10 @@ from __future__ import annotations
 import enum
 import math
 import re
-from typing import Dict, Iterable, List, NamedTuple, Optional, Sequence
+from typing import Dict, Iterable, List, Optional, Sequence
 
 from .model import Action, Finding, GpuSnapshot, Mode, Severity, Verdict
+from .records import NamedTuple
 
 PREFIX = "gpu-healthcheck:"
 MAX_REASON_BYTES = 255  # Slurm's accounting database stores reasons as 255-byte text

@@ -43,7 +43,7 @@ def _console_script() -> str:
     cfg = configparser.ConfigParser()
     cfg.read(ROOT / "setup.cfg")
     lines = [ln.strip() for ln in cfg["options.entry_points"]["console_scripts"].splitlines() if ln.strip()]
-    main = [ln for ln in lines if ln.split("=")[1].strip() == "healthcheck.cli:main"]
+    main = [ln for ln in lines if ln.split("=")[1].strip() == "healthcheck.cli:entry"]
     assert len(main) == 1, lines
     return main[0].split("=")[0].strip()
 

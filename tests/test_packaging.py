@@ -24,7 +24,7 @@ from healthcheck.scontrol import DEFAULT_PATH
 
 ROOT = Path(__file__).resolve().parent.parent
 BUILD_PYTHON = "/usr/bin/python3"
-SCRIPTS = {"gpu-healthcheck": "healthcheck.cli:main",
+SCRIPTS = {"gpu-healthcheck": "healthcheck.cli:entry",
            "gpu-healthcheck-prolog": "healthcheck.entrypoints:prolog",
            "gpu-healthcheck-epilog": "healthcheck.entrypoints:epilog",
            "gpu-healthcheck-node-act": "healthcheck.entrypoints:node_act"}

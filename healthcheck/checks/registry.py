@@ -9,10 +9,11 @@ and its traceback is returned for logging.
 from __future__ import annotations
 
 import functools
-from typing import Callable, Dict, Iterable, List, NamedTuple, Optional, Tuple
+from typing import Callable, Dict, Iterable, List, Optional, Tuple
 
 from ..config import Config
 from ..model import Action, Finding, GpuSnapshot, Mode, NodeSnapshot, Severity
+from ..records import NamedTuple
 
 GpuCheck = Callable[[GpuSnapshot, NodeSnapshot, "CheckContext"], Iterable[Finding]]
 NodeCheck = Callable[[NodeSnapshot, "CheckContext"], Iterable[Finding]]

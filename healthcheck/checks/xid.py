@@ -10,9 +10,10 @@ reset the GPU, RESTART_BM -> fail, reboot (power-cycle) the node, RESTART_VM -> 
 from __future__ import annotations
 
 import re
-from typing import Dict, Iterator, List, NamedTuple, Optional, Tuple
+from typing import Dict, Iterator, List, Optional, Tuple
 
 from ..model import Action, Finding, Mode, NodeSnapshot, Severity, XidEvent
+from ..records import NamedTuple
 from .registry import CheckContext, finding as _f, gpu_at, label, node_check
 
 INFO, WARN, FAIL = Severity.INFO, Severity.WARN, Severity.FAIL

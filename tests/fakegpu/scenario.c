@@ -222,15 +222,35 @@ void fg_mig_name(const fg_gpu *g, char *text, size_t cap)
     snprintf(text, cap, "%.60s MIG %ug.%llugb", g->name, slices, gb);
 }
 
-void fg_scenario_defaults(fg_scenario *s)
+/* Defaults for GPUs 0..nfill-1 (the others are filled when a line names one). */
+static void scenario_defaults(fg_scenario *s, unsigned int nfill)
 {
     s->ngpus = 8;
     snprintf(s->driver_version, sizeof s->driver_version, "550.54.15");
     s->cuda_driver_version = 12040;
     s->nvml_init_error = 0;
     s->nvml_init_hang_s = 0;
-    for (unsigned int n = 0; n < FG_MAX_GPUS; n++)
+    s->nfilled = nfill;
+    memset(s->filled, 0, sizeof s->filled);
+    for (unsigned int n = 0; n < nfill; n++) {
         gpu_defaults(&s->gpu[n], n);
+        s->filled[n] = 1;
+    }
+}
+
+void fg_scenario_defaults(fg_scenario *s)
+{
+    scenario_defaults(s, 8);
+}
+
+/* GPU n, with its defaults if no line has named it yet. */
+static fg_gpu *gpu_at(fg_scenario *s, unsigned int n)
+{
+    if (!s->filled[n]) {
+        gpu_defaults(&s->gpu[n], n);
+        s->filled[n] = 1;
+    }
+    return &s->gpu[n];
 }
 
 /* ---------------------------------------------------------------- values */
@@ -891,8 +911,8 @@ static int parse_line(fg_scenario *s, char *line, perr *e)
     }
     if (strncmp(sub, "nvlink.", 7) == 0 && (sub[7] == '*' || isdigit((unsigned char)sub[7]))) {
         if (!all)
-            return apply_link_key(&s->gpu[n], sub + 7, val, e);
-        for (unsigned int i = 0; i < FG_MAX_GPUS; i++)
+            return apply_link_key(gpu_at(s, (unsigned int)n), sub + 7, val, e);
+        for (unsigned int i = 0; i < s->nfilled; i++)
             if (apply_link_key(&s->gpu[i], sub + 7, val, e))
                 return -1;
         return 0;
@@ -906,21 +926,62 @@ static int parse_line(fg_scenario *s, char *line, perr *e)
         return fail(e, "unknown key '%s'", key);
     }
     if (!all)
-        return apply_gpu_key(&s->gpu[n], k, val, e);
+        return apply_gpu_key(gpu_at(s, (unsigned int)n), k, val, e);
     /* Parse once, then copy the result field to every GPU: a bad value is
      * reported once, and GPU-specific defaults (uuid...) are replaced by
      * the given value only for this key. */
-    if (apply_gpu_key(&s->gpu[0], k, val, e))
+    if (apply_gpu_key(gpu_at(s, 0), k, val, e))
         return -1;
-    for (unsigned int i = 1; i < FG_MAX_GPUS; i++)
+    for (unsigned int i = 1; i < s->nfilled; i++)
         if (apply_gpu_key(&s->gpu[i], k, val, e))
             return -1;
     return 0;
 }
 
+/* The GPU count the text ends with (its last 'gpus = N' line), so that only
+ * those GPUs get the defaults and the gpu.* lines.  A value that does not
+ * parse gives every GPU: the parse proper then reports it at its line. */
+static unsigned int final_gpu_count(const char *text, size_t len)
+{
+    unsigned int count = 8;
+    size_t pos = 0;
+    char buf[128];
+    while (pos < len) {
+        const char *start = text + pos;
+        const char *nl = memchr(start, '\n', len - pos);
+        size_t l = nl ? (size_t)(nl - start) : len - pos;
+        pos += l + (nl ? 1 : 0);
+        size_t k = 0;
+        while (k < l && (start[k] == ' ' || start[k] == '\t'))
+            k++;
+        if (l - k < 4 || memcmp(start + k, "gpus", 4) != 0)
+            continue;   /* cheap filter: only a line starting "gpus" may be it */
+        if (l >= sizeof buf)
+            return FG_MAX_GPUS;
+        memcpy(buf, start, l);
+        buf[l] = '\0';
+        char *hash = strchr(buf, '#');
+        if (hash)
+            *hash = '\0';
+        char *eq = strchr(buf, '=');
+        if (!eq)
+            continue;
+        *eq = '\0';
+        if (strcmp(trim(buf), "gpus") != 0)
+            continue;
+        long long x;
+        perr e;
+        if (parse_ll(trim(eq + 1), 0, FG_MAX_GPUS, &x, &e))
+            return FG_MAX_GPUS;
+        count = (unsigned int)x;
+    }
+    return count;
+}
+
 int fg_scenario_parse(fg_scenario *s, const char *text, size_t len, const char *path)
 {
-    fg_scenario_defaults(s);
+    unsigned int count = final_gpu_count(text, len);
+    scenario_defaults(s, count ? count : 1);
     size_t pos = 0;
     unsigned long lineno = 0;
     char *buf = NULL;

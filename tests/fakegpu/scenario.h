@@ -138,6 +138,13 @@ typedef struct {
     int cuda_driver_version;
     int nvml_init_error;
     double nvml_init_hang_s;    /* nvmlInit* blocks this long */
+    /* gpu[0..nfilled-1] hold their defaults and every gpu.* line; a GPU
+     * past that (never enumerated: nfilled >= ngpus once parsed) gets its
+     * defaults when a gpu.N line names it (filled[N]).  The array is 0.9 MiB:
+     * filling all 256 entries on every nvmlInit and cuInit cost each CUDA
+     * probe child ~600 page faults, a cost no real driver has. */
+    unsigned int nfilled;
+    unsigned char filled[FG_MAX_GPUS];
     fg_gpu gpu[FG_MAX_GPUS];
 } fg_scenario;
 
