@@ -351,12 +351,12 @@ def leave(code: int) -> NoReturn:
     handlers run.  A reader that left (EPIPE) or a full disk under a redirected stdout does not
     change the exit status: the verdict stands, and a prolog's status decides a job's fate.
     """
+    atexit._run_exitfuncs()  # first: a handler may still write
     for stream in (sys.stdout, sys.stderr):
         try:
             stream.flush()
         except (OSError, ValueError):  # ValueError: closed
             pass
-    atexit._run_exitfuncs()
     os._exit(code)
 
 

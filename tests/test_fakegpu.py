@@ -509,6 +509,26 @@ def test_wildcard_and_later_line_wins(tmp_path):
     assert {g[i]["name"] for i in range(4)} == {"Fake GPU 2"}
 
 
+def test_wildcards_reach_gpus_that_a_later_gpus_line_adds_and_the_last_count_wins(tmp_path):
+    """The fake fills only the GPUs its last `gpus = N` line gives (filling all 256 cost every
+    probe child ~600 page faults): a gpu.* line must still reach every one of them, wherever
+    the count is set, and a gpu.N line past the count is still parsed (and checked)."""
+    scenario = """
+        gpu.*.name = Early Wildcard
+        gpus = 2
+        gpu.9.serial = 999           # past the count: accepted, never enumerated
+        gpus = 12                    # the last count wins
+        gpu.*.temperature_c = 41
+        gpu.11.temperature_c = 77
+    """
+    g = read_gpus(tmp_path, scenario, range(12))
+    assert {g[i]["name"] for i in range(12)} == {"Early Wildcard"}
+    assert [g[i]["temp"] for i in range(12)] == [41] * 11 + [77]
+    assert g[9]["serial"] == "999"
+    assert len({g[i]["uuid"] for i in range(12)}) == 12  # each GPU has its own defaults
+    count, _ = run(tmp_path, scenario, READ_GPU + "N.nvmlInit()\nout(N.nvmlDeviceGetCount())\n")
+    assert count == 12
+
 def test_scenario_reread_at_each_init(tmp_path):
     """A test may rewrite the scenario between a prolog and an epilog."""
     path = tmp_path / "live"
@@ -551,6 +571,9 @@ MALFORMED = [
     ("bad_processes", "gpu.0.processes = 12,13\n", 1, "bad processes"),
     ("bad_ecc_mode", "gpu.0.ecc_mode = on\n", 1, "bad ecc_mode 'on'"),
     ("nul_byte", "gpus = 2\x00\n", 1, "NUL byte"),
+    ("past_the_count", "gpus = 2\ngpu.3.temperature_c = hot\n", 2, "bad integer 'hot'"),
+    ("bad_count_late", "gpu.*.name = X\ngpus = many\n", 2, "bad integer 'many'"),
+    ("count_range_late", "gpu.*.name = X\ngpus = 8\ngpus = 300\n", 3, "out of range"),
 ]
 
 
