@@ -61,7 +61,7 @@ class ProbeSize(NamedTuple):
 class _Kit(NamedTuple):
     """What every probe child needs that does not depend on its GPU, made once in the parent
     before it forks: a child only reads it, so its pages stay shared.  Each child building its
-    own (a libc handle, the 256 KiB block) cost it ~100 page faults of the ~800 a child takes."""
+    own (a libc handle, the 256 KiB block) cost it ~125 of the ~815 page faults a child took."""
 
     prctl: Any  # libc's prctl, or None where there is none
     memcmp: Any

@@ -511,7 +511,7 @@ def test_wildcard_and_later_line_wins(tmp_path):
 
 def test_wildcards_reach_gpus_that_a_later_gpus_line_adds_and_the_last_count_wins(tmp_path):
     """The fake fills only the GPUs its last `gpus = N` line gives (filling all 256 cost every
-    probe child ~600 page faults): a gpu.* line must still reach every one of them, wherever
+    probe child ~220 page faults): a gpu.* line must still reach every one of them, wherever
     the count is set, and a gpu.N line past the count is still parsed (and checked)."""
     scenario = """
         gpu.*.name = Early Wildcard

@@ -107,7 +107,9 @@ def build_runs(node: SimNode, peer_exe, peer_skip: str) -> List[Run]:
         Run("ours --prolog (PCIe boards: no NVLink, no fabric)", "ours", 8, our_argv("--prolog"),
             dict(job8), extra=PCIE_SCENARIO),
     ]
-    console = shutil.which("gpu-healthcheck")
+    # the venv's own console script when the venv is not on PATH (`make bench`)
+    beside = os.path.join(os.path.dirname(sys.executable), "gpu-healthcheck")
+    console = shutil.which("gpu-healthcheck") or (beside if os.access(beside, os.X_OK) else None)
     runs.append(Run("console script gpu-healthcheck --prolog", "console", 8,
                     [console or "gpu-healthcheck", "--prolog"],
                     {"SLURM_JOB_ID": JOB_ID, "SLURM_JOB_GPUS": gpu_list(8)},
