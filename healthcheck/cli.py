@@ -344,12 +344,13 @@ def leave(code: int) -> NoReturn:
     """End the process now with `code`, skipping the interpreter's teardown.
 
     Tearing down the modules and their objects cost ~9 ms of every ~65 ms prolog, and none of it
-    is work: every file is closed (state files fsynced) where it is written, journal entries go
-    out on a datagram socket as they are made, and no non-daemon thread exists (an NVML reader
-    abandoned on a hung GPU is a daemon, which a teardown would not wait for either).  What an
-    orderly exit does that matters is done here: stdout and stderr are flushed, and atexit
-    handlers run.  A reader that left (EPIPE) or a full disk under a redirected stdout does not
-    change the exit status: the verdict stands, and a prolog's status decides a job's fate.
+    is work: every file is closed where it is written (and fsynced where it must survive a
+    crash), journal entries go out on a datagram socket as they are made, and no non-daemon
+    thread exists (an NVML reader abandoned on a hung GPU is a daemon, which a teardown would
+    not wait for either).  What an orderly exit does that matters is done here: atexit handlers
+    run, then stdout and stderr are flushed.  A reader that left (EPIPE) or a full disk under a
+    redirected stdout does not change the exit status: the verdict stands, and a prolog's status
+    decides a job's fate.
     """
     atexit._run_exitfuncs()  # first: a handler may still write
     for stream in (sys.stdout, sys.stderr):
