@@ -261,11 +261,14 @@ def run_probes(targets: Sequence[ProbeTarget], size: ProbeSize, timeout_s: float
         for read_fd, write_fd in pipes:  # the forks were cut short
             os.close(read_fd)
             os.close(write_fd)
-        for pid in pids:  # On a deadline, an exception or SIGTERM from slurmd: no child outlives us.
-            if pid and not any(c.pid == pid and c.eof for c in children):
+        # On a deadline, an exception or SIGTERM from slurmd: no child outlives us.
+        forked = [pid for pid in pids if pid]
+        finished = {child.pid for child in children if child.eof}
+        for pid in forked:
+            if pid not in finished:
                 _kill(pid)
         reap_by = time.monotonic() + REAP_S
-        statuses = {pid: _reap(pid, reap_by) for pid in pids if pid}
+        statuses = {pid: _reap(pid, reap_by) for pid in forked}
         for child in children:
             os.close(child.fd)
     return tuple(_result(child, statuses[child.pid], timeout_s) for child in children)

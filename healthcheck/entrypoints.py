@@ -8,7 +8,7 @@
 
 Each does what its shell script in prolog/, epilog/ or deploy/slurm/ does: slurmd starts it with
 no PATH, so PATH falls back to the standard directories (and is honoured where set), its own
-arguments are ignored (replaced by the mode's), and the checker's exit status is the script's.  The shell scripts look
+arguments are ignored, and the checker's exit status is the script's.  The shell scripts look
 gpu-healthcheck up on PATH and exit 0 when it is missing; here the checker is this very
 install, so there is nothing to look up.
 """

@@ -306,6 +306,10 @@ class NodeSnapshot(NamedTuple):
                 return g
         return None
 
+    def baseline_of(self, gpu: GpuSnapshot) -> Optional[GpuBaseline]:
+        """What the prolog recorded for this GPU (by UUID); None without a baseline or entry."""
+        return self.baseline.for_uuid(gpu.uuid) if self.baseline else None
+
 
 class Finding(NamedTuple):
     check: str

@@ -57,9 +57,9 @@ def check_pcie_replay(gpu: GpuSnapshot, node: NodeSnapshot, ctx: CheckContext) -
     fixed duration, so we count per job.  Warn.
     nvidia-smi equivalent: `nvidia-smi -q -d PCI`, "Replays Number".
     """
-    if ctx.mode is not Mode.EPILOG or node.baseline is None:
+    if ctx.mode is not Mode.EPILOG:
         return
-    base = node.baseline.for_uuid(gpu.uuid)
+    base = node.baseline_of(gpu)
     new = delta(gpu.pcie_replay, base.pcie_replay if base else None)
     limit = ctx.config.thresholds.pcie_replay_per_job
     if new is not None and new > limit:

@@ -40,7 +40,7 @@ def check_ecc_volatile_uncorrected(gpu: GpuSnapshot, node: NodeSnapshot, ctx: Ch
     count = gpu.ecc_volatile_uncorrected
     if not count:
         return
-    base = node.baseline.for_uuid(gpu.uuid) if node.baseline else None
+    base = node.baseline_of(gpu)
     new = delta(count, base.ecc_volatile_uncorrected if base else None)
     during = f" ({new} new during job)" if new else ""
     yield _f("ecc.volatile_uncorrected", Severity.FAIL, gpu,
@@ -75,7 +75,7 @@ def check_ecc_aggregate_uncorrected(gpu: GpuSnapshot, node: NodeSnapshot, ctx: C
     count = gpu.ecc_aggregate_uncorrected
     if not count:
         return
-    base = node.baseline.for_uuid(gpu.uuid) if node.baseline else None
+    base = node.baseline_of(gpu)
     new = delta(count, base.ecc_aggregate_uncorrected if base else None)
     if ctx.mode is Mode.EPILOG and new and new > 0:
         yield _f("ecc.aggregate_uncorrected", Severity.FAIL, gpu,

@@ -125,12 +125,13 @@ def check_nvlink_errors(gpu: GpuSnapshot, node: NodeSnapshot, ctx: CheckContext)
     went down and retrained: DCGM's NVLink health watch reports any as an error
     (DCGM_FR_NVLINK_ERROR_CRITICAL, docs.nvidia.com/datacenter/dcgm, "Error Threshold File");
     we warn on any and fail at RECOVERY_BURST (5) in one job: the link is flapping, and NVIDIA's
-    health validation drains a GPU whose links go inactive (NVLink checks, `nvlink_active`).  Counters are per driver load; by hand (no baseline) we report nothing.
+    health validation drains a GPU whose links go inactive (NVLink checks, `nvlink_active`).
+    Counters are per driver load; by hand (no baseline) we report nothing.
     nvidia-smi equivalent: `nvidia-smi nvlink -e`.
     """
-    if ctx.mode is not Mode.EPILOG or not gpu.nvlink_links or node.baseline is None:
+    if ctx.mode is not Mode.EPILOG or not gpu.nvlink_links:
         return
-    base = node.baseline.for_uuid(gpu.uuid)
+    base = node.baseline_of(gpu)
     if base is None:
         return
     t = ctx.config.thresholds

@@ -938,43 +938,67 @@ static int parse_line(fg_scenario *s, char *line, perr *e)
     return 0;
 }
 
+/* A scenario's lines, one at a time, each with its comment cut and trimmed. */
+typedef struct {
+    const char *text;
+    size_t len, pos;
+    char *buf;      /* the current line; freed by the caller */
+    size_t cap;
+} line_reader;
+
+/* 0: *line is the next line; 1: the text is done; -1: this line cannot be
+ * read (a NUL byte, out of memory), *e says why. */
+static int next_line(line_reader *r, char **line, perr *e)
+{
+    if (r->pos >= r->len)
+        return 1;
+    const char *start = r->text + r->pos;
+    const char *nl = memchr(start, '\n', r->len - r->pos);
+    size_t l = nl ? (size_t)(nl - start) : r->len - r->pos;
+    r->pos += l + (nl ? 1 : 0);
+    if (memchr(start, '\0', l))
+        return fail(e, "%s", "NUL byte in line");
+    if (l + 1 > r->cap) {
+        char *nb = realloc(r->buf, l + 1);
+        if (!nb)
+            return fail(e, "%s", "out of memory");
+        r->buf = nb;
+        r->cap = l + 1;
+    }
+    memcpy(r->buf, start, l);
+    r->buf[l] = '\0';
+    char *hash = strchr(r->buf, '#');
+    if (hash)
+        *hash = '\0';
+    *line = trim(r->buf);
+    return 0;
+}
+
 /* The GPU count the text ends with (its last 'gpus = N' line), so that only
  * those GPUs get the defaults and the gpu.* lines.  A value that does not
  * parse gives every GPU: the parse proper then reports it at its line. */
 static unsigned int final_gpu_count(const char *text, size_t len)
 {
+    line_reader r = {text, len, 0, NULL, 0};
     unsigned int count = 8;
-    size_t pos = 0;
-    char buf[128];
-    while (pos < len) {
-        const char *start = text + pos;
-        const char *nl = memchr(start, '\n', len - pos);
-        size_t l = nl ? (size_t)(nl - start) : len - pos;
-        pos += l + (nl ? 1 : 0);
-        size_t k = 0;
-        while (k < l && (start[k] == ' ' || start[k] == '\t'))
-            k++;
-        if (l - k < 4 || memcmp(start + k, "gpus", 4) != 0)
-            continue;   /* cheap filter: only a line starting "gpus" may be it */
-        if (l >= sizeof buf)
-            return FG_MAX_GPUS;
-        memcpy(buf, start, l);
-        buf[l] = '\0';
-        char *hash = strchr(buf, '#');
-        if (hash)
-            *hash = '\0';
-        char *eq = strchr(buf, '=');
+    char *line;
+    perr e;
+    int got;
+    while ((got = next_line(&r, &line, &e)) != 1) {
+        char *eq = got == 0 ? strchr(line, '=') : NULL;
         if (!eq)
-            continue;
+            continue;   /* not a key line, or unreadable: the parse proper says so */
         *eq = '\0';
-        if (strcmp(trim(buf), "gpus") != 0)
+        if (strcmp(trim(line), "gpus") != 0)
             continue;
         long long x;
-        perr e;
-        if (parse_ll(trim(eq + 1), 0, FG_MAX_GPUS, &x, &e))
-            return FG_MAX_GPUS;
+        if (parse_ll(trim(eq + 1), 0, FG_MAX_GPUS, &x, &e)) {
+            count = FG_MAX_GPUS;
+            break;
+        }
         count = (unsigned int)x;
     }
+    free(r.buf);
     return count;
 }
 
@@ -982,46 +1006,21 @@ int fg_scenario_parse(fg_scenario *s, const char *text, size_t len, const char *
 {
     unsigned int count = final_gpu_count(text, len);
     scenario_defaults(s, count ? count : 1);
-    size_t pos = 0;
+    line_reader r = {text, len, 0, NULL, 0};
     unsigned long lineno = 0;
-    char *buf = NULL;
-    size_t bufcap = 0;
-    int rc = 0;
-    while (pos < len) {
+    int rc = 0, got;
+    char *line;
+    perr e;
+    e.msg[0] = '\0';
+    while ((got = next_line(&r, &line, &e)) != 1) {
         lineno++;
-        const char *start = text + pos;
-        const char *nl = memchr(start, '\n', len - pos);
-        size_t l = nl ? (size_t)(nl - start) : len - pos;
-        pos += l + (nl ? 1 : 0);
-        perr e;
-        e.msg[0] = '\0';
-        if (memchr(start, '\0', l)) {
-            fail(&e, "%s", "NUL byte in line");
-        } else {
-            if (l + 1 > bufcap) {
-                char *nb = realloc(buf, l + 1);
-                if (!nb) {
-                    fail(&e, "%s", "out of memory");
-                    goto report;
-                }
-                buf = nb;
-                bufcap = l + 1;
-            }
-            memcpy(buf, start, l);
-            buf[l] = '\0';
-            char *hash = strchr(buf, '#');
-            if (hash)
-                *hash = '\0';
-            char *line = trim(buf);
-            if (*line == '\0' || parse_line(s, line, &e) == 0)
-                continue;
-        }
-    report:
+        if (got == 0 && (*line == '\0' || parse_line(s, line, &e) == 0))
+            continue;
         fprintf(stderr, "fakegpu: %s:%lu: %s\n", path, lineno, e.msg);
         rc = -1;
         break;
     }
-    free(buf);
+    free(r.buf);
     return rc;
 }
 
