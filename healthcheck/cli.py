@@ -19,9 +19,8 @@ import time
 from typing import TYPE_CHECKING, List, Mapping, NoReturn, Optional, Sequence
 
 from . import __version__
+from .decide import exitcodes
 from .model import UsageError
-
-STARTED = time.monotonic()  # the act budget counts from here: Slurm's 60 s count from our start
 
 if TYPE_CHECKING:  # imported lazily at run time: every job start waits for this process
     import argparse
@@ -47,9 +46,6 @@ class Terminated(BaseException):
 
 def _on_sigterm(signum: int, frame: object) -> None:
     raise Terminated()
-
-
-USAGE_EXIT = 3
 
 
 def _positive_int(text: str) -> int:
@@ -147,7 +143,7 @@ def _level(given: Optional[str], mode: "Mode", environ: Mapping[str, str]) -> st
 
 
 def _parse_gpus(text: str) -> tuple:
-    from .slurmenv import GpuListError, parse_gpu_list
+    from .read.slurmenv import GpuListError, parse_gpu_list
 
     try:
         ids = parse_gpu_list(text)
@@ -158,26 +154,30 @@ def _parse_gpus(text: str) -> tuple:
     return tuple(int(i) for i in ids)
 
 
-def main(argv: Optional[Sequence[str]] = None) -> int:
+def main(argv: Optional[Sequence[str]] = None, started_monotonic: Optional[float] = None) -> int:
+    """One command; returns its exit status (decide.exitcodes).  `started_monotonic`: when the
+    process started (entry() takes it first thing): the act budget counts from there, since
+    Slurm's 60 s for HealthCheckProgram count from our start.  By default, now."""
+    started = time.monotonic() if started_monotonic is None else started_monotonic
     args_list: List[str] = list(sys.argv[1:] if argv is None else argv)
     try:
-        return _main(args_list)
+        return _main(args_list, started)
     except UsageError as exc:
         print(f"gpu-healthcheck: {exc} (see --help)", file=sys.stderr)
-        return USAGE_EXIT
+        return exitcodes.USAGE
 
 
-def _main(args_list: List[str]) -> int:
+def _main(args_list: List[str], started: float) -> int:
     args = _fast_args(args_list) or build_parser().parse_args(args_list)
     if args.version:
         print(f"gpu-healthcheck {__version__}")
-        return 0
+        return exitcodes.done_exit(True)
     if args.list_checks:
-        from .admin import list_checks
+        from .report.admin import list_checks
 
         return list_checks(args.json, sys.stdout)
     if args.check_config:
-        from .admin import check_config
+        from .report.admin import check_config
 
         return check_config(args.config, os.environ, args.json, sys.stdout, sys.stderr)
     if args.ack:
@@ -185,7 +185,7 @@ def _main(args_list: List[str]) -> int:
     if args.history is not None or args.cluster:
         return _admin_view(args)
     if args.job_report:
-        from .jobreport import main as job_report
+        from .report.jobreport import main as job_report
 
         return job_report()
     from .model import Mode
@@ -200,7 +200,7 @@ def _main(args_list: List[str]) -> int:
     previous = signal.signal(signal.SIGTERM, _on_sigterm)
     loaded: List["Config"] = []  # the config, once read, for logging a crash
     try:
-        return _run(mode, args, gpus, loaded)
+        return _run(mode, args, gpus, loaded, started)
     except UsageError:
         raise  # `--gpus 9` on a 4-GPU node: found only once NVML has answered
     except Terminated:
@@ -209,12 +209,12 @@ def _main(args_list: List[str]) -> int:
         print(f"gpu-healthcheck: {mode.value}: terminated by SIGTERM (PrologEpilogTimeout?); "
               f"probe children were killed", file=sys.stderr)
         try:
-            from .sinks import emit_terminated
+            from .act.sinks import emit_terminated
 
             emit_terminated(mode.value, loaded[0] if loaded else None, os.environ)
         except Exception:  # noqa: BLE001 - we are being stopped: nothing more to do
             pass
-        return 128 + signal.SIGTERM
+        return exitcodes.TERMINATED
     except Exception as exc:  # noqa: BLE001 - the one place our own bugs are caught
         import traceback
 
@@ -223,37 +223,37 @@ def _main(args_list: List[str]) -> int:
         print(f"gpu-healthcheck: INTERNAL ERROR in {mode.value} ({what}; not a node fault; no "
               f"action taken, the job is not failed):\n{traceback.format_exc()}", file=sys.stderr)
         _log_internal_error(mode.value, loaded[0] if loaded else None)
-        return 3 if mode is Mode.NODE else 0
+        return exitcodes.internal_error_exit(mode)
     finally:
         signal.signal(signal.SIGTERM, previous)
 
 
 def _run(mode: "Mode", args: "argparse.Namespace", gpus: Optional[tuple],
-         loaded: List["Config"]) -> int:
-    from .config import Config, ConfigError, load_config
-    from .model import Mode
-    from .runner import RunRequest, run
-    from .sinks import emit
+         loaded: List["Config"], started: float) -> int:
+    from .act.sinks import emit
+    from .config import Config, ConfigError
+    from .model import Mode, RunRequest
+    from .orchestrate import run
 
     try:
-        config = load_config(args.config, os.environ)
+        config = _load_config(args.config)
     except ConfigError as exc:
         if mode is Mode.NODE:
             print(f"gpu-healthcheck: config error: {exc}", file=sys.stderr)
-            return 3
+            return exitcodes.CONFIG_ERROR
         # a broken config must not stop the checks that protect the next job
         config = Config(warnings=(f"config error: {exc}; running with built-in defaults",))
     loaded.append(config)
     request = RunRequest(mode=mode, environ=os.environ, level=args.level, act=args.act, gpus=gpus,
-                         started_monotonic=STARTED)
+                         started_monotonic=started)
     outcome = run(request, config)
     try:
         if args.json:
-            from .report import write_json
+            from .report.table import write_json
 
             write_json(outcome.report, sys.stdout)
         elif mode is Mode.NODE:
-            from .report import write_table
+            from .report.table import write_table
 
             write_table(outcome.report, sys.stdout, colour=sys.stdout.isatty())
         sys.stdout.flush()
@@ -266,20 +266,20 @@ def _run(mode: "Mode", args: "argparse.Namespace", gpus: Optional[tuple],
 
 def _admin_view(args: "argparse.Namespace") -> int:
     """--history and --cluster: read-only views for an admin."""
-    from .config import ConfigError, load_config
+    from .config import ConfigError
 
     try:
-        config = load_config(args.config, os.environ)
+        config = _load_config(args.config)
     except ConfigError as exc:
         print(f"gpu-healthcheck: config error: {exc}", file=sys.stderr)
-        return 3
+        return exitcodes.CONFIG_ERROR
     try:
         if args.history is not None:
-            from .history import show_history
+            from .report.history import show_history
 
             code = show_history(config, args.history, args.json, sys.stdout)
         else:
-            from .cluster import show_cluster
+            from .report.cluster import show_cluster
 
             code = show_cluster(config, os.environ, args.json, sys.stdout)
         sys.stdout.flush()
@@ -287,7 +287,16 @@ def _admin_view(args: "argparse.Namespace") -> int:
     except BrokenPipeError:
         # `--history 200 --json | head -1`: the reader has what it wanted
         _stdout_to_devnull()
-        return 0
+        return exitcodes.done_exit(True)
+
+
+def _load_config(cli_path: Optional[str]) -> "Config":
+    """The config file (--config, $GPU_HEALTHCHECK_CONFIG or the default), its [checks]
+    disabled ids checked against the catalogue.  Raises ConfigError."""
+    from .checks import CATALOGUE
+    from .config import load_config
+
+    return load_config(cli_path, os.environ, known_checks=CATALOGUE)
 
 
 def _stdout_to_devnull() -> None:
@@ -297,23 +306,23 @@ def _stdout_to_devnull() -> None:
 
 def _ack(args: "argparse.Namespace") -> int:
     """--ack [--gpus LIST]: record that the Xids seen so far are dealt with."""
-    from .config import ConfigError, load_config
-    from .runner import ack
+    from .act.xidack import ack
+    from .config import ConfigError
 
     if args.act or args.json or args.level not in (None, "quick"):
         raise UsageError("--ack takes only --gpus and --config")
     try:
-        config = load_config(args.config, os.environ)
+        config = _load_config(args.config)
     except ConfigError as exc:
         print(f"gpu-healthcheck: config error: {exc}", file=sys.stderr)
-        return 3
+        return exitcodes.CONFIG_ERROR
     gpus = _parse_gpus(args.gpus) if args.gpus else None
     code, lines, events = ack(config, gpus)
     for line in lines:
         print(line, file=sys.stdout if code == 0 else sys.stderr)
     if config.journal and events:
         # an acknowledgement changes what later runs judge: it belongs in the node's journal
-        from .journal import send_events
+        from .act.journal import send_events
 
         send_events(events, "ack")
     return code
@@ -323,7 +332,7 @@ def _log_internal_error(mode: str, config: Optional["Config"]) -> None:
     try:
         import traceback
 
-        from .sinks import emit_internal_error
+        from .act.sinks import emit_internal_error
 
         emit_internal_error(mode, traceback.format_exc(), config=config)
     except Exception:  # noqa: BLE001 - logging the bug must not become a second bug
@@ -336,8 +345,9 @@ def entry(argv: Optional[Sequence[str]] = None) -> NoReturn:
     caller in the same process: it returns its exit code instead."""
     # A run lives for well under a minute and leaves little cyclic garbage; the collector's
     # passes over the objects that importing creates cost ~3 ms of every job start.
+    started = time.monotonic()
     gc.disable()
-    leave(main(argv))
+    leave(main(argv, started))
 
 
 def leave(code: int) -> NoReturn:

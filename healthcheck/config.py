@@ -22,7 +22,7 @@ from __future__ import annotations
 import math
 import os
 import stat
-from typing import Any, Dict, FrozenSet, List, Mapping, Optional, Tuple
+from typing import Any, Collection, Dict, FrozenSet, List, Mapping, Optional, Tuple
 
 from .records import NamedTuple
 
@@ -244,19 +244,22 @@ def keys_set(text: str, path: str = "<config>") -> FrozenSet[str]:
     return frozenset(keys)
 
 
-def parse_config(text: str, path: str = "<config>") -> Config:
-    """Parse TOML text into a Config (pure: no file access)."""
+def parse_config(text: str, path: str = "<config>",
+                 known_checks: Optional[Collection[str]] = None) -> Config:
+    """Parse TOML text into a Config (pure: no file access).
+
+    `known_checks`: the check ids `[checks] disabled` may name (the registry's catalogue,
+    checks.CATALOGUE, which every caller that runs or lists checks passes).  The config imports
+    no check: it is a leaf every module may use.  None leaves the ids to the caller (the crash
+    logger, which needs only the paths).
+    """
     config: Config = _build(path, Config, _load_toml(text, path), "")
-    unknown_checks = [c for c in config.checks.disabled if not _known_check(c)]
-    if unknown_checks:
-        raise ConfigError(path, "checks.disabled", f"unknown check id(s): {', '.join(unknown_checks)}")
+    if known_checks is not None:
+        unknown_checks = [c for c in config.checks.disabled if c not in known_checks]
+        if unknown_checks:
+            raise ConfigError(path, "checks.disabled",
+                              f"unknown check id(s): {', '.join(unknown_checks)}")
     return config._replace(source=path)
-
-
-def _known_check(check_id: str) -> bool:
-    from .checks import CATALOGUE  # late: checks imports config for thresholds
-
-    return check_id in CATALOGUE
 
 
 def unsafe_ownership(st: os.stat_result, running_as_root: bool) -> Optional[str]:
@@ -285,7 +288,8 @@ def config_path(cli_path: Optional[str], environ: Mapping[str, str]) -> Tuple[st
     return DEFAULT_CONFIG_PATH, False
 
 
-def load_config(cli_path: Optional[str], environ: Mapping[str, str]) -> Config:
+def load_config(cli_path: Optional[str], environ: Mapping[str, str],
+                known_checks: Optional[Collection[str]] = None) -> Config:
     """Read and validate the config file.
 
     The default path may be absent (defaults apply); a file the user named must exist.
@@ -304,7 +308,7 @@ def load_config(cli_path: Optional[str], environ: Mapping[str, str]) -> Config:
     if problem:
         return Config(source=path, warnings=(
             f"{path}: refused: {problem}; running with built-in defaults",))
-    return parse_config(text, path)
+    return parse_config(text, path, known_checks)
 
 
 def read_config_file(path: str, explicit: bool) -> Optional[Tuple[os.stat_result, str]]:

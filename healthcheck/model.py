@@ -1,12 +1,12 @@
 """Plain data that flows through gpu-healthcheck, one way.
 
-Readers (nvml, cudaprobe, kernlog, sysfs, slurmenv, state) fill these frozen records;
-pure functions (checks, verdict) turn them into findings, a verdict and an action; effectors
-(scontrol, journal, report) carry the action out.  Nothing here does I/O.
+Readers (healthcheck.read) fill these frozen records; pure functions (healthcheck.checks and
+healthcheck.decide) turn them into findings, a verdict and an action; effectors (healthcheck.act)
+carry the action out and healthcheck.report presents it.  Nothing here does I/O.
 
     snapshot = NodeSnapshot(host="node01", gpus=(GpuSnapshot(index=0, ...),), ...)
     findings = run_checks(snapshot, config, context)      # healthcheck.checks
-    verdict = decide(findings)                            # healthcheck.verdict
+    verdict = decide(findings)                            # healthcheck.decide.verdict
 
 The records are NamedTuples rather than frozen dataclasses: just as immutable, and about ten
 times cheaper to define, which matters in a prolog that every job start waits for (dataclass
@@ -16,7 +16,7 @@ generation was a fifth of the prolog's time).  Change one with `record._replace(
 from __future__ import annotations
 
 import enum
-from typing import Dict, Optional, Tuple, Union
+from typing import Any, Dict, List, Mapping, Optional, Tuple, Union
 
 from .records import NamedTuple
 
@@ -26,6 +26,25 @@ Value = Union[int, float, str, bool, None]
 class UsageError(Exception):
     """A command-line mistake (an unknown option, a --gpus index the node does not have): one
     line on stderr and exit 3 (unknown), never 1 or 2, which mean warn and fail (CONTRACTS §1)."""
+
+
+class DoorError(Exception):
+    """An outside system (scontrol, ...) could not do what we asked: missing, failed, or past its
+    deadline.  Each door raises its own subclass (act.scontrol.ScontrolError)."""
+
+
+# nvml.h's nvmlReturn_t names, so that a reader and a check can name an NVML error without pynvml.
+NVML_ERROR_NAMES = {
+    1: "UNINITIALIZED", 2: "INVALID_ARGUMENT", 3: "NOT_SUPPORTED", 4: "NO_PERMISSION",
+    5: "ALREADY_INITIALIZED", 6: "NOT_FOUND", 7: "INSUFFICIENT_SIZE", 8: "INSUFFICIENT_POWER",
+    9: "DRIVER_NOT_LOADED", 10: "TIMEOUT", 11: "IRQ_ISSUE", 12: "LIBRARY_NOT_FOUND",
+    13: "FUNCTION_NOT_FOUND", 14: "CORRUPTED_INFOROM", 15: "GPU_IS_LOST", 16: "RESET_REQUIRED",
+    17: "OPERATING_SYSTEM", 18: "LIB_RM_VERSION_MISMATCH", 19: "IN_USE", 20: "MEMORY",
+    21: "NO_DATA", 22: "VGPU_ECC_NOT_SUPPORTED", 23: "INSUFFICIENT_RESOURCES",
+    24: "FREQ_NOT_SUPPORTED", 25: "ARGUMENT_VERSION_MISMATCH", 26: "DEPRECATED", 27: "NOT_READY",
+    28: "GPU_NOT_FOUND", 29: "INVALID_STATE",
+    999: "UNKNOWN",
+}
 
 
 class Severity(str, enum.Enum):
@@ -230,13 +249,23 @@ class ProbeResult(NamedTuple):
     device: Optional[str] = None  # the MIG- UUID probed, where the GPU is MIG-enabled
 
 
+class GresLayout(NamedTuple):
+    """This node's gres/gpu device list as slurmd builds it (without the system GPU list)."""
+
+    source: str  # the gres.conf path
+    files: Tuple[str, ...] = ()  # device files in gres index order (AutoDetect: configured ones)
+    autodetect: Optional[str] = None  # "nvml", "off", ... as written; None = not given
+    uncertain: Optional[str] = None  # why the order cannot be proven; None = it can
+    error: Optional[str] = None  # gres.conf could not be read or parsed
+
+
 class JobContext(NamedTuple):
     """The Slurm job a prolog/epilog runs for."""
 
     job_id: Optional[str] = None
     node_name: Optional[str] = None
     user: Optional[str] = None
-    # Slurm gres indices (positions in slurmd's gres list, see gres.py) or GPU-<uuid>; None = no GPUs
+    # Slurm gres indices (positions in slurmd's gres list, see read/gres.py) or GPU-<uuid>; None = no GPUs
     gpu_ids: Optional[Tuple[str, ...]] = None
     gpu_ids_error: Optional[str] = None  # SLURM_JOB_GPUS could not be parsed
     gpu_ids_source: Optional[str] = None
@@ -325,11 +354,131 @@ class Finding(NamedTuple):
         return self.severity is Severity.FAIL and self.action is not Action.NONE
 
 
+class Outcome(str, enum.Enum):
+    """What became of a run's action, or of one step of it (a log event's GPU_HEALTHCHECK_OUTCOME).
+
+    A run's NodeAction ends in one of APPLIED, PENDING, REFUSED, ADMIN_OWNED, ALREADY_OURS,
+    REPORT_ONLY or NONE; metrics and history count these, never the wording of a message.  A log
+    event may also be KEPT (a drain left as it is), ACKNOWLEDGED (Xids dealt with), CLEARED (a
+    refused drain's note removed) or DROPPED (a stale pending drain).
+    """
+
+    APPLIED = "applied"
+    PENDING = "pending"  # scontrol did not answer: the drain waits in state_dir for the next run
+    REFUSED = "refused"  # the drain budget is spent
+    ADMIN_OWNED = "admin_owned"  # drained by someone else: their reason is kept
+    ALREADY_OURS = "already_ours"  # drained by us already
+    REPORT_ONLY = "report_only"  # [drain] report_only: said, not done
+    NONE = "none"
+    KEPT = "kept"
+    ACKNOWLEDGED = "acknowledged"
+    CLEARED = "cleared"
+    DROPPED = "dropped"
+
+
+# The JSON document's flags (CONTRACTS §3) for the outcomes that have one: {"refused": true}.
+OUTCOME_FLAGS = {Outcome.PENDING: "pending", Outcome.REFUSED: "refused",
+                 Outcome.ADMIN_OWNED: "admin_owned", Outcome.ALREADY_OURS: "already_ours",
+                 Outcome.REPORT_ONLY: "report_only"}
+
+
 class NodeAction(NamedTuple):
-    """What the effectors must do about this node."""
+    """What the effectors must do about this node, and what became of it."""
 
     taken: str  # drain | resume | none
     reason: Optional[str] = None
     dry_run: bool = False
     detail: str = ""  # why (refused by budget, admin's reason kept, pending, ...)
-    extra: Dict[str, Value] = {}  # never mutated: replaced whole
+    outcome: Outcome = Outcome.NONE
+
+    @property
+    def flags(self) -> Dict[str, bool]:
+        """The outcome as the JSON document's action flag ({"refused": True}), if it has one."""
+        flag = OUTCOME_FLAGS.get(self.outcome)
+        return {flag: True} if flag else {}
+
+
+# journald priorities (syslog levels)
+CRIT, ERR, WARNING, NOTICE, INFO = 2, 3, 4, 5, 6
+
+
+class LogEvent(NamedTuple):
+    """One thing worth a journal entry; kind picks its MESSAGE_ID."""
+
+    kind: str  # summary | finding | drain | resume | refused | pending | error
+    priority: int
+    message: str
+    fields: Dict[str, str] = {}  # never mutated: replaced whole
+    outcome: Optional[Outcome] = None  # journald's GPU_HEALTHCHECK_OUTCOME
+
+    @property
+    def journal_fields(self) -> Dict[str, str]:
+        """The entry's own fields, with its outcome as GPU_HEALTHCHECK_OUTCOME."""
+        if self.outcome is None:
+            return self.fields
+        return {**self.fields, "GPU_HEALTHCHECK_OUTCOME": self.outcome.value}
+
+
+class RunRequest(NamedTuple):
+    mode: Mode
+    environ: Mapping[str, str]
+    level: str = "quick"
+    act: bool = False  # --node --act; prolog and epilog always act
+    gpus: Optional[Tuple[int, ...]] = None  # --gpus
+    started_monotonic: Optional[float] = None  # when the process started: the budget counts from it
+
+
+class RunOutcome(NamedTuple):
+    exit_code: int
+    report: Dict[str, Any]
+    events: List[LogEvent]
+    snapshot: Optional[NodeSnapshot] = None
+    findings: List[Finding] = []
+    crashes: List[Any] = []  # checks.registry.CheckCrash
+
+
+# --- state kept in state_dir between runs (healthcheck.act.state stores them) -----------
+
+class PendingDrain(NamedTuple):
+    reason: str
+    node: str
+    mode: str
+    job_id: Optional[str]
+    created_at: float
+    admin_comment_job: Optional[str] = None
+
+
+class XidAck(NamedTuple):
+    """Up to where one GPU's Xids are dealt with (an admin's --ack, or the resume of our drain).
+
+    Xids logged after `position` count again.  `boot` is the boot (btime) it belongs to: after
+    a reboot the kernel log starts over and the ack no longer applies.  `count` is how many
+    acknowledgements dealt with a failing Xid on this GPU, over its life: past
+    `xid_escalate_after` a new one escalates instead of asking for another reset."""
+
+    pci: str  # kernel form dddd:bb:dd
+    position: KernelLogPosition
+    acked_at: float
+    boot: Optional[float] = None
+    count: int = 0  # type: ignore[assignment]  # tuple.count is never used here
+    by: str = "ack"  # "ack" (gpu-healthcheck --ack) | "resume" (an admin resumed our drain)
+
+
+class OurDrain(NamedTuple):
+    """The drain we applied to this node, so that a later run can tell the admin resumed it."""
+
+    node: str
+    reason: str
+    drained_at: float
+    # (kernel PCI address, volatile ECC errors corrected + uncorrected) of each GPU that had any
+    # when we drained: a GPU reset (or driver reload) starts these counters over, which deals
+    # with that GPU's Xids even where the kernel log shows no init line
+    volatile_ecc: Tuple[Tuple[str, int], ...] = ()
+
+
+MPS_DAEMON = "nvidia-cuda-mps-server"
+
+
+def is_mps_daemon(proc: GpuProcess) -> bool:
+    """NVML lists the MPS server (started for gres/mps by the site, in no job) on a shared GPU."""
+    return bool(proc.command) and MPS_DAEMON in (proc.command or "").split(" ", 1)[0]

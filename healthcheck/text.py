@@ -15,3 +15,10 @@ def printable(text: str, limit: int) -> str:
     """Control characters (escape sequences, newlines, tabs, DEL, C1) become '?', and the text
     is cut to `limit` characters."""
     return "".join(ch if ch.isprintable() else "?" for ch in text[:limit])
+
+
+def iso_utc(epoch: float) -> str:
+    """"2026-11-29T19:01:02+00:00": the one form every time we write (reports, history, notes)."""
+    import time
+
+    return time.strftime("%Y-%m-%dT%H:%M:%S+00:00", time.gmtime(epoch))

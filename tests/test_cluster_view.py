@@ -10,9 +10,9 @@ from pathlib import Path
 
 import pytest
 
-from healthcheck.cluster import COLUMNS, format_table, rows_from_show_nodes, show_cluster
+from healthcheck.report.cluster import COLUMNS, format_table, rows_from_show_nodes, show_cluster
 from healthcheck.config import Config
-from healthcheck.scontrol import parse_show_nodes
+from healthcheck.act.scontrol import parse_show_nodes
 from tests.fakenode import FIXTURES
 
 _HEAD = ("Arch=x86_64 CoresPerSocket=1 CPUAlloc=0 CPUEfctv=16 CPUTot=16 CPULoad=0.50 "
@@ -111,7 +111,7 @@ def _fake_scontrol(path: Path, output: str, rc: int = 0) -> Path:
 
 
 def _table(text: str) -> list:
-    from healthcheck.cluster import format_table
+    from healthcheck.report.cluster import format_table
 
     return format_table(rows_from_show_nodes(text))
 
@@ -159,4 +159,4 @@ def test_cluster_through_the_real_cli(node):
 
 import pytest
 
-from healthcheck.cluster import COLUMNS, format_table, rows_from_show_nodes, show_cluster
+from healthcheck.report.cluster import COLUMNS, format_table, rows_from_show_nodes, show_cluster

@@ -5,6 +5,7 @@ import os
 import pytest
 from hypothesis import given, settings, strategies as st
 
+from healthcheck.checks import CATALOGUE
 from healthcheck.config import Config, ConfigError, load_config, parse_config, unsafe_ownership
 
 
@@ -41,7 +42,7 @@ def test_env_names_the_file(tmp_path):
 ])
 def test_wrong_key_or_type_names_file_and_key(text, key):
     with pytest.raises(ConfigError) as err:
-        parse_config(text, "/etc/gpu-healthcheck/config.toml")
+        parse_config(text, "/etc/gpu-healthcheck/config.toml", CATALOGUE)
     assert err.value.key == key
     assert str(err.value).startswith(f"/etc/gpu-healthcheck/config.toml: {key}: ")
 
@@ -139,7 +140,7 @@ def test_values_that_cannot_be_meant_are_refused_naming_file_and_key(text, key):
     """NaN, infinity, zero or absurd deadlines and probe sizes larger than any GPU: each would
     fail (or hang) every check of every node, so they never get past the loader."""
     with pytest.raises(ConfigError) as err:
-        parse_config(text, "/etc/gpu-healthcheck/config.toml")
+        parse_config(text, "/etc/gpu-healthcheck/config.toml", CATALOGUE)
     assert err.value.key == key
     assert str(err.value).startswith(f"/etc/gpu-healthcheck/config.toml: {key}: ")
 

@@ -18,11 +18,12 @@ from healthcheck.checks.ecc import recovery_action_name
 from healthcheck.checks.nvswitch import sxid_verdict
 from healthcheck.checks.xid import xid_verdict
 from healthcheck.config import Config, Thresholds
-from healthcheck.kernlog import aggregate, parse_lines, parse_sxids, read_kernel_log
+from healthcheck.read.kernlog import aggregate, parse_lines, parse_sxids, read_kernel_log
 from healthcheck.model import (Action, Baseline, GpuBaseline, KernelLogRead, KernelLogWindow,
                                Mode, NodeSnapshot, Severity, XidEvent)
-from healthcheck.sxid import parse_sxid_line, sxid_severities
-from healthcheck.verdict import drain_reason
+from healthcheck.checks.nvswitch import sxid_severities
+from healthcheck.read.sxid import parse_sxid_line
+from healthcheck.decide.verdict import drain_reason
 from tests.conftest import FAKEGPU, FIXTURES
 from tests.test_checks import HEALTHY, NODE
 
@@ -321,7 +322,7 @@ def nvml_read(node, scenario: str):
     import sys
 
     node.scenario.write_text(scenario)
-    code = ("import json; from healthcheck.nvml import read_nvml; r = read_nvml(10); "
+    code = ("import json; from healthcheck.read.nvml import read_nvml; r = read_nvml(10); "
             "print(json.dumps([g._asdict() for g in r.gpus]))")
     done = subprocess.run([sys.executable, "-c", code], env=node.env(), capture_output=True,
                           text=True, timeout=60)

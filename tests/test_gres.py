@@ -1,4 +1,4 @@
-"""gres indices -> GPUs, as slurmd numbers them (healthcheck/gres.py), and the cache."""
+"""gres indices -> GPUs, as slurmd numbers them (healthcheck/read/gres.py), and the cache."""
 
 from __future__ import annotations
 
@@ -8,10 +8,9 @@ import os
 import pytest
 from hypothesis import given, settings, strategies as st
 
-from healthcheck.gres import (GresConfError, expand_hostlist, map_gres_indices, parse_gres_conf,
-                              read_layout, slurm_conf_gres)
+from healthcheck.decide.gpumap import map_gres_indices, map_job_gpus
 from healthcheck.model import GpuSnapshot
-from healthcheck.slurmenv import map_job_gpus
+from healthcheck.read.gres import GresConfError, expand_hostlist, parse_gres_conf, read_layout, slurm_conf_gres
 
 # eight GPUs whose minor number is their NVML index, as on most nodes
 GPUS = [GpuSnapshot(index=i, minor_number=i, uuid=f"GPU-{i}") for i in range(8)]
@@ -145,7 +144,7 @@ def _slurmd_gres_order(tmp_path, gres_conf: str, gres_count: int, system: list) 
                                         ("Name=gpu File=DIR/nvidia[0-3]\n", 4),
                                         ("Name=gpu File=DIR/nvidia2\nName=gpu File=DIR/nvidia0\n", 2)])
 def test_our_model_of_slurmds_nvml_order_is_what_a_real_slurmd_builds(tmp_path, conf, count):
-    from healthcheck.gres import nvml_order
+    from healthcheck.decide.gpumap import nvml_order
 
     system = [3, 0, 1, 2]  # NVML index i is /dev/nvidia<system[i]>: minors out of PCI order
     gpus = [GpuSnapshot(index=i, minor_number=m) for i, m in enumerate(system)]

@@ -11,9 +11,9 @@ import stat
 import pytest
 
 from healthcheck.config import Config
-from healthcheck.history import (HistoryError, append_line, build_record, encode, read_history,
-                                 show_history)
-from healthcheck.runner import CRIT, ERR, INFO, LogEvent
+from healthcheck.act.history import HistoryError, append_line, build_record, encode
+from healthcheck.report.history import read_history, show_history
+from healthcheck.model import CRIT, ERR, INFO, LogEvent
 
 DBE = ("gpus = 4\ngpu.2.ecc.volatile.uncorrected = 3\ngpu.2.serial = 1650522003802\n"
        "gpu.2.pci_bus_id = 00000000:38:00.0\n")

@@ -9,9 +9,9 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from healthcheck.cli import _fast_args, _level
-from healthcheck.jobreport import job_report, report_lines, requeue_line
+from healthcheck.report.jobreport import job_report, report_lines, requeue_line
 from healthcheck.model import Action, Finding, Mode, NodeSnapshot, Severity
-from healthcheck.scontrol import parse_admin_comment
+from healthcheck.act.scontrol import parse_admin_comment
 
 ECC = Finding("ecc.volatile_uncorrected", Severity.FAIL,
               "GPU 2 (00000000:38:00.0, SN 1650522003802): 3 volatile uncorrected ECC errors, "

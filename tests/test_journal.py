@@ -20,9 +20,9 @@ from typing import Dict, List, Optional
 
 import pytest
 
-from healthcheck.journal import (JOURNAL_SOCKET, MESSAGE_IDS, entry_fields, send_events,
+from healthcheck.act.journal import (JOURNAL_SOCKET, MESSAGE_IDS, entry_fields, send_events,
                                  unavailable_reason)
-from healthcheck.runner import CRIT, ERR, LogEvent
+from healthcheck.model import CRIT, ERR, LogEvent
 from tests.conftest import ROOT
 
 DBE = ("gpus = 4\ngpu.2.ecc.volatile.uncorrected = 3\ngpu.2.serial = 1650522003802\n"
@@ -241,7 +241,7 @@ def test_multiline_and_large_entries_arrive_whole(node, tmp_path):
     fake = FakeJournal(tmp_path / "journal")
     trace = "Traceback (most recent call last):\n" + "  File \"x.py\", line 1, in f\n" * 20000 + "KeyError: 'x'\n"
     (tmp_path / "trace.txt").write_text(trace)
-    code = ("import sys; from healthcheck.sinks import emit_internal_error; "
+    code = ("import sys; from healthcheck.act.sinks import emit_internal_error; "
             f"emit_internal_error('prolog', open({str(tmp_path / 'trace.txt')!r}).read())")
     script = (f"mount -t tmpfs tmpfs /run && mkdir -p /run/systemd/journal && mount --bind "
               f"{shlex.quote(str(fake.directory))} /run/systemd/journal && exec "

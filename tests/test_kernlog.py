@@ -5,7 +5,7 @@ from pathlib import Path
 import pytest
 from hypothesis import example, given, settings, strategies as st
 
-from healthcheck.kernlog import in_window, parse_lines, position_now, read_kernel_log
+from healthcheck.read.kernlog import in_window, parse_lines, position_now, read_kernel_log
 from healthcheck.model import KernelLogWindow
 
 FIXTURES = Path(__file__).parent / "fixtures" / "kernel-log"

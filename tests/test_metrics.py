@@ -14,9 +14,9 @@ from typing import Dict, List, Tuple
 import pytest
 
 from healthcheck.config import Config
-from healthcheck.metrics import FAMILIES, render, update_state, empty_state, write_metrics
+from healthcheck.act.metrics import FAMILIES, render, update_state, empty_state, write_metrics
 from healthcheck.model import GpuSnapshot, NodeSnapshot
-from healthcheck.runner import CRIT, INFO, NOTICE, WARNING, LogEvent, RunOutcome
+from healthcheck.model import CRIT, INFO, NOTICE, WARNING, LogEvent, Outcome, RunOutcome
 
 parser = pytest.importorskip("prometheus_client.parser")
 
@@ -64,7 +64,7 @@ def _outcome(verdict: str = "fail", events=(), gpus=None, findings=None) -> RunO
 
 def test_rendered_families_names_labels_and_values():
     def ev(kind, priority, message, outcome):
-        return LogEvent(kind, priority, message, {"GPU_HEALTHCHECK_OUTCOME": outcome})
+        return LogEvent(kind, priority, message, {}, Outcome(outcome) if outcome else None)
 
     events = [ev("drain", CRIT, "drained gpu-a", "applied"),
               ev("drain", NOTICE, "already drained by gpu-healthcheck", "kept"),
@@ -261,8 +261,8 @@ def test_a_failing_metrics_sink_is_one_line_and_keeps_the_exit_code(node, tmp_pa
 
 
 def test_a_dropped_stale_pending_drain_is_not_counted_as_pending():
-    from healthcheck.metrics import count_actions
-    from healthcheck.runner import LogEvent
-    events = [LogEvent("pending", 4, "pending drain of gpu-a dropped", {"GPU_HEALTHCHECK_OUTCOME": "dropped"}),
-              LogEvent("pending", 2, "cannot drain gpu-a now", {"GPU_HEALTHCHECK_OUTCOME": "pending"})]
+    from healthcheck.act.metrics import count_actions
+    from healthcheck.model import LogEvent, Outcome
+    events = [LogEvent("pending", 4, "pending drain of gpu-a dropped", {}, Outcome.DROPPED),
+              LogEvent("pending", 2, "cannot drain gpu-a now", {}, Outcome.PENDING)]
     assert count_actions(events)["pending_drains"] == 1

@@ -121,7 +121,7 @@ def test_the_driver_age_comes_from_the_uptime_under_proc_root(node, tmp_path):
 
 def test_the_act_budget_shrinks_nvml_and_scontrol_deadlines_to_fit():
     from healthcheck.config import Config
-    from healthcheck.runner import fit_to_budget
+    from healthcheck.decide.budget import fit_to_budget
     fitted = fit_to_budget(Config())  # 50 s: what Slurm's 60 s HealthCheckProgram limit allows
     assert fitted.nvml_timeout_s == 7.5 and fitted.scontrol_timeout_s == 7.5
     assert fit_to_budget(Config(act_budget_s=600, nvml_timeout_s=3)).nvml_timeout_s == 3

@@ -20,7 +20,7 @@ from typing import Dict, List
 import pytest
 
 from healthcheck import __version__
-from healthcheck.scontrol import DEFAULT_PATH
+from healthcheck.act.scontrol import DEFAULT_PATH
 
 ROOT = Path(__file__).resolve().parent.parent
 BUILD_PYTHON = "/usr/bin/python3"

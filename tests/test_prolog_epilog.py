@@ -135,10 +135,10 @@ def test_epilog_without_baseline_says_so_and_judges_absolute_counters(node):
 
 def test_internal_error_outside_the_checks_exits_0_from_prolog_and_3_from_node(node):
     code = ("import sys\n"
-            "from healthcheck import runner\n"
+            "from healthcheck import orchestrate\n"
             "def boom(*a, **k):\n"
             "    raise RuntimeError('bug in our own code')\n"
-            "runner.judge = boom\n"
+            "orchestrate.judge = boom\n"
             "from healthcheck.cli import main\n"
             "sys.exit(main(sys.argv[1:]))\n")
     for mode, rc in (("--prolog", 0), ("--epilog", 0), ("--node", 3)):

@@ -1,6 +1,6 @@
 """Property tests for the parsers of outside text that the other test files do not cover yet.
 
-- scontrol output (`healthcheck.scontrol`): any text; the real `scontrol -o show nodes` line
+- scontrol output (`healthcheck.act.scontrol`): any text; the real `scontrol -o show nodes` line
   format with fuzzed NodeName, State and Reason (spaces, '=', '[' included), which must come
   back exactly;
 - our reasons read back from Slurm: drain_reason -> parse_reason keeps gpu, check and job;
@@ -27,7 +27,13 @@ import pytest
 from hypothesis import HealthCheck, assume, example, given, settings
 from hypothesis import strategies as st
 
-from healthcheck import kernlog, scontrol, slurmenv, verdict
+from healthcheck.read import kernlog
+
+from healthcheck.act import scontrol
+
+from healthcheck.read import slurmenv
+
+from healthcheck.decide import verdict
 from healthcheck.config import ConfigError, parse_config
 from healthcheck.model import Action, Finding, GpuSnapshot, Mode, Severity
 

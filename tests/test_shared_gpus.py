@@ -4,8 +4,8 @@ cluster case is in tests/test_fault_matrix.py)."""
 from healthcheck.checks import CheckContext, run_checks
 from healthcheck.config import Config
 from healthcheck.model import GpuProcess, GpuSnapshot, JobContext, Mode, NodeSnapshot, Severity
-from healthcheck.procinfo import job_of_cgroup, with_jobs
-from healthcheck.scontrol import parse_listpids
+from healthcheck.read.procinfo import job_of_cgroup, with_jobs
+from healthcheck.act.scontrol import parse_listpids
 
 # `scontrol listpids * gpu-a` on Slurm 22.05.8 with two gres/mps jobs (seen)
 LISTPIDS = """PID      JOBID    STEPID   LOCALID GLOBALID

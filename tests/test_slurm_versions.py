@@ -22,8 +22,8 @@ from typing import Dict, Iterator, List, Optional
 
 import pytest
 
-from healthcheck.cluster import rows_from_show_nodes
-from healthcheck.scontrol import parse_show_nodes, reason_time
+from healthcheck.report.cluster import rows_from_show_nodes
+from healthcheck.act.scontrol import parse_show_nodes, reason_time
 from tests.gpucluster import require_slurm
 from tests.slurmcluster import JobError, SlurmCluster, SlurmClusterError, slurm_version
 

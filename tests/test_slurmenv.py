@@ -3,9 +3,10 @@
 import pytest
 from hypothesis import given, settings, strategies as st
 
-from healthcheck.gres import parse_gres_conf
+from healthcheck.read.gres import parse_gres_conf
 from healthcheck.model import GpuSnapshot, MigDevice
-from healthcheck.slurmenv import GpuListError, job_from_env, map_job_gpus, parse_gpu_list
+from healthcheck.decide.gpumap import map_job_gpus
+from healthcheck.read.slurmenv import GpuListError, job_from_env, parse_gpu_list
 
 
 @pytest.mark.parametrize("text,ids", [("", ()), ("0", ("0",)), ("0,1,3", ("0", "1", "3")),

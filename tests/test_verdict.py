@@ -3,9 +3,9 @@
 from hypothesis import given, settings, strategies as st
 
 from healthcheck.model import Action, Finding, GpuSnapshot, Mode, Severity, Verdict
-from healthcheck.verdict import (beyond_budget, DrainDecision, NodeState, decide_drain, drain_budget,
-                                 drain_reason, may_resume, node_exit, parse_reason, sanitise,
-                                 verdict_of)
+from healthcheck.decide.exitcodes import node_exit
+from healthcheck.decide.verdict import (beyond_budget, DrainDecision, NodeState, decide_drain, drain_budget,
+                                        drain_reason, may_resume, parse_reason, sanitise, verdict_of)
 
 GPU3 = GpuSnapshot(index=3, uuid="GPU-3", serial="1650522003820", pci_bus_id="00000000:41:00.0")
 
@@ -130,8 +130,8 @@ def test_node_exit_codes():
 def test_resume_needs_a_full_check_and_the_drains_own_context_to_pass():
     from healthcheck.config import Config
     from healthcheck.model import GpuSnapshot, NodeSnapshot
-    from healthcheck.runner import judge_as_drained
-    from healthcheck.verdict import NodeState, may_resume
+    from healthcheck.decide.judge import judge_as_drained
+    from healthcheck.decide.verdict import NodeState, may_resume
     drained = NodeState("gpu-a", "IDLE+DRAIN", "gpu-healthcheck: gpu4 memory.leaked=61440 prolog job=7")
     leaking = GpuSnapshot(index=4, uuid="GPU-4", memory_total_mib=81559, memory_used_mib=61440,
                           processes=())

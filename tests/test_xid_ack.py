@@ -5,8 +5,9 @@ Through the real CLI on the fake GPUs; tests/test_fault_matrix.py runs it on rea
 from __future__ import annotations
 
 from healthcheck.model import KernelLogPosition, XidEvent
-from healthcheck.state import XidAck
-from healthcheck.xidack import acknowledge, kernel_pci, position_key, unacknowledged
+from healthcheck.model import XidAck
+from healthcheck.decide.xidack import acknowledge, position_key, unacknowledged
+from healthcheck.pci import kernel_pci
 
 GPU0 = "0000:18:00"  # the fake's GPU 0 (00000000:18:00.0)
 
@@ -93,7 +94,7 @@ def test_a_gpu_reset_after_the_xid_deals_with_it_the_init_lines_come_again(node)
 
 
 def test_reinit_lines_are_not_events_of_their_own():
-    from healthcheck.kernlog import aggregate, iter_events, parse_lines
+    from healthcheck.read.kernlog import aggregate, iter_events, parse_lines
     lines = [xid_line(), "[  2.0] NVRM: GPU at PCI:0000:18:00: GPU-fa4e0000-0000-4000-8000-000000000000\n"]
     assert [e.xid for e in parse_lines(lines)] == [48]
     assert aggregate(e for e in iter_events(lines) if e is not None).events == ()
@@ -103,7 +104,7 @@ def test_real_identity_line_before_an_xid_leaves_it_counting_and_after_it_deals_
     """Real lines (tests/fixtures/kernel-log, akash-network/support#244): the driver prints the
     GPU's identity line when it initialises the GPU, before that GPU's first Xid."""
     from pathlib import Path
-    from healthcheck.kernlog import read_kernel_log
+    from healthcheck.read.kernlog import read_kernel_log
     from healthcheck.model import KernelLogWindow
     fixtures = Path(__file__).parent / "fixtures" / "kernel-log"
     identity = next(l for l in (fixtures / "nvrm-context-lines.txt").read_text().splitlines()
@@ -123,7 +124,7 @@ from hypothesis import given, settings, strategies as st  # noqa: E402
 @settings(max_examples=300, deadline=None)
 @given(st.one_of(st.binary(max_size=300), st.text(max_size=300).map(str.encode)))
 def test_a_corrupt_acks_file_is_an_error_not_a_crash(raw):
-    from healthcheck.state import acks_from_json
+    from healthcheck.act.state import acks_from_json
     try:
         acks = acks_from_json(raw)
     except (ValueError, TypeError):
@@ -134,7 +135,7 @@ def test_a_corrupt_acks_file_is_an_error_not_a_crash(raw):
 @settings(max_examples=300, deadline=None)
 @given(st.text(max_size=300))
 def test_refused_comments_parse_or_are_not_ours(text):
-    from healthcheck.verdict import REFUSED_MARK, refused_comment, refused_reason, refused_time
+    from healthcheck.decide.verdict import REFUSED_MARK, refused_comment, refused_reason, refused_time
     assert refused_reason(text) is None or text.startswith(REFUSED_MARK)
     refused_time(text)
     comment = refused_comment("gpu-healthcheck: gpu1 gpu.lost=GPU_IS_LOST node " + text[:50], "T")
@@ -143,7 +144,7 @@ def test_refused_comments_parse_or_are_not_ours(text):
 
 def test_volatile_counters_below_the_noted_ones_mean_the_gpu_was_reset():
     from healthcheck.model import GpuSnapshot
-    from healthcheck.xidack import counters_started_over, volatile_ecc
+    from healthcheck.decide.xidack import counters_started_over, volatile_ecc
     dbe = GpuSnapshot(index=0, pci_bus_id="00000000:18:00.0", ecc_volatile_uncorrected=1,
                       ecc_volatile_corrected=5)
     assert volatile_ecc([dbe]) == ((GPU0, 6),)

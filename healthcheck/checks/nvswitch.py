@@ -2,10 +2,9 @@
 
 from __future__ import annotations
 
-from typing import Dict, Iterator, List, Optional, Tuple
+from typing import Dict, Iterable, Iterator, List, Optional, Tuple
 
 from ..model import Action, Finding, Mode, NodeSnapshot, Severity, SxidEvent
-from ..sxid import sxid_severities
 from .registry import CheckContext, finding as _f, node_check
 
 
@@ -15,6 +14,21 @@ def sxid_verdict(fatal: Optional[bool]) -> Tuple[Severity, Action]:
     if fatal:
         return Severity.FAIL, Action.REBOOT
     return Severity.WARN, Action.NONE
+
+
+def sxid_severities(events: Iterable[SxidEvent]) -> List[Tuple[SxidEvent, Optional[bool]]]:
+    """Each event with the fatality of the error it belongs to: its own word, else that of the
+    latest header line of the same switch and code before it, else None (not stated)."""
+    last: Dict[Tuple[str, int], bool] = {}
+    out: List[Tuple[SxidEvent, Optional[bool]]] = []
+    for event in events:
+        key = (event.pci, event.sxid)
+        if event.fatal is not None:
+            last[key] = event.fatal
+            out.append((event, event.fatal))
+        else:
+            out.append((event, last.get(key)))
+    return out
 
 
 @node_check("sxid", severity=Severity.FAIL, action=Action.REBOOT, threshold_key="xid_window_s")

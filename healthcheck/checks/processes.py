@@ -4,8 +4,7 @@ from __future__ import annotations
 
 from typing import Iterator, List
 
-from ..model import Action, Finding, GpuProcess, GpuSnapshot, Mode, NodeSnapshot, Severity
-from ..procinfo import is_mps_daemon
+from ..model import Action, Finding, GpuProcess, GpuSnapshot, Mode, NodeSnapshot, Severity, is_mps_daemon
 from .registry import CheckContext, finding as _f, gpu_check, label
 
 

@@ -1,4 +1,4 @@
-"""The registry every check module registers into, the helpers checks share, and the runner.
+"""The registry every check module registers into, the helpers checks share, and run_checks.
 
 A GPU check is `fn(gpu, node, ctx) -> Iterable[Finding]` and runs for every GPU NVML reported
 (lost GPUs only get `gpu.lost`); a node check is `fn(node, ctx)`.  One guard surrounds every
@@ -115,7 +115,7 @@ def delta(now: Optional[int], before: Optional[int]) -> Optional[int]:
 
 def gpu_at(node: NodeSnapshot, pci: str) -> Optional[GpuSnapshot]:
     """The GPU at a PCI address from a log line, or None when NVML does not know it."""
-    from ..nvml import gpu_by_pci
+    from ..pci import gpu_by_pci
 
     try:
         return gpu_by_pci(node.gpus, pci)

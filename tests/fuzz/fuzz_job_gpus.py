@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""atheris target: healthcheck.slurmenv.parse_gpu_list and job_from_env (SLURM_JOB_GPUS etc.).
+"""atheris target: healthcheck.read.slurmenv.parse_gpu_list and job_from_env (SLURM_JOB_GPUS etc.).
 
     python3 tests/fuzz/fuzz_job_gpus.py -max_total_time=20 tests/fuzz/corpus/job_gpus
 
@@ -15,7 +15,7 @@ import _common  # noqa: F401  (sys.path)
 import atheris
 
 with atheris.instrument_imports():
-    from healthcheck import slurmenv
+    from healthcheck.read import slurmenv
 
 JOB_ID = re.compile(r"^[0-9_+A-Za-z.-]{0,64}$")
 

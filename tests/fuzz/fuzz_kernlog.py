@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""atheris target: healthcheck.kernlog.parse_lines and read_kernel_log on untrusted log text.
+"""atheris target: healthcheck.read.kernlog.parse_lines and read_kernel_log on untrusted log text.
 
     python3 tests/fuzz/fuzz_kernlog.py -max_total_time=20 tests/fuzz/corpus/kernlog
 
@@ -18,7 +18,7 @@ import _common  # noqa: F401  (sys.path)
 import atheris
 
 with atheris.instrument_imports():
-    from healthcheck import kernlog
+    from healthcheck.read import kernlog
     from healthcheck.model import KernelLogWindow
 
 PCI_RE = re.compile(r"^[0-9a-f]{4,8}:[0-9a-f]{2}:[0-9a-f]{2}$")

@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""atheris target: healthcheck.verdict.parse_reason and sanitise (reasons read back from Slurm).
+"""atheris target: healthcheck.decide.verdict.parse_reason and sanitise (reasons read back from Slurm).
 
     python3 tests/fuzz/fuzz_reason.py -max_total_time=20 tests/fuzz/corpus/reason
 
@@ -17,7 +17,7 @@ import _common  # noqa: F401  (sys.path)
 import atheris
 
 with atheris.instrument_imports():
-    from healthcheck import verdict
+    from healthcheck.decide import verdict
     from healthcheck.checks import CATALOGUE
     from healthcheck.model import Action, Finding, GpuSnapshot, Mode, Severity
 

@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""atheris target: healthcheck.scontrol.parse_show_nodes / parse_node_line / reason_time.
+"""atheris target: healthcheck.act.scontrol.parse_show_nodes / parse_node_line / reason_time.
 
     python3 tests/fuzz/fuzz_scontrol.py -max_total_time=20 tests/fuzz/corpus/scontrol
 
@@ -16,8 +16,8 @@ import _common  # noqa: F401  (sys.path)
 import atheris
 
 with atheris.instrument_imports():
-    from healthcheck import scontrol
-    from healthcheck.verdict import sanitise
+    from healthcheck.act import scontrol
+    from healthcheck.decide.verdict import sanitise
 
 from _common import HEAD, TERMINATOR  # noqa: E402
 

@@ -5,7 +5,7 @@ node's gres/gpu device list, not /dev/nvidiaN minor numbers.  With `File=/dev/nv
 (GPU 3 taken out after it failed) the job on /dev/nvidia4 gets SLURM_JOB_GPUS=3.
 
     layout = read_layout("/etc/slurm/gres.conf", "gpu-a", state_dir="/var/lib/gpu-healthcheck")
-    nvml_indices, error = map_gres_indices(("3",), layout, snapshot.gpus)
+    nvml_indices, error = map_gres_indices(("3",), layout, snapshot.gpus)   # decide.gpumap
 
 How slurmd builds the list (Slurm 22.05 source, src/common/gres.c and
 src/plugins/gres/gpu/gres_gpu.c; the same in master's src/interfaces/gres.c):
@@ -35,8 +35,7 @@ import os
 import re
 from typing import Dict, List, Optional, Sequence, Tuple
 
-from .model import GpuSnapshot
-from .records import NamedTuple
+from ..model import GresLayout
 
 CACHE = "gres-map.json"
 MAX_CONF_BYTES = 1 << 20  # a gres.conf is a few lines
@@ -45,16 +44,6 @@ MAX_EXPANSION = 4096  # files or hosts one hostlist may name
 
 class GresConfError(ValueError):
     """gres.conf (or slurm.conf's Gres=) says something we cannot read; names the part."""
-
-
-class GresLayout(NamedTuple):
-    """This node's gres/gpu device list as slurmd builds it (without the system GPU list)."""
-
-    source: str  # the gres.conf path
-    files: Tuple[str, ...] = ()  # device files in gres index order (AutoDetect: configured ones)
-    autodetect: Optional[str] = None  # "nvml", "off", ... as written; None = not given
-    uncertain: Optional[str] = None  # why the order cannot be proven; None = it can
-    error: Optional[str] = None  # gres.conf could not be read or parsed
 
 
 # --- hostlists ---------------------------------------------------------------------------
@@ -107,13 +96,6 @@ def expand_hostlist(text: str) -> List[str]:
         if len(names) > MAX_EXPANSION:
             raise GresConfError(f"{text!r} names more than {MAX_EXPANSION} entries")
     return names
-
-
-def trailing_number(path: str) -> Optional[int]:
-    """The device number slurmd takes from a file name (`_init_gres_device`: its trailing
-    digits), e.g. 4 for /dev/nvidia4; None when the name ends in no digit."""
-    m = re.search(r"(\d+)$", path)
-    return int(m.group(1)) if m else None
 
 
 # --- gres.conf ---------------------------------------------------------------------------
@@ -238,7 +220,7 @@ def _identity(st: os.stat_result) -> List[int]:
 
 def read_layout(path: str, node: str, state_dir: Optional[str] = None) -> GresLayout:
     """This node's layout from gres.conf, from the cache when the file has not changed."""
-    from .state import atomic_write, read_file
+    from ..act.state import atomic_write, read_file
 
     try:
         fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
@@ -278,69 +260,3 @@ def read_layout(path: str, node: str, state_dir: Optional[str] = None) -> GresLa
         except OSError:
             pass  # the cache only saves a parse
     return layout
-
-
-# --- mapping (pure) ----------------------------------------------------------------------
-
-def device_order(layout: GresLayout, gpus: Sequence[GpuSnapshot]) -> Tuple[List[Optional[int]], Optional[str]]:
-    """For each gres index, the NVML index of its GPU (None where unknown), and why any are
-    unknown."""
-    by_minor = {g.minor_number: g.index for g in gpus if g.minor_number is not None}
-    numbers = [trailing_number(f) for f in layout.files]
-    by_file: List[Optional[int]] = [by_minor.get(n) if n is not None else None for n in numbers]
-    if layout.autodetect != "nvml":
-        return by_file, None
-    # _merge_system_gres_conf: detected GPUs that match a configured file (all of them when no
-    # File= is given), in NVML enumeration order; configured files not detected follow.  But
-    # only a slurmd built with NVML does that: Debian 12's slurmd 22.05 has no gpu/nvml plugin
-    # ("cannot find gpu plugin for gpu/nvml") and keeps gres.conf's File= order.  Where the
-    # two orders differ we cannot know which slurmd we serve, so those indices are unknown.
-    if any(g.minor_number is None for g in gpus):
-        return [None] * max(len(layout.files), len(gpus)), \
-            "AutoDetect=nvml and a GPU did not tell its minor number: slurmd's order is unknown"
-    by_nvml = nvml_order(layout, gpus)
-    if not layout.files:
-        return by_nvml, None  # no File=: only a slurmd with NVML has devices to number
-    agreed = [a if a == b else None for a, b in zip(by_file, by_nvml)]
-    why = None
-    if agreed != by_file:
-        why = ("AutoDetect=nvml with File= out of NVML's order: slurmd built with NVML numbers "
-               "GPUs in NVML order, one without it (Debian 12) in File= order")
-    return agreed, why
-def nvml_order(layout: GresLayout, gpus: Sequence[GpuSnapshot]) -> List[Optional[int]]:
-    """The NVML index at each gres index as a slurmd built with NVML numbers them
-    (`_merge_system_gres_conf`): the detected GPUs that match a configured file (all of them
-    when no File= is given) sorted by their Links position, which gpu_nvml.c sets from NVML's
-    enumeration; configured files that were not detected follow (None here).
-    tests/test_gres.py checks this against a real slurmd (`slurmd -G` with fake_gpus.conf)."""
-    wanted = {trailing_number(f) for f in layout.files}
-    detected = sorted((g for g in gpus if g.minor_number is not None
-                       and (not layout.files or g.minor_number in wanted)), key=lambda g: g.index)
-    order: List[Optional[int]] = [g.index for g in detected]
-    return order + [None] * (len(layout.files) - len(order))
-
-
-def map_gres_indices(ids: Sequence[str], layout: GresLayout,
-                     gpus: Sequence[GpuSnapshot]) -> Tuple[Tuple[int, ...], Optional[str]]:
-    """Slurm gres indices -> NVML indices.  Returns the indices found and an error naming every
-    index that cannot be mapped for certain (those are never probed and never drain)."""
-    if layout.error:
-        return (), f"gres index {','.join(ids)} cannot be mapped to a GPU: {layout.error}"
-    if layout.uncertain:
-        return (), (f"gres index {','.join(ids)} cannot be mapped to a GPU for certain: "
-                    f"{layout.source}: {layout.uncertain}")
-    order, why = device_order(layout, gpus)
-    found, missing = [], []
-    for ident in ids:
-        position = int(ident)
-        index = order[position] if position < len(order) else None
-        if index is None:
-            missing.append(ident)
-        else:
-            found.append(index)
-    if missing:
-        files = {str(i): layout.files[i] for i in map(int, missing) if i < len(layout.files)}
-        detail = ", ".join(f"{i} ({files[i]})" if i in files else f"{i} (not in {layout.source})"
-                           for i in missing)
-        return tuple(found), f"no GPU for gres index {detail}" + (f": {why}" if why else "")
-    return tuple(found), None

@@ -10,8 +10,8 @@ import os
 import re
 from typing import Mapping, Optional, Tuple
 
-from .model import GpuProcess, GpuSnapshot
-from .text import printable
+from ..model import GpuProcess, GpuSnapshot
+from ..text import printable
 
 
 # Slurm's cgroup plugins put a job's processes under .../job_<id>/ (cgroup v1 and v2)
@@ -33,14 +33,6 @@ def _cgroup_job(pid: int, proc_root: str) -> Optional[str]:
             return job_of_cgroup(handle.read(16384).decode("utf-8", "replace"))
     except OSError:
         return None
-
-
-MPS_DAEMON = "nvidia-cuda-mps-server"
-
-
-def is_mps_daemon(proc: GpuProcess) -> bool:
-    """NVML lists the MPS server (started for gres/mps by the site, in no job) on a shared GPU."""
-    return bool(proc.command) and MPS_DAEMON in (proc.command or "").split(" ", 1)[0]
 
 
 def with_jobs(gpus: Tuple[GpuSnapshot, ...], jobs: Mapping[int, str]) -> Tuple[GpuSnapshot, ...]:

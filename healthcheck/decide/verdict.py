@@ -16,8 +16,8 @@ import math
 import re
 from typing import Dict, Iterable, List, Optional, Sequence
 
-from .model import Action, Finding, GpuSnapshot, Mode, Severity, Verdict
-from .records import NamedTuple
+from ..model import Action, Finding, GpuSnapshot, Mode, Severity, Verdict
+from ..records import NamedTuple
 
 PREFIX = "gpu-healthcheck:"
 MAX_REASON_BYTES = 255  # Slurm's accounting database stores reasons as 255-byte text
@@ -273,26 +273,3 @@ def may_resume(this: NodeState, findings: Sequence[Finding], gpus: Sequence[GpuS
         if gpu.remap_pending or gpu.retired_pending:
             return f"GPU {gpu.index} has a pending remap or retirement"
     return None
-
-
-class ExitCode(enum.IntEnum):
-    OK = 0
-    WARN = 1
-    FAIL = 2
-    UNKNOWN = 3
-
-
-def node_exit(verdict: Verdict) -> int:
-    """--node: the monitoring convention."""
-    return {Verdict.PASS: ExitCode.OK, Verdict.WARN: ExitCode.WARN, Verdict.FAIL: ExitCode.FAIL,
-            Verdict.UNKNOWN: ExitCode.UNKNOWN}[verdict]
-
-
-def prolog_exit(job_must_not_start: bool) -> int:
-    """--prolog: non-zero exactly when the job must not start here (slurmd then requeues it)."""
-    return 1 if job_must_not_start else 0
-
-
-def epilog_exit(drained: bool) -> int:
-    """--epilog: non-zero exactly when we drained (or left a pending drain for) the node."""
-    return 1 if drained else 0

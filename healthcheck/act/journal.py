@@ -27,7 +27,7 @@ from types import MappingProxyType
 from typing import TYPE_CHECKING, Callable, List, Mapping, Optional, Sequence
 
 if TYPE_CHECKING:
-    from .runner import LogEvent
+    from ..model import LogEvent
 
 # libsystemd hard-codes this path (sd_journal_sendv); checking another would prove nothing.
 JOURNAL_SOCKET = "/run/systemd/journal/socket"
@@ -128,7 +128,7 @@ def send_events(events: Sequence["LogEvent"], mode: Optional[str] = None,
     result = JournalResult()
     for n, event in enumerate(events):
         try:
-            sendv(*entry_fields(event.kind, event.priority, event.message, event.fields, mode))
+            sendv(*entry_fields(event.kind, event.priority, event.message, event.journal_fields, mode))
         except (OSError, ValueError, TypeError) as exc:
             # ECONNREFUSED (journald stopped), EMSGSIZE, a value it cannot encode: the rest of
             # the run's events must still be seen, so hand them all back for the fallback.

@@ -15,21 +15,10 @@ from __future__ import annotations
 
 from typing import Dict, Iterable, Mapping, Optional, Sequence, Tuple
 
-from .model import GpuSnapshot, KernelLogPosition, KernelLogWindow, Severity, XidEvent
-from .state import XidAck
+from ..model import GpuSnapshot, KernelLogPosition, KernelLogWindow, Severity, XidAck, XidEvent
+from ..pci import kernel_pci
 
 PositionKey = Tuple[str, Optional[int], Optional[int], Optional[float], Optional[float]]
-
-
-def kernel_pci(nvml_bus_id: str) -> Optional[str]:
-    """NVML's "00000000:41:00.0" in the kernel log's form "0000:41:00"; None if not an address."""
-    from .nvml import normalise_pci
-
-    try:
-        domain, bus, device = normalise_pci(nvml_bus_id)
-    except ValueError:
-        return None
-    return f"{domain:04x}:{bus:02x}:{device:02x}"
 
 
 def position_key(position: KernelLogPosition) -> PositionKey:
@@ -67,7 +56,7 @@ def unacknowledged(events: Sequence[XidEvent], acks: Mapping[str, XidAck],
 
 
 def failing(events: Iterable[XidEvent], pci: str) -> bool:
-    from .checks.xid import xid_severity
+    from ..checks.xid import xid_severity
 
     return any(e.pci == pci and xid_severity(e)[0] is Severity.FAIL for e in events)
 

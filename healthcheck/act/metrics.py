@@ -24,18 +24,16 @@ base units in the name, counters end in _total.
 
 from __future__ import annotations
 
-import fcntl
 import json
 import os
-import stat
 import time
 from typing import TYPE_CHECKING, Any, Dict, List, Mapping, Optional, Sequence, Tuple
 
-from .records import NamedTuple
+from ..records import NamedTuple
 
 if TYPE_CHECKING:
-    from .config import Config
-    from .runner import LogEvent, RunOutcome
+    from ..config import Config
+    from ..model import LogEvent, RunOutcome
 
 STATE_FILE = "metrics-state.json"
 LOCK_FILE = "metrics-state.lock"
@@ -44,7 +42,7 @@ MODES = ("node", "prolog", "epilog")
 VERDICTS = ("pass", "warn", "fail", "unknown")
 COUNTERS = ("drains", "drain_refusals", "pending_drains", "resumes")
 GPU_LABELS = ("gpu", "uuid", "serial", "pci_bus_id")
-# runner.py priorities (syslog levels): an applied drain is logged at CRIT, "already drained"
+# the run's priorities (model.py, syslog levels): an applied drain is logged at CRIT, "already drained"
 # and "drained by someone else" at NOTICE/WARNING; a resume at NOTICE, "stays drained" at INFO.
 
 
@@ -110,16 +108,17 @@ FABRIC_STATES = ("not_started", "in_progress", "completed", "completed_error")
 
 def count_actions(events: Sequence["LogEvent"]) -> Dict[str, int]:
     """Increments of the persisted counters for one run's events."""
+    from ..model import Outcome
+
     counts = dict.fromkeys(COUNTERS, 0)
     for event in events:
-        outcome = event.fields.get("GPU_HEALTHCHECK_OUTCOME")
-        if event.kind == "drain" and outcome == "applied":
+        if event.kind == "drain" and event.outcome is Outcome.APPLIED:
             counts["drains"] += 1
         elif event.kind == "refused":
             counts["drain_refusals"] += 1
-        elif event.kind == "pending" and outcome != "dropped":  # a stale one dropped is not kept
+        elif event.kind == "pending" and event.outcome is not Outcome.DROPPED:  # a stale one dropped is not kept
             counts["pending_drains"] += 1
-        elif event.kind == "resume" and outcome == "applied":
+        elif event.kind == "resume" and event.outcome is Outcome.APPLIED:
             counts["resumes"] += 1
     return counts
 
@@ -293,7 +292,7 @@ def write_textfile(path: str, text: str) -> None:
     Raises:
         MetricsError: the directory is missing, a symlink, or the write fails.
     """
-    from .state import atomic_write
+    from ..safefile import atomic_write
 
     directory, name = os.path.split(os.path.abspath(path))
     try:
@@ -307,25 +306,21 @@ def _update_and_write(state_dir: str, metrics_file: str, outcome: "RunOutcome", 
                       now: float) -> Tuple[Dict[str, Any], List[str]]:
     """Read-modify-write <state_dir>/metrics-state.json and rewrite metrics_file, both under
     the flock, so a slower run can never put an older picture back; (new state, notes)."""
-    from .state import StateError, atomic_write, open_private_dir, read_file
+    from ..safefile import Locked, SafeFileError, atomic_write, open_dir, read_file
 
     notes: List[str] = []
     path = os.path.join(state_dir, STATE_FILE)
     try:
-        dfd = open_private_dir(state_dir, True)
-    except (StateError, OSError) as exc:
+        dfd = open_dir(state_dir, True)
+    except OSError as exc:
         raise MetricsError(exc.errno or 0, f"cannot use state_dir {state_dir}: {exc.strerror or exc}") from None
     try:
         try:
-            lock = os.open(LOCK_FILE, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC,
-                           0o600, dir_fd=dfd)
-        except OSError as exc:
-            raise MetricsError(exc.errno, f"cannot open {os.path.join(state_dir, LOCK_FILE)}: "
-                                          f"{exc.strerror}") from None
-        try:
-            if not stat.S_ISREG(os.fstat(lock).st_mode):
-                raise MetricsError(0, f"{os.path.join(state_dir, LOCK_FILE)} is not a regular file")
-            fcntl.flock(lock, fcntl.LOCK_EX)
+            lock = Locked(dfd, LOCK_FILE, os.path.join(state_dir, LOCK_FILE), exclusive=True, create=True)
+        except SafeFileError as exc:
+            raise MetricsError(exc.errno, f"cannot use {os.path.join(state_dir, LOCK_FILE)}: "
+                                          f"{exc.strerror or exc}") from None
+        with lock:
             state = empty_state()
             try:
                 raw = read_file(state_dir, STATE_FILE)
@@ -348,8 +343,6 @@ def _update_and_write(state_dir: str, metrics_file: str, outcome: "RunOutcome", 
                 raise MetricsError(exc.errno or 0, f"cannot write {path}: {exc.strerror or exc}") from None
             write_textfile(metrics_file, render(new))
             return new, notes
-        finally:
-            os.close(lock)  # releases the flock
     finally:
         os.close(dfd)
 

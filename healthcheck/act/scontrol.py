@@ -18,13 +18,14 @@ import shutil
 import time
 from typing import Callable, Dict, List, Mapping, Optional, Sequence
 
-from .records import NamedTuple
-from .verdict import NodeState, beyond_budget, gpu_nodes, is_ours, sanitise
+from ..model import DoorError
+from ..records import NamedTuple
+from ..decide.verdict import NodeState, beyond_budget, gpu_nodes, is_ours, sanitise
 
 DEFAULT_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
 
 
-class ScontrolError(Exception):
+class ScontrolError(DoorError):
     """scontrol could not do what we asked: missing, non-zero exit, or past its timeout."""
 
     def __init__(self, argv: Sequence[str], problem: str) -> None:

@@ -22,9 +22,9 @@ import sys
 from typing import TYPE_CHECKING, Callable, List, Mapping, Optional, Set, TextIO
 
 if TYPE_CHECKING:
-    from .config import Config
-    from .model import Mode
-    from .runner import LogEvent, RunOutcome
+    from ..config import Config
+    from ..model import Mode
+    from ..model import LogEvent, RunOutcome
 
 _LEVEL = {0: "EMERGENCY", 1: "ALERT", 2: "CRITICAL", 3: "ERROR", 4: "WARNING", 5: "NOTICE",
           6: "INFO", 7: "DEBUG"}
@@ -44,7 +44,7 @@ def _line(event: "LogEvent", with_fields: bool) -> str:
 
 def emit(outcome: "RunOutcome", config: "Config", mode: "Mode", err: Optional[TextIO] = None) -> None:
     """Send the run's events to every sink; never raises."""
-    from .model import Mode
+    from ..model import Mode
 
     err = err if err is not None else sys.stderr
     mode_name = getattr(mode, "value", str(mode))
@@ -121,7 +121,7 @@ def emit_internal_error(mode: str, trace: str, config: Optional["Config"] = None
     internal-error MESSAGE_ID and a history line, best effort; never raises."""
     from .history import append_internal_error
     from .journal import INTERNAL_ERROR
-    from .runner import CRIT, LogEvent
+    from ..model import CRIT, LogEvent
 
     cfg = config if config is not None else _config_for_crash()
     message = (f"gpu-healthcheck: INTERNAL ERROR in {mode} (a bug in gpu-healthcheck, not a node "
@@ -135,7 +135,7 @@ def emit_terminated(mode: str, config: Optional["Config"], environ: Mapping[str,
     """SIGTERM (slurmd's PrologEpilogTimeout) stopped the run before it decided: one CRIT
     journal entry and one history line, so the timeout is findable per node and job."""
     from .history import append_terminated
-    from .runner import CRIT, LogEvent
+    from ..model import CRIT, LogEvent
 
     cfg = config if config is not None else _config_for_crash()
     node = cfg.node_name or environ.get("SLURMD_NODENAME")
@@ -151,7 +151,7 @@ def _config_for_crash() -> "Config":
     """cli does not hand us its config on a crash: read it again, or fall back to defaults."""
     import os
 
-    from .config import Config, load_config
+    from ..config import Config, load_config
 
     try:
         return load_config(None, os.environ)

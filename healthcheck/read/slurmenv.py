@@ -12,12 +12,9 @@ parsed, bounded, and never passed to a shell.
 from __future__ import annotations
 
 import re
-from typing import TYPE_CHECKING, List, Mapping, Optional, Sequence, Tuple
+from typing import Mapping, Optional, Tuple
 
-from .model import GpuSnapshot, JobContext
-
-if TYPE_CHECKING:
-    from .gres import GresLayout
+from ..model import JobContext
 
 MAX_GPU_IDS = 1024
 _INDEX_RE = re.compile(r"^\d{1,4}$")
@@ -104,51 +101,3 @@ def job_from_env(environ: Mapping[str, str]) -> JobContext:
             return JobContext(job_id, node, user, gpu_ids_error=f"{source}: {exc}",
                               gpu_ids_source=source)
     return JobContext(job_id, node, user, gpu_ids=())
-
-
-def map_job_gpus(ids: Sequence[str], gpus: Sequence[GpuSnapshot],
-                 layout: Optional["GresLayout"] = None) -> Tuple[Tuple[int, ...], Optional[str]]:
-    """Slurm's ids -> NVML indices: gres indices through slurmd's device list (gres.py), UUIDs
-    directly (GPU- or MIG-).
-
-    Never by NVML order, and never by taking a gres index for a minor number: the two agree only
-    while gres.conf lists every device in order.  Returns the indices and an error naming the
-    ids that match no GPU for certain (those are not probed and never drain).
-    """
-    from .gres import map_gres_indices
-
-    by_uuid = {g.uuid.lower(): g.index for g in gpus if g.uuid}
-    # A job on a MIG device is named by its MIG- UUID: it runs on that device's GPU.
-    by_uuid.update({m.uuid.lower(): g.index for g in gpus for m in g.mig_devices or () if m.uuid})
-    found: List[int] = []
-    missing: List[str] = []
-    errors: List[str] = []
-    numeric = [i for i in ids if i.isdigit()]
-    if numeric:
-        if layout is None:
-            errors.append(f"gres index {','.join(numeric)} cannot be mapped: no gres.conf was read")
-            missing.extend(numeric)
-        else:
-            mapped, error = map_gres_indices(numeric, layout, gpus)
-            found.extend(mapped)
-            if error:
-                errors.append(error)
-                missing.extend(numeric[:len(numeric) - len(mapped)])
-    for ident in ids:
-        if ident.isdigit():
-            continue
-        index = by_uuid.get(ident.lower())
-        if index is None:  # CUDA accepts unique uuid prefixes
-            hits = [i for u, i in by_uuid.items() if u.startswith(ident.lower())]
-            index = hits[0] if len(hits) == 1 else None
-        if index is None:
-            missing.append(ident)
-            errors.append(f"no GPU with UUID {ident}")
-        else:
-            found.append(index)
-    # A lost or hung GPU may not tell its minor number; ids it could account for are not a
-    # malformed list (that GPU fails the node anyway).
-    unidentified = sum(1 for g in gpus if g.minor_number is None and g.lost is not None)
-    if missing and (len(missing) > unidentified or (layout is not None and (layout.error or layout.uncertain))):
-        return tuple(found), "; ".join(errors)
-    return tuple(found), None

@@ -7,7 +7,7 @@
 
 The first line of an error says Fatal or Non-fatal; the driver follows it with detail lines
 (Severity, Data) that do not, and that belong to it.  parse_sxid_lines() returns one SxidEvent
-per line, `fatal` None where the line does not say; sxid_severities() gives each line the
+per line, `fatal` None where the line does not say; checks/nvswitch.py (sxid_severities) gives each line the
 severity of the error it belongs to.  kernlog.read_kernel_log() calls parse_sxid_lines() on the
 same lines it reads for Xids.
 """
@@ -16,9 +16,10 @@ from __future__ import annotations
 
 import functools
 import re
-from typing import Dict, Iterable, List, Optional, Tuple
+from typing import Iterable, List, Optional, Tuple
 
-from .model import SxidEvent
+from ..model import SxidEvent
+from ..pci import function_form
 
 MAX_LINE = 8192
 
@@ -27,13 +28,6 @@ MAX_LINE = 8192
 def _pattern() -> "re.Pattern[str]":
     return re.compile(r"nvidia-nvswitch(?P<switch>\d{1,3})?: SXid \(PCI:(?P<pci>[0-9a-fA-F]{4,8}:"
                       r"[0-9a-fA-F]{2}:[0-9a-fA-F]{2}(?:\.[0-7])?)\):\s*(?P<code>\d{1,6}),\s*(?P<rest>.*)$")
-
-
-def _pci(text: str) -> str:
-    """dddd:bb:dd.f, lower-case, function 0 when the line omits it."""
-    parts = text.lower().split(":")
-    device, _, function = parts[2].partition(".")
-    return f"{int(parts[0], 16):04x}:{int(parts[1], 16):02x}:{int(device, 16):02x}.{function or '0'}"
 
 
 def parse_sxid_line(line: str) -> Optional[Tuple[str, Optional[int], int, Optional[bool], str]]:
@@ -52,7 +46,7 @@ def parse_sxid_line(line: str) -> Optional[Tuple[str, Optional[int], int, Option
     text = line[m.start():][:512]
     message = "".join(ch if ch.isprintable() else "?" for ch in text)
     switch = int(m["switch"]) if m["switch"] is not None else None
-    return _pci(m["pci"]), switch, int(m["code"]), fatal, message
+    return function_form(m["pci"]), switch, int(m["code"]), fatal, message
 
 
 def parse_sxid_lines(stamped: Iterable[Tuple[str, Optional[float], Optional[float], Optional[int]]]) -> List[SxidEvent]:
@@ -65,18 +59,3 @@ def parse_sxid_lines(stamped: Iterable[Tuple[str, Optional[float], Optional[floa
             events.append(SxidEvent(pci=pci, sxid=code, fatal=fatal, message=message,
                                     switch=switch, monotonic_s=mono, wallclock=wall, seq=seq))
     return events
-
-
-def sxid_severities(events: Iterable[SxidEvent]) -> List[Tuple[SxidEvent, Optional[bool]]]:
-    """Each event with the fatality of the error it belongs to: its own word, else that of the
-    latest header line of the same switch and code before it, else None (not stated)."""
-    last: Dict[Tuple[str, int], bool] = {}
-    out: List[Tuple[SxidEvent, Optional[bool]]] = []
-    for event in events:
-        key = (event.pci, event.sxid)
-        if event.fatal is not None:
-            last[key] = event.fatal
-            out.append((event, event.fatal))
-        else:
-            out.append((event, last.get(key)))
-    return out

@@ -10,7 +10,7 @@ from __future__ import annotations
 import json
 from typing import Any, Dict, List, Optional, TextIO
 
-from .model import Severity
+from ..model import Severity
 
 _RANK = {"fail": 3, "unknown": 2, "warn": 1, "info": 0}
 _COLOUR = {"fail": "\033[31m", "unknown": "\033[35m", "warn": "\033[33m", "pass": "\033[32m"}

@@ -40,9 +40,10 @@ import stat
 import time
 from typing import Dict, Iterable, Iterator, List, Optional, Tuple
 
-from .model import KernelLogPosition, KernelLogRead, KernelLogWindow, SxidEvent, XidEvent
-from .records import NamedTuple
-from .text import printable
+from ..model import KernelLogPosition, KernelLogRead, KernelLogWindow, SxidEvent, XidEvent
+from ..pci import kernel_form
+from ..records import NamedTuple
+from ..text import printable
 
 OFF_BUS = "fallen off the bus"
 
@@ -101,12 +102,6 @@ MAX_SXID_LINES = 4096  # NVSwitch SXid lines kept per read (4 switches, a few li
 # A kernel ring buffer is a few MiB; a syslog file can be GBs.  At ~100 MB/s of NVRM-free
 # text (or ~1 s per 200,000 NVRM lines) this keeps --node within HealthCheckProgram's 60 s.
 MAX_SCAN_BYTES = 64 << 20
-
-
-def _pci(text: str) -> str:
-    """Kernel form dddd:bb:dd, lower-case, zero-padded."""
-    domain, bus, device = text.lower().split(":")[:3]
-    return f"{int(domain, 16):04x}:{int(bus, 16):02x}:{int(device.split('.')[0], 16):02x}"
 
 
 def _from_kernel(line: str, year: int) -> Optional[Tuple[str, Optional[float], Optional[float], Optional[int]]]:
@@ -203,16 +198,16 @@ def iter_events(lines: Iterable[str], year: Optional[int] = None) -> Iterator[Op
         msg, mono, wall, seq = split
         m = pats.xid.search(msg)
         if m:
-            yield XidEvent(pci=_pci(m["pci"]), xid=int(m["xid"]), message=_clean(msg),
+            yield XidEvent(pci=kernel_form(m["pci"]), xid=int(m["xid"]), message=_clean(msg),
                            monotonic_s=mono, wallclock=wall, seq=seq)
             continue
         init = pats.init.search(msg)
         if init:
-            yield XidEvent(pci=_pci(init["pci"]), xid=REINIT, message=_clean(msg),
+            yield XidEvent(pci=kernel_form(init["pci"]), xid=REINIT, message=_clean(msg),
                            monotonic_s=mono, wallclock=wall, seq=seq)
         gpu = pats.gpu_at.search(msg)
         if gpu:
-            recent_gpu = (_pci(gpu["pci"]), number, mono, wall, seq)
+            recent_gpu = (kernel_form(gpu["pci"]), number, mono, wall, seq)
         if OFF_BUS in msg and recent_gpu and number - recent_gpu[1] <= FALLEN_LOOKBACK:
             _, _, g_mono, g_wall, g_seq = recent_gpu
             yield XidEvent(pci=recent_gpu[0], xid=None,
@@ -224,7 +219,7 @@ def iter_events(lines: Iterable[str], year: Optional[int] = None) -> Iterator[Op
 
 
 def parse_sxids(lines: Iterable[str], year: Optional[int] = None) -> List[SxidEvent]:
-    """Every NVSwitch SXid line (healthcheck.sxid) in these lines, with its time (pure)."""
+    """Every NVSwitch SXid line (healthcheck.read.sxid) in these lines, with its time (pure)."""
     from .sxid import parse_sxid_lines
 
     year = year or time.localtime().tm_year

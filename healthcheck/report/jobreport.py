@@ -20,7 +20,7 @@ import os
 import sys
 from typing import Dict, List, Mapping, Optional, Sequence, TextIO, Tuple
 
-from .model import Finding, Mode, NodeSnapshot
+from ..model import Finding, Mode, NodeSnapshot
 
 PREFIX = "gpu-healthcheck:"
 
@@ -33,17 +33,24 @@ def _short(message: str) -> str:
     return head if sep else message.rstrip(".")
 
 
-def report_lines(node: str, findings: Sequence[Finding], snapshot: NodeSnapshot,
-                 whose: str = "the job's GPUs") -> List[str]:
-    """One line per faulty GPU of the job, naming its worst finding (node-wide faults too), or
-    one line saying the job's GPUs look healthy."""
-    from .verdict import draining
+def job_faults(findings: Sequence[Finding], snapshot: NodeSnapshot) -> Dict[Optional[int], Finding]:
+    """The worst draining finding of each of the job's GPUs (None: node-wide), worst first."""
+    from ..decide.verdict import draining
 
     selected = set(snapshot.selected)
     worst: Dict[Optional[int], Finding] = {}
     for f in draining(findings):  # worst first
         if f.gpu is None or f.gpu in selected:
             worst.setdefault(f.gpu, f)
+    return worst
+
+
+def report_lines(node: str, findings: Sequence[Finding], snapshot: NodeSnapshot,
+                 whose: str = "the job's GPUs") -> List[str]:
+    """One line per faulty GPU of the job, naming its worst finding (node-wide faults too), or
+    one line saying the job's GPUs look healthy."""
+    selected = set(snapshot.selected)
+    worst = job_faults(findings, snapshot)
     if worst:
         return [f"{PREFIX} {node} {_short(f.message)}; this node will be drained"
                 for f in worst.values()]
@@ -68,14 +75,15 @@ def requeue_line(restarts: int, admin_comment: Optional[str]) -> Optional[str]:
 # --- reading and writing -------------------------------------------------------------------
 
 def _gpu_lines(environ: Mapping[str, str]) -> Tuple[List[str], int]:
-    from .checks import CheckContext, run_checks
-    from .config import Config, ConfigError, load_config
-    from .nvml import read_nvml
-    from .slurmenv import job_from_env, map_job_gpus
-    from .state import StateStore
+    from ..checks import CATALOGUE, CheckContext, run_checks
+    from ..config import Config, ConfigError, load_config
+    from ..read.nvml import read_nvml
+    from ..decide.gpumap import map_job_gpus
+    from ..read.slurmenv import job_from_env
+    from ..act.state import StateStore
 
     try:
-        config = load_config(None, environ)
+        config = load_config(None, environ, known_checks=CATALOGUE)
     except ConfigError:
         config = Config()  # the admin's file may be unreadable to the user: defaults judge
     node = config.node_name or environ.get("SLURMD_NODENAME") or os.uname().nodename.split(".")[0]
@@ -86,7 +94,7 @@ def _gpu_lines(environ: Mapping[str, str]) -> Tuple[List[str], int]:
     if job.gpu_ids and nvml.error is None:
         layout = None
         if any(i.isdigit() for i in job.gpu_ids):  # gres indices: numbered as slurmd does
-            from .gres import gres_conf_path, read_layout
+            from ..read.gres import gres_conf_path, read_layout
 
             # no state_dir: the layout cache is root's, and a report writes nothing
             layout = read_layout(gres_conf_path(config.gres_conf, dict(environ)), node)
@@ -102,16 +110,18 @@ def _gpu_lines(environ: Mapping[str, str]) -> Tuple[List[str], int]:
         snapshot = snapshot._replace(baseline=baseline)
     findings, _ = run_checks(snapshot, CheckContext(config=config, mode=Mode.EPILOG,
                                                     selected=selected))
-    lines = report_lines(node, findings, snapshot, whose)
-    return lines, 2 if lines[0].endswith("will be drained") else 0
+    from ..decide.exitcodes import job_report_exit
+
+    return report_lines(node, findings, snapshot, whose), job_report_exit(bool(job_faults(findings, snapshot)))
 
 
 def _admin_comment(environ: Mapping[str, str], job_id: str) -> Optional[str]:
-    from .config import Config, ConfigError, load_config
-    from .scontrol import Scontrol, ScontrolError, find_scontrol, parse_admin_comment
+    from ..act.scontrol import Scontrol, ScontrolError, find_scontrol, parse_admin_comment
+    from ..checks import CATALOGUE
+    from ..config import Config, ConfigError, load_config
 
     try:
-        config = load_config(None, environ)
+        config = load_config(None, environ, known_checks=CATALOGUE)
     except ConfigError:
         config = Config()
     try:
@@ -123,8 +133,10 @@ def _admin_comment(environ: Mapping[str, str], job_id: str) -> Optional[str]:
 
 def job_report(environ: Mapping[str, str], out: TextIO) -> int:
     """Exit 0 healthy, 2 a GPU of the job is at fault, 3 could not check."""
+    from ..decide.exitcodes import job_report_exit
+
     phase = environ.get("GPU_HEALTHCHECK_REPORT", "")
-    status = 0
+    status = job_report_exit(False)
     if phase in ("", "requeued"):
         try:
             restarts = int(environ.get("SLURM_RESTART_COUNT", "0") or 0)
@@ -150,4 +162,6 @@ def main(environ: Optional[Mapping[str, str]] = None, out: Optional[TextIO] = No
     except Exception as exc:  # noqa: BLE001 - a report must never add a failure to the job
         print(f"{PREFIX} --job-report could not check the job's GPUs ({type(exc).__name__}: "
               f"{exc}); a bug in gpu-healthcheck", file=sys.stderr)
-        return 3
+        from ..decide.exitcodes import job_report_exit
+
+        return job_report_exit(False, could_check=False)

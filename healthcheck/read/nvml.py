@@ -22,23 +22,12 @@ from __future__ import annotations
 import threading
 import time
 from ctypes import byref
-from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
+from typing import Any, Callable, Dict, List, Optional, Tuple
 
-from .model import GpuProcess, GpuSnapshot, MigDevice
-from .records import NamedTuple
-from .text import printable
+from ..model import NVML_ERROR_NAMES as ERROR_NAMES, GpuProcess, GpuSnapshot, MigDevice
+from ..records import NamedTuple
+from ..text import printable
 
-ERROR_NAMES = {
-    1: "UNINITIALIZED", 2: "INVALID_ARGUMENT", 3: "NOT_SUPPORTED", 4: "NO_PERMISSION",
-    5: "ALREADY_INITIALIZED", 6: "NOT_FOUND", 7: "INSUFFICIENT_SIZE", 8: "INSUFFICIENT_POWER",
-    9: "DRIVER_NOT_LOADED", 10: "TIMEOUT", 11: "IRQ_ISSUE", 12: "LIBRARY_NOT_FOUND",
-    13: "FUNCTION_NOT_FOUND", 14: "CORRUPTED_INFOROM", 15: "GPU_IS_LOST", 16: "RESET_REQUIRED",
-    17: "OPERATING_SYSTEM", 18: "LIB_RM_VERSION_MISMATCH", 19: "IN_USE", 20: "MEMORY",
-    21: "NO_DATA", 22: "VGPU_ECC_NOT_SUPPORTED", 23: "INSUFFICIENT_RESOURCES",
-    24: "FREQ_NOT_SUPPORTED", 25: "ARGUMENT_VERSION_MISMATCH", 26: "DEPRECATED", 27: "NOT_READY",
-    28: "GPU_NOT_FOUND", 29: "INVALID_STATE",
-    999: "UNKNOWN",
-}
 NOT_AVAILABLE = {3, 13}  # NOT_SUPPORTED, FUNCTION_NOT_FOUND
 GPU_FATAL = {15, 16, 999}  # GPU_IS_LOST, RESET_REQUIRED, UNKNOWN
 
@@ -453,26 +442,3 @@ def _shutdown(pynvml: Any) -> None:
     except pynvml.NVMLError:
         pass
 
-
-def gpu_by_pci(gpus: Sequence[GpuSnapshot], pci: str) -> Optional[GpuSnapshot]:
-    """The GPU at a PCI address given in any of NVML's, CUDA's, sysfs's or the kernel's forms."""
-    want = normalise_pci(pci)
-    for gpu in gpus:
-        if gpu.pci_bus_id and normalise_pci(gpu.pci_bus_id) == want:
-            return gpu
-    return None
-
-
-def normalise_pci(address: str) -> Tuple[int, int, int]:
-    """(domain, bus, device) of "00000000:41:00.0", "0000:41:00.0" or the kernel's "0000:41:00".
-
-    Raises:
-        ValueError: not a PCI address.
-    """
-    parts = address.strip().lower().split(":")
-    if len(parts) == 2:  # "41:00.0" without domain
-        parts = ["0"] + parts
-    if len(parts) != 3:
-        raise ValueError(f"not a PCI address: {address!r}")
-    device = parts[2].split(".", 1)[0]
-    return int(parts[0], 16), int(parts[1], 16), int(device, 16)

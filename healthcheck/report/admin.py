@@ -16,14 +16,15 @@ from __future__ import annotations
 import json
 from typing import Any, Dict, List, Mapping, Optional, TextIO, Tuple
 
-from .config import (CONFIG_ENV, Config, ConfigError, UNSET_MEANS,
+from ..config import (CONFIG_ENV, Config, ConfigError, UNSET_MEANS,
                      config_path, config_value, describe_schema, keys_set, parse_config,
                      read_config_file, unsafe_ownership)
+from ..decide.exitcodes import check_config_exit, done_exit
 
 
 def catalogue_rows() -> List[Dict[str, Any]]:
     """One dict per registered check, in the order they run."""
-    from .checks import CATALOGUE
+    from ..checks import CATALOGUE
 
     return [{"check": spec.check_id, "scope": spec.scope, "severity": spec.severity.value,
              "action": spec.action.value, "threshold_key": spec.threshold_key,
@@ -35,7 +36,7 @@ def list_checks(as_json: bool, out: TextIO) -> int:
     if as_json:
         json.dump({"schema": 1, "checks": rows}, out, indent=2)
         out.write("\n")
-        return 0
+        return done_exit(True)
     table = [("CHECK", "SCOPE", "SEVERITY", "ACTION", "THRESHOLD KEY", "WHAT IT CATCHES")]
     table += [(r["check"], r["scope"], r["severity"], r["action"], r["threshold_key"] or "-",
                r["summary"]) for r in rows]
@@ -44,7 +45,7 @@ def list_checks(as_json: bool, out: TextIO) -> int:
         out.write("  ".join(cell.ljust(w) for cell, w in zip(row, widths)) + "  " + row[5] + "\n")
     out.write("\nseverity/action: the worst the check reports and what that calls for; "
               "a check id goes in [checks] disabled.\n")
-    return 0
+    return done_exit(True)
 
 
 def _chosen_by(cli_path: Optional[str], environ: Mapping[str, str]) -> str:
@@ -95,7 +96,9 @@ def check_config(cli_path: Optional[str], environ: Mapping[str, str], as_json: b
             if problem:
                 errors.append(f"{path}: {problem}: gpu-healthcheck running as root refuses "
                               f"this file and runs with built-in defaults")
-            config = parse_config(text, path)
+            from ..checks import CATALOGUE
+
+            config = parse_config(text, path, CATALOGUE)
             from_file = keys_set(text, path)
     except ConfigError as exc:
         errors.append(str(exc))
@@ -118,4 +121,4 @@ def check_config(cli_path: Optional[str], environ: Mapping[str, str], as_json: b
                 out.write(f"{k.ljust(widths[0])}  {v.ljust(widths[1])}  {o}\n")
     for problem in errors:
         err.write(f"gpu-healthcheck: config error: {problem}\n")
-    return 1 if errors else 0
+    return check_config_exit(not errors)

@@ -23,16 +23,18 @@ import json
 import sys
 from typing import TYPE_CHECKING, Any, Dict, List, Mapping, Optional, TextIO
 
+from ..decide.exitcodes import done_exit
+
 if TYPE_CHECKING:
-    from .config import Config
+    from ..config import Config
 
 COLUMNS = ("node", "state", "gpu", "pci", "serial", "check", "value", "context", "job", "time")
 
 
 def rows_from_show_nodes(text: str) -> List[Dict[str, Any]]:
     """Pure: one row per node drained by us or by someone else, ours first."""
-    from .scontrol import parse_node_line, reason_time
-    from .verdict import is_ours, refused_reason, refused_time
+    from ..act.scontrol import parse_node_line, reason_time
+    from ..decide.verdict import is_ours, refused_reason, refused_time
 
     ours: List[Dict[str, Any]] = []
     refused: List[Dict[str, Any]] = []
@@ -65,7 +67,7 @@ def rows_from_show_nodes(text: str) -> List[Dict[str, Any]]:
 
 
 def _our_row(name: str, state: str, reason: str, raw: Optional[str]) -> Dict[str, Any]:
-    from .verdict import parse_reason
+    from ..decide.verdict import parse_reason
 
     row: Dict[str, Any] = dict.fromkeys(COLUMNS)
     parsed = (parse_reason(reason) if _fully_parsed(reason) else None) or {}
@@ -82,7 +84,7 @@ def _fully_parsed(reason: str) -> bool:
     mislead; a reason cut at Slurm's 255 bytes may end mid-token and still counts."""
     import re
 
-    from .verdict import MAX_REASON_BYTES, REASON_RE
+    from ..decide.verdict import MAX_REASON_BYTES, REASON_RE
 
     m = re.match(REASON_RE, reason)
     if m is None:
@@ -126,7 +128,7 @@ def format_table(rows: List[Dict[str, Any]]) -> List[str]:
 def show_cluster(config: "Config", environ: Mapping[str, str], as_json: bool, out: TextIO,
                  err: Optional[TextIO] = None) -> int:
     """`--cluster`: exit 0, or 3 when scontrol fails (the message names it)."""
-    from .scontrol import Scontrol, ScontrolError, find_scontrol
+    from ..act.scontrol import Scontrol, ScontrolError, find_scontrol
 
     err = err if err is not None else sys.stderr
     ctl = Scontrol(find_scontrol(config.scontrol, environ), config.scontrol_timeout_s)
@@ -134,7 +136,7 @@ def show_cluster(config: "Config", environ: Mapping[str, str], as_json: bool, ou
         text = ctl.show_nodes_raw()
     except ScontrolError as exc:
         print(f"gpu-healthcheck: --cluster: cannot list nodes with scontrol: {exc}", file=err)
-        return 3
+        return done_exit(False)
     rows = rows_from_show_nodes(text)
     if as_json:
         json.dump(rows, out, indent=2)
@@ -142,4 +144,4 @@ def show_cluster(config: "Config", environ: Mapping[str, str], as_json: bool, ou
     else:
         for line in format_table(rows):
             out.write(line + "\n")
-    return 0
+    return done_exit(True)

@@ -28,8 +28,8 @@ import signal
 import time
 from typing import Any, Dict, List, Optional, Sequence, Tuple
 
-from .model import ProbeResult, ProbeStatus
-from .records import NamedTuple
+from ..model import ProbeResult, ProbeStatus
+from ..records import NamedTuple
 
 MIB = 1 << 20
 CHUNK = 64 * MIB  # host buffer for full read-back

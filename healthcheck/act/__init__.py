@@ -1,0 +1,1 @@
+"""Effectors: the only code that changes the node or the cluster."""

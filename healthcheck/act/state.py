@@ -1,0 +1,223 @@
+"""State files in `state_dir`: the prolog's per-job baseline and a not-yet-applied drain.
+
+    store = StateStore("/var/lib/gpu-healthcheck")
+    store.write_baseline(Baseline(job_id="1234", ...))      # jobs/1234.json, mode 0600
+    baseline, error = store.read_baseline("1234")
+    store.write_pending(PendingDrain(reason="gpu-healthcheck: ...", ...))
+
+We run as root in a directory a user might reach: every read, write and unlink goes through
+the safe-file layer (healthcheck.safefile), so a planted symlink is never followed and a reader
+never sees half a file.  A directory owned by another user or writable by group or others is
+refused (a user who owns state_dir could plant a pending drain with her own reason).
+Directories are 0700.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+from typing import Any, Dict, List, Optional, Tuple
+
+from ..model import (ERR, Baseline, GpuBaseline, KernelLogPosition, LogEvent, NodeSnapshot, OurDrain,
+                     PendingDrain, XidAck)
+from ..safefile import SafeFileError, atomic_write, open_dir, read_file, unlink_file
+
+JOBS = "jobs"
+PENDING = "pending-drain.json"
+ACKS = "xid-acks.json"
+OUR_DRAIN = "our-drain.json"
+
+
+# The state store's errors are the safe-file layer's: a directory or file that cannot be trusted.
+StateError = SafeFileError
+
+
+def _check_fields(cls: Any, data: Any) -> Dict[str, Any]:
+    if not isinstance(data, dict):
+        raise ValueError(f"expected an object for {cls.__name__}")
+    names = set(cls._fields)
+    unknown = set(data) - names
+    if unknown:
+        raise ValueError(f"unknown fields {sorted(unknown)} in {cls.__name__}")
+    return data
+
+
+def _plain(value: Any) -> Any:
+    """Records as JSON objects (json.dumps would write a NamedTuple as a list)."""
+    if hasattr(value, "_asdict"):
+        return {k: _plain(v) for k, v in value._asdict().items()}
+    if isinstance(value, (list, tuple)):
+        return [_plain(v) for v in value]
+    return value
+
+
+def baseline_to_json(baseline: Baseline) -> bytes:
+    return json.dumps(_plain(baseline), sort_keys=True).encode()
+
+
+def baseline_from_json(raw: bytes) -> Baseline:
+    """Raises ValueError (or a subclass) on anything that is not a baseline we wrote."""
+    data = _check_fields(Baseline, json.loads(raw.decode("utf-8")))
+    gpus = tuple(GpuBaseline(**_check_fields(GpuBaseline, g)) for g in data.get("gpus") or ())
+    for gpu in gpus:
+        for name in GpuBaseline._fields:
+            value = getattr(gpu, name)
+            if name == "uuid":
+                if not isinstance(value, str):
+                    raise ValueError("uuid must be a string")
+            elif value is not None and not isinstance(value, (int, bool)):
+                raise ValueError(f"{name} must be a number")
+    log = data.get("kernel_log")
+    position = KernelLogPosition(**_check_fields(KernelLogPosition, log)) if log else None
+    if not isinstance(data.get("job_id"), str) or not isinstance(data.get("taken_at"), (int, float)):
+        raise ValueError("job_id and taken_at are required")
+    return Baseline(job_id=data["job_id"], taken_at=float(data["taken_at"]), gpus=gpus,
+                    kernel_log=position)
+
+
+def _job_file(job_id: str) -> str:
+    safe = "".join(ch if ch.isalnum() or ch in "._-+" else "_" for ch in job_id)[:64]
+    return f"{safe}.json"
+
+
+class StateStore:
+    def __init__(self, state_dir: str) -> None:
+        self.state_dir = state_dir
+        self.jobs_dir = os.path.join(state_dir, JOBS)
+
+    def write_baseline(self, baseline: Baseline) -> None:
+        _open_and_close(self.state_dir)
+        # not fsynced: every job start pays for it, and a lost baseline only costs attribution
+        atomic_write(self.jobs_dir, _job_file(baseline.job_id), baseline_to_json(baseline),
+                     durable=False)
+
+    def read_baseline(self, job_id: str) -> Tuple[Optional[Baseline], Optional[str]]:
+        """(baseline, None), or (None, why there is none) — never raises."""
+        path = os.path.join(self.jobs_dir, _job_file(job_id))
+        try:
+            raw = read_file(self.jobs_dir, _job_file(job_id))
+        except OSError as exc:
+            return None, f"cannot read baseline {path}: {exc.strerror or exc}"
+        if raw is None:
+            return None, f"no prolog baseline for job {job_id} ({path})"
+        try:
+            baseline = baseline_from_json(raw)
+        except (ValueError, TypeError) as exc:
+            return None, f"corrupt baseline {path}: {exc}"
+        if baseline.job_id != job_id:
+            return None, f"baseline {path} belongs to job {baseline.job_id}, not {job_id}"
+        return baseline, None
+
+    def remove_baseline(self, job_id: str) -> None:
+        unlink_file(self.jobs_dir, _job_file(job_id))
+
+    def write_pending(self, pending: PendingDrain) -> None:
+        atomic_write(self.state_dir, PENDING, json.dumps(_plain(pending), sort_keys=True).encode())
+
+    def read_pending(self) -> Tuple[Optional[PendingDrain], Optional[str]]:
+        path = os.path.join(self.state_dir, PENDING)
+        try:
+            raw = read_file(self.state_dir, PENDING)
+        except OSError as exc:
+            return None, f"cannot read pending drain {path}: {exc.strerror or exc}"
+        if raw is None:
+            return None, None
+        try:
+            data = _check_fields(PendingDrain, json.loads(raw.decode("utf-8")))
+            pending = PendingDrain(**data)
+            if not isinstance(pending.reason, str) or not isinstance(pending.node, str):
+                raise ValueError("reason and node must be strings")
+        except (ValueError, TypeError) as exc:
+            return None, f"corrupt pending drain {path}: {exc}"
+        return pending, None
+
+    def clear_pending(self, expected: Optional[PendingDrain] = None) -> None:
+        """Remove the pending drain; with `expected`, only if it is still that one."""
+        if expected is not None:
+            current, _ = self.read_pending()
+            if current is not None and current != expected:
+                return
+        unlink_file(self.state_dir, PENDING)
+
+
+def _open_and_close(path: str) -> None:
+    os.close(open_dir(path, True))
+
+
+def acks_to_json(acks: Dict[str, XidAck]) -> bytes:
+    return json.dumps({pci: _plain(a) for pci, a in sorted(acks.items())}, sort_keys=True).encode()
+
+
+def acks_from_json(raw: bytes) -> Dict[str, XidAck]:
+    """Raises ValueError (or a subclass) on anything that is not an acks file we wrote."""
+    data = json.loads(raw.decode("utf-8"))
+    if not isinstance(data, dict):
+        raise ValueError("expected an object")
+    acks = {}
+    for pci, entry in data.items():
+        entry = dict(_check_fields(XidAck, entry))
+        entry["position"] = KernelLogPosition(**_check_fields(KernelLogPosition, entry.get("position")))
+        ack = XidAck(**entry)
+        if ack.pci != pci or not isinstance(ack.count, int) or not isinstance(ack.acked_at, (int, float)):
+            raise ValueError(f"malformed entry for {pci}")
+        acks[pci] = ack
+    return acks
+
+
+def read_acks(store: "StateStore") -> Tuple[Dict[str, XidAck], Optional[str]]:
+    """({pci: ack}, None), or ({}, why) — never raises."""
+    path = os.path.join(store.state_dir, ACKS)
+    try:
+        raw = read_file(store.state_dir, ACKS)
+    except OSError as exc:
+        return {}, f"cannot read Xid acknowledgements {path}: {exc.strerror or exc}"
+    if raw is None:
+        return {}, None
+    try:
+        return acks_from_json(raw), None
+    except (ValueError, TypeError) as exc:
+        return {}, f"corrupt Xid acknowledgements {path}: {exc}"
+
+
+def write_acks(store: "StateStore", acks: Dict[str, XidAck]) -> None:
+    atomic_write(store.state_dir, ACKS, acks_to_json(acks))
+
+
+def read_our_drain(store: "StateStore") -> Optional[OurDrain]:
+    try:
+        raw = read_file(store.state_dir, OUR_DRAIN)
+        if raw is None:
+            return None
+        data = dict(_check_fields(OurDrain, json.loads(raw.decode("utf-8"))))
+        data["volatile_ecc"] = tuple((str(p), int(n)) for p, n in data.get("volatile_ecc") or ())
+        return OurDrain(**data)
+    except (OSError, ValueError, TypeError):
+        return None  # an unreadable note only costs the automatic acknowledgement
+
+
+def write_our_drain(store: "StateStore", drain: OurDrain) -> None:
+    atomic_write(store.state_dir, OUR_DRAIN, json.dumps(_plain(drain), sort_keys=True).encode())
+
+
+def clear_our_drain(store: "StateStore") -> None:
+    unlink_file(store.state_dir, OUR_DRAIN)
+
+
+def record_baseline(store: "StateStore", snapshot: "NodeSnapshot", job_id: str, kernel_log: str,
+                    events: "List[LogEvent]") -> None:
+    """The prolog's baseline for the job's epilog: the counters of every GPU NVML identified,
+    and where the kernel log stands now (only Xids after it are the job's)."""
+    from ..read.kernlog import position_now
+
+    # a baseline field is the snapshot field of the same name
+    gpus = tuple(GpuBaseline(**{name: getattr(g, name) for name in GpuBaseline._fields})
+                 for g in snapshot.gpus if g.uuid and g.lost is None)
+    baseline = Baseline(job_id=job_id, taken_at=time.time(), gpus=gpus,
+                        kernel_log=position_now(kernel_log))
+    try:
+        store.write_baseline(baseline)
+    except OSError as exc:
+        events.append(LogEvent("error", ERR, f"cannot write the baseline for job {job_id} in "
+                                             f"{store.state_dir}: {exc}; the epilog will judge "
+                                             f"absolute counters"))

@@ -1,0 +1,122 @@
+"""Recording that Xids are dealt with, in state_dir (what decide.xidack decides, written down).
+
+    snapshot = acknowledge_xids(snapshot, config, store, events, gpus=None, by="resume")
+    code, lines, events = ack(config, gpus=(2,))          # `gpu-healthcheck --ack --gpus 2`
+
+An acknowledgement is made by an admin's `--ack`, by the admin's resume of our drain, or by a
+GPU reset seen since our drain (its volatile ECC counters started over).  Each one is logged
+(kind "resume", outcome acknowledged): it changes what every later run judges.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from typing import List, Optional, Tuple
+
+from ..config import Config
+from ..decide.xidack import acknowledge, counters_started_over, gpu_pcis
+from ..model import ERR, NOTICE, LogEvent, Mode, NodeSnapshot, Outcome, UsageError
+from ..pci import kernel_pci
+from ..read.kernlog import boot_wallclock, position_now, read_kernel_log
+from .state import StateStore, read_acks, read_our_drain, write_acks, write_our_drain
+
+
+def _xid_list(events: "Tuple[object, ...] | List[object]") -> str:
+    return ", ".join(f"{e.pci} Xid {e.xid if e.xid is not None else 'off-bus'} x{e.occurrences}"  # type: ignore[attr-defined]
+                     for e in events)
+
+
+def acknowledge_xids(snapshot: NodeSnapshot, config: Config, store: StateStore,
+                     events: List[LogEvent], gpus: Optional[Tuple[int, ...]], by: str) -> NodeSnapshot:
+    """Record that the Xids in the snapshot's kernel log, on these GPUs (None: all), are dealt
+    with; returns the snapshot without them.  `by`: "ack" (--ack), "resume" or "reset"."""
+    log = snapshot.kernel_log
+    if gpus is None:
+        pcis = gpu_pcis(snapshot.gpus, log.events)
+    else:
+        pcis = tuple(p for p in (kernel_pci(g.pci_bus_id) for g in snapshot.gpus
+                                 if g.index in gpus and g.pci_bus_id) if p)
+    stored, _ = read_acks(store)
+    acks = acknowledge(stored, pcis, log.events, log.end or position_now(config.kernel_log),
+                       boot_wallclock(), time.time(), by)
+    try:
+        write_acks(store, acks)
+    except OSError as exc:
+        events.append(LogEvent("error", ERR, f"cannot record the Xid acknowledgement in "
+                                             f"{store.state_dir}: {exc}; the Xids still count"))
+        return snapshot
+    dealt = [e for e in log.events if e.pci in pcis]
+    if dealt:
+        events.append(LogEvent("resume", NOTICE, "Xids acknowledged (" + by + "): " + _xid_list(dealt),
+                               {}, Outcome.ACKNOWLEDGED))
+    return snapshot._replace(kernel_log=log._replace(events=tuple(e for e in log.events if e.pci not in pcis)),
+                             xid_ack_counts=tuple(sorted((p, a.count) for p, a in acks.items())))
+
+
+def acknowledge_resets(snapshot: NodeSnapshot, config: Config, store: StateStore, node: str,
+                       events: List[LogEvent]) -> NodeSnapshot:
+    """GPUs reset since our drain (their volatile ECC counters started over): their Xids are
+    dealt with.  The note then holds the counters as they are now, so one reset acknowledges
+    once and a later Xid still counts."""
+    ours = read_our_drain(store)
+    if ours is None or ours.node != node or not ours.volatile_ecc:
+        return snapshot
+    reset = counters_started_over(ours.volatile_ecc, snapshot.gpus)
+    if not reset:
+        return snapshot
+    indices = tuple(g.index for g in snapshot.gpus
+                    if g.pci_bus_id and kernel_pci(g.pci_bus_id) in reset)
+    events.append(LogEvent("resume", NOTICE, f"GPU(s) {', '.join(reset)} were reset since our drain "
+                                             f"(volatile ECC counters started over): their Xids "
+                                             f"count as dealt with", {}, Outcome.ACKNOWLEDGED))
+    snapshot = acknowledge_xids(snapshot, config, store, events, indices, by="reset")
+    now = {kernel_pci(g.pci_bus_id): (g.ecc_volatile_corrected or 0) + (g.ecc_volatile_uncorrected or 0)
+           for g in snapshot.gpus if g.pci_bus_id}
+    try:
+        write_our_drain(store, ours._replace(volatile_ecc=tuple(
+            (p, now.get(p, 0) if p in reset else n) for p, n in ours.volatile_ecc)))
+    except OSError:
+        pass  # the next run acknowledges the same reset again: harmless
+    return snapshot
+
+
+def ack(config: Config, gpus: Optional[Tuple[int, ...]]) -> Tuple[int, List[str], List[LogEvent]]:
+    """`gpu-healthcheck --ack [--gpus LIST]`: the admin has dealt with the Xids seen so far on
+    these GPUs (all by default).  Returns (exit code, lines to print, log events)."""
+    from ..decide.exitcodes import ack_exit
+    from ..read.nvml import read_nvml
+    from ..read.node import without_acknowledged, xid_window
+
+    events: List[LogEvent] = []
+    host = os.uname().nodename.split(".")[0]
+    store = StateStore(config.state_dir)
+    nvml = read_nvml(config.nvml_timeout_s)
+    if gpus is not None and nvml.error is None:
+        missing = sorted(set(gpus) - {g.index for g in nvml.gpus})
+        if missing:
+            raise UsageError(f"--gpus {','.join(map(str, missing))}: this node has "
+                             f"{len(nvml.gpus)} GPU(s)")
+    snapshot = NodeSnapshot(host=host, nvml_error=nvml.error, gpus=nvml.gpus)
+    snapshot = snapshot._replace(kernel_log=read_kernel_log(
+        config.kernel_log, xid_window(Mode.NODE, snapshot, config.xid_window_s)))
+    if snapshot.kernel_log.error:
+        return ack_exit(ok=False), [f"gpu-healthcheck: --ack: {snapshot.kernel_log.error}; "
+                                    f"nothing acknowledged"], events
+    snapshot = without_acknowledged(snapshot, config, read_acks(store), events)
+    before = snapshot.kernel_log.events
+    try:
+        after = acknowledge_xids(snapshot, config, store, events, gpus, by="ack")
+    except OSError as exc:
+        return ack_exit(ok=False), [f"gpu-healthcheck: --ack: cannot use {store.state_dir}: {exc}"], events
+    if any(e.kind == "error" for e in events):
+        return ack_exit(ok=False), [e.message for e in events if e.kind == "error"], events
+    dealt = [e for e in before if e not in after.kernel_log.events]
+    which = "every GPU" if gpus is None else "GPU(s) " + ",".join(map(str, gpus))
+    lines = [f"acknowledged the Xids so far on {which} of {host}: " + (_xid_list(dealt) or "none were counting")]
+    counts = dict(after.xid_ack_counts)
+    worn = [f"{p} ({c})" for p, c in sorted(counts.items()) if c >= config.xid_escalate_after]
+    if worn:
+        lines.append(f"a new failing Xid on {', '.join(worn)} will escalate to RMA "
+                     f"(xid_escalate_after = {config.xid_escalate_after})")
+    return ack_exit(ok=True), lines, events

@@ -1,0 +1,1 @@
+"""Pure decisions: verdict, drain reason, drain policy and budget, GPU mapping, exit codes."""

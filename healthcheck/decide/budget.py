@@ -1,0 +1,54 @@
+"""Deadlines: how long each outside call of a run may take (pure).
+
+HealthCheckProgram (`--node --act`) must end within `act_budget_s`: Slurm kills it after 60 s,
+and a killed run drains nothing.  Each door gets a share of the budget, and the CUDA probe gets
+what is left once the calls after it are reserved.
+
+    config = fit_to_budget(config)                     # NVML and scontrol deadlines shrunk
+    cap = probe_cap_s(ends_at, now, scontrol_unanswered, config)
+    timeout = probe_timeout(config, "full", largest_mib=81559, cap_s=cap)   # None: no time left
+"""
+
+from __future__ import annotations
+
+from typing import Optional
+
+from ..config import Config
+
+# Shares of `act_budget_s` that the NVML read and each scontrol call may take at most.  With the
+# defaults (50 s): NVML 7.5 s, scontrol 7.5 s a call, and the probe at most what is left after
+# two more scontrol calls and a margin for writing the report and exiting.
+NVML_SHARE, SCONTROL_SHARE, MARGIN_S = 0.15, 0.15, 2.0
+# scontrol calls a run may still make after the probe: show nodes, then drain or resume
+CALLS_AFTER_PROBE = 2
+
+
+def fit_to_budget(config: Config) -> Config:
+    """The config of a run that must end within `act_budget_s`: NVML and scontrol deadlines
+    shrunk to their shares of it."""
+    budget = config.act_budget_s
+    return config._replace(nvml_timeout_s=min(config.nvml_timeout_s, NVML_SHARE * budget),
+                           scontrol_timeout_s=min(config.scontrol_timeout_s, SCONTROL_SHARE * budget))
+
+
+def probe_cap_s(ends_at: float, now: float, scontrol_unanswered: bool, config: Config) -> float:
+    """Seconds the probe may take: what is left of the budget, less room for the scontrol calls
+    after it (none once scontrol proved unanswering: those then fail at once) and a margin."""
+    calls = 0 if scontrol_unanswered else CALLS_AFTER_PROBE
+    return ends_at - now - calls * config.scontrol_timeout_s - MARGIN_S
+
+
+def probe_timeout(config: Config, level: str, largest_mib: int,
+                  cap_s: Optional[float] = None) -> Optional[float]:
+    """The probe children's deadline, or None when the budget leaves no time to probe at all
+    (the GPUs are then not checked, unknown, never drained)."""
+    timeout_s = config.probe.timeout_s
+    if level == "full":
+        # Reading every byte back takes time in proportion to the memory: allow 1 s per GiB
+        # (host copies and memcmp run at several GiB/s) on top of the quick deadline.
+        timeout_s += largest_mib / 1024.0
+    if cap_s is not None and cap_s < timeout_s:
+        if cap_s < MARGIN_S:
+            return None
+        timeout_s = cap_s
+    return timeout_s

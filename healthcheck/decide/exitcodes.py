@@ -1,0 +1,86 @@
+"""Every exit status gpu-healthcheck returns, decided here and nowhere else (pure).
+
+The status drives Slurm: a non-zero prolog makes slurmd drain the node and requeue the job, a
+non-zero epilog drains it, and HealthCheckProgram's status is logged.  So each command's status
+is one function of what happened, never of how a message was worded (CONTRACTS §1):
+
+    --node          0 pass, 1 warn, 2 fail, 3 unknown (could not check; also a usage or
+                    config error, and a bug of ours)
+    --prolog        non-zero exactly when the job must not start here
+    --epilog        non-zero exactly when it drained the node (or left a pending drain)
+    --check-config  0 valid, 1 invalid
+    --history, --cluster, --ack   0 done, 3 could not
+    --job-report    0 healthy, 2 a GPU of the job is at fault, 3 could not check
+    SIGTERM         128 + 15, as a shell reports it
+"""
+
+from __future__ import annotations
+
+import enum
+import signal
+
+from ..model import Mode, NodeAction, Outcome, Verdict
+
+
+class ExitCode(enum.IntEnum):
+    OK = 0
+    WARN = 1
+    FAIL = 2
+    UNKNOWN = 3
+
+
+# A command-line or config mistake reads as "could not check", never as warn or fail.
+USAGE = ExitCode.UNKNOWN
+CONFIG_ERROR = ExitCode.UNKNOWN
+TERMINATED = 128 + signal.SIGTERM
+
+
+def node_exit(verdict: Verdict) -> int:
+    """--node: the monitoring convention."""
+    return {Verdict.PASS: ExitCode.OK, Verdict.WARN: ExitCode.WARN, Verdict.FAIL: ExitCode.FAIL,
+            Verdict.UNKNOWN: ExitCode.UNKNOWN}[verdict]
+
+
+def prolog_exit(job_must_not_start: bool) -> int:
+    """--prolog: non-zero exactly when the job must not start here (slurmd then requeues it)."""
+    return 1 if job_must_not_start else 0
+
+
+def epilog_exit(drained: bool) -> int:
+    """--epilog: non-zero exactly when we drained (or left a pending drain for) the node."""
+    return 1 if drained else 0
+
+
+def run_exit(mode: Mode, verdict: Verdict, reason: "str | None", action: NodeAction) -> int:
+    """The status of a --node, --prolog or --epilog run."""
+    if mode is Mode.NODE:
+        return node_exit(verdict)
+    if mode is Mode.PROLOG:
+        # a refused or report-only drain lets the job start: exit 1 would make Slurm drain
+        return prolog_exit(reason is not None
+                           and action.outcome not in (Outcome.REFUSED, Outcome.REPORT_ONLY))
+    return epilog_exit(action.taken == "drain")
+
+
+def internal_error_exit(mode: Mode) -> int:
+    """A bug in gpu-healthcheck never drains and never fails a job: prolog and epilog exit 0,
+    --node says it could not check."""
+    return ExitCode.UNKNOWN if mode is Mode.NODE else ExitCode.OK
+
+
+def done_exit(ok: bool) -> int:
+    """--history, --cluster, --ack, --list-checks, --version: 0 done, 3 could not."""
+    return ExitCode.OK if ok else ExitCode.UNKNOWN
+
+
+ack_exit = done_exit
+
+
+def check_config_exit(valid: bool) -> int:
+    return 0 if valid else 1
+
+
+def job_report_exit(job_gpu_at_fault: bool, could_check: bool = True) -> int:
+    if not could_check:
+        return ExitCode.UNKNOWN
+    return ExitCode.FAIL if job_gpu_at_fault else ExitCode.OK

@@ -1,0 +1,133 @@
+"""Which GPUs a job was given: Slurm's ids -> NVML indices, the way slurmd numbers them (pure).
+
+    selected, error = map_job_gpus(("3",), snapshot.gpus, layout)     # layout: read.gres
+
+SLURM_JOB_GPUS (and CUDA_VISIBLE_DEVICES in a prolog) hold gres *indices* or UUIDs.  A gres
+index is a position in slurmd's device list, which read/gres.py rebuilds from gres.conf and
+slurm.conf (see its docstring for slurmd's code); this module maps those positions to the GPUs
+NVML lists.  An id that cannot be mapped for certain is reported, never probed, never drained.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import List, Optional, Sequence, Tuple
+
+from ..model import GpuSnapshot, GresLayout
+
+
+def trailing_number(path: str) -> Optional[int]:
+    """The device number slurmd takes from a file name (`_init_gres_device`: its trailing
+    digits), e.g. 4 for /dev/nvidia4; None when the name ends in no digit."""
+    m = re.search(r"(\d+)$", path)
+    return int(m.group(1)) if m else None
+
+
+def map_job_gpus(ids: Sequence[str], gpus: Sequence[GpuSnapshot],
+                 layout: Optional["GresLayout"] = None) -> Tuple[Tuple[int, ...], Optional[str]]:
+    """Slurm's ids -> NVML indices: gres indices through slurmd's device list (gres.py), UUIDs
+    directly (GPU- or MIG-).
+
+    Never by NVML order, and never by taking a gres index for a minor number: the two agree only
+    while gres.conf lists every device in order.  Returns the indices and an error naming the
+    ids that match no GPU for certain (those are not probed and never drain).
+    """
+    by_uuid = {g.uuid.lower(): g.index for g in gpus if g.uuid}
+    # A job on a MIG device is named by its MIG- UUID: it runs on that device's GPU.
+    by_uuid.update({m.uuid.lower(): g.index for g in gpus for m in g.mig_devices or () if m.uuid})
+    found: List[int] = []
+    missing: List[str] = []
+    errors: List[str] = []
+    numeric = [i for i in ids if i.isdigit()]
+    if numeric:
+        if layout is None:
+            errors.append(f"gres index {','.join(numeric)} cannot be mapped: no gres.conf was read")
+            missing.extend(numeric)
+        else:
+            mapped, error = map_gres_indices(numeric, layout, gpus)
+            found.extend(mapped)
+            if error:
+                errors.append(error)
+                missing.extend(numeric[:len(numeric) - len(mapped)])
+    for ident in ids:
+        if ident.isdigit():
+            continue
+        index = by_uuid.get(ident.lower())
+        if index is None:  # CUDA accepts unique uuid prefixes
+            hits = [i for u, i in by_uuid.items() if u.startswith(ident.lower())]
+            index = hits[0] if len(hits) == 1 else None
+        if index is None:
+            missing.append(ident)
+            errors.append(f"no GPU with UUID {ident}")
+        else:
+            found.append(index)
+    # A lost or hung GPU may not tell its minor number; ids it could account for are not a
+    # malformed list (that GPU fails the node anyway).
+    unidentified = sum(1 for g in gpus if g.minor_number is None and g.lost is not None)
+    if missing and (len(missing) > unidentified or (layout is not None and (layout.error or layout.uncertain))):
+        return tuple(found), "; ".join(errors)
+    return tuple(found), None
+
+
+def device_order(layout: GresLayout, gpus: Sequence[GpuSnapshot]) -> Tuple[List[Optional[int]], Optional[str]]:
+    """For each gres index, the NVML index of its GPU (None where unknown), and why any are
+    unknown."""
+    by_minor = {g.minor_number: g.index for g in gpus if g.minor_number is not None}
+    numbers = [trailing_number(f) for f in layout.files]
+    by_file: List[Optional[int]] = [by_minor.get(n) if n is not None else None for n in numbers]
+    if layout.autodetect != "nvml":
+        return by_file, None
+    # _merge_system_gres_conf: detected GPUs that match a configured file (all of them when no
+    # File= is given), in NVML enumeration order; configured files not detected follow.  But
+    # only a slurmd built with NVML does that: Debian 12's slurmd 22.05 has no gpu/nvml plugin
+    # ("cannot find gpu plugin for gpu/nvml") and keeps gres.conf's File= order.  Where the
+    # two orders differ we cannot know which slurmd we serve, so those indices are unknown.
+    if any(g.minor_number is None for g in gpus):
+        return [None] * max(len(layout.files), len(gpus)), \
+            "AutoDetect=nvml and a GPU did not tell its minor number: slurmd's order is unknown"
+    by_nvml = nvml_order(layout, gpus)
+    if not layout.files:
+        return by_nvml, None  # no File=: only a slurmd with NVML has devices to number
+    agreed = [a if a == b else None for a, b in zip(by_file, by_nvml)]
+    why = None
+    if agreed != by_file:
+        why = ("AutoDetect=nvml with File= out of NVML's order: slurmd built with NVML numbers "
+               "GPUs in NVML order, one without it (Debian 12) in File= order")
+    return agreed, why
+def nvml_order(layout: GresLayout, gpus: Sequence[GpuSnapshot]) -> List[Optional[int]]:
+    """The NVML index at each gres index as a slurmd built with NVML numbers them
+    (`_merge_system_gres_conf`): the detected GPUs that match a configured file (all of them
+    when no File= is given) sorted by their Links position, which gpu_nvml.c sets from NVML's
+    enumeration; configured files that were not detected follow (None here).
+    tests/test_gres.py checks this against a real slurmd (`slurmd -G` with fake_gpus.conf)."""
+    wanted = {trailing_number(f) for f in layout.files}
+    detected = sorted((g for g in gpus if g.minor_number is not None
+                       and (not layout.files or g.minor_number in wanted)), key=lambda g: g.index)
+    order: List[Optional[int]] = [g.index for g in detected]
+    return order + [None] * (len(layout.files) - len(order))
+
+
+def map_gres_indices(ids: Sequence[str], layout: GresLayout,
+                     gpus: Sequence[GpuSnapshot]) -> Tuple[Tuple[int, ...], Optional[str]]:
+    """Slurm gres indices -> NVML indices.  Returns the indices found and an error naming every
+    index that cannot be mapped for certain (those are never probed and never drain)."""
+    if layout.error:
+        return (), f"gres index {','.join(ids)} cannot be mapped to a GPU: {layout.error}"
+    if layout.uncertain:
+        return (), (f"gres index {','.join(ids)} cannot be mapped to a GPU for certain: "
+                    f"{layout.source}: {layout.uncertain}")
+    order, why = device_order(layout, gpus)
+    found, missing = [], []
+    for ident in ids:
+        position = int(ident)
+        index = order[position] if position < len(order) else None
+        if index is None:
+            missing.append(ident)
+        else:
+            found.append(index)
+    if missing:
+        files = {str(i): layout.files[i] for i in map(int, missing) if i < len(layout.files)}
+        detail = ", ".join(f"{i} ({files[i]})" if i in files else f"{i} (not in {layout.source})"
+                           for i in missing)
+        return tuple(found), f"no GPU for gres index {detail}" + (f": {why}" if why else "")
+    return tuple(found), None

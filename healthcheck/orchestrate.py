@@ -1,0 +1,103 @@
+"""One run of gpu-healthcheck: read the node, judge it, act on it, report it, in that order.
+
+    outcome = run(RunRequest(mode=Mode.PROLOG, environ=os.environ), config)
+    outcome.exit_code, outcome.report, outcome.events
+
+Every line here calls into one room and decides nothing itself:
+- healthcheck.read: the node snapshot (NVML, sysfs, kernel log, CUDA probes, the Slurm
+  environment), with the state store's and slurmctld's answers handed in;
+- healthcheck.decide: the findings, the verdict, the drain reason, the budget, the exit code;
+- healthcheck.act: the drain, the pending drain, the resume, the Xid acknowledgements, the
+  baseline (the only code that changes the node or the cluster);
+- healthcheck.report: the JSON document and the log events.
+The caller (cli) prints the report and hands the events to the sinks (act.sinks).
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from typing import Callable, List, Optional
+
+from .act.slurm import Slurm, report_only
+from .act.state import StateStore
+from .config import Config
+from .decide.budget import fit_to_budget, probe_cap_s
+from .decide.exitcodes import run_exit
+from .decide.judge import judge
+from .decide.verdict import drain_reason
+from .model import CRIT, LogEvent, Mode, NodeAction, RunOutcome, RunRequest, Verdict
+from .read.node import NodeInputs, read_node
+from .report.document import build_report, finding_events
+
+
+def run(request: RunRequest, config: Config, node_name: Optional[str] = None) -> RunOutcome:
+    started, t0 = time.time(), time.monotonic()
+    mode = request.mode
+    events: List[LogEvent] = [LogEvent("error", CRIT, w) for w in config.warnings]
+    environ = request.environ
+    host = os.uname().nodename.split(".")[0]
+    node = node_name or config.node_name or environ.get("SLURMD_NODENAME") or host
+    store = StateStore(config.state_dir)
+    acting = mode is not Mode.NODE or request.act
+    health_check = mode is Mode.NODE and request.act  # HealthCheckProgram, or a timer
+    if health_check:
+        # Slurm kills HealthCheckProgram after 60 s, and a killed run drains nothing
+        config = fit_to_budget(config)
+    slurm = Slurm(config, environ)
+    probe_cap: Optional[Callable[[], float]] = None
+    if health_check:
+        ends_at = (request.started_monotonic or t0) + config.act_budget_s
+        probe_cap = lambda: probe_cap_s(ends_at, time.monotonic(), slurm.unanswered(), config)  # noqa: E731
+    report_only_run = acting and config.drain.report_only
+    changes_node = acting and not report_only_run
+    if changes_node:
+        slurm.apply_pending(store, node, events)
+    resumed_by_admin = health_check and changes_node and slurm.admin_resumed(store, node, events)
+
+    from .act.state import read_acks
+
+    inputs = NodeInputs(baseline=store.read_baseline, acks=lambda: read_acks(store),
+                        listpids=slurm.listpids, probe_cap=probe_cap)
+    snapshot, selected = read_node(request, config, host, node, inputs, events)
+    if health_check and changes_node:
+        from .act.xidack import acknowledge_resets, acknowledge_xids
+
+        snapshot = (acknowledge_xids(snapshot, config, store, events, None, by="resume")
+                    if resumed_by_admin else acknowledge_resets(snapshot, config, store, node, events))
+    only_gpus = request.gpus if mode is Mode.NODE else None
+    findings, crashes, verdict = judge(snapshot, config, mode, request.level, selected, only_gpus)
+    job_id = snapshot.job.job_id if snapshot.job else None
+    reason = drain_reason(findings, snapshot.gpus, mode, job_id)
+    base_fields = {"GPU_HEALTHCHECK_MODE": mode.value, "SLURMD_NODENAME": node}
+    if job_id:
+        base_fields["SLURM_JOB_ID"] = job_id
+
+    if mode is Mode.PROLOG and job_id:
+        from .act.state import record_baseline
+
+        record_baseline(store, snapshot, job_id, config.kernel_log, events)
+
+    action = NodeAction("none", dry_run=not acting and reason is not None, reason=reason)
+    if report_only_run:
+        action = report_only(node, reason, mode, events, base_fields)
+    elif acting and reason:
+        from .decide.xidack import volatile_ecc
+
+        action = slurm.drain(store, node, reason, mode, job_id, events, base_fields,
+                             counters=volatile_ecc(snapshot.gpus))
+    elif health_check and verdict is not Verdict.FAIL:
+        action = slurm.maybe_resume(store, node, findings, snapshot, events, base_fields,
+                                    request.level, partial=request.gpus is not None)
+
+    if mode is Mode.EPILOG and job_id and snapshot.baseline is not None:
+        store.remove_baseline(job_id)
+
+    exit_code = run_exit(mode, verdict, reason, action)
+    report = build_report(snapshot, findings, verdict, action, mode, job_id, node, started,
+                          time.monotonic() - t0, request.level, only_gpus)
+    events += finding_events(findings, crashes, snapshot, mode, node, verdict, action, base_fields)
+    # every entry findable by job and node (journalctl SLURM_JOB_ID=...), whoever made it
+    events = [e._replace(fields={**base_fields, **{k: v for k, v in e.fields.items() if v}})
+              for e in events]
+    return RunOutcome(exit_code, report, events, snapshot, findings, crashes)

@@ -1,0 +1,1 @@
+"""Readers: they fill records and change nothing."""

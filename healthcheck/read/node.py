@@ -1,0 +1,228 @@
+"""The node snapshot: every reader, once, in one record (changes nothing).
+
+    snapshot, selected = read_node(request, config, host, node, inputs)
+
+The readers are NVML, sysfs, procfs, the Slurm environment and gres.conf, the kernel log and
+the CUDA probe.  What comes from state_dir (the prolog's baseline, the Xid acknowledgements)
+and from slurmctld (`scontrol listpids`) is handed in through NodeInputs by the orchestrator,
+which owns those doors: a reader never opens scontrol or writes the state store.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Any, Callable, Dict, List, Mapping, Optional, Tuple
+
+from ..config import Config
+from ..decide.budget import probe_timeout
+from ..model import (ERR, WARNING, Baseline, DoorError, GpuSnapshot, JobContext, KernelLogWindow, LogEvent,
+                     Mode, NodeSnapshot, ProbeResult, ProbeStatus, RunRequest, UsageError, XidAck)
+from ..pci import normalise_pci, nvml_form
+from ..records import NamedTuple
+from .kernlog import boot_wallclock, read_kernel_log
+from .nvml import read_nvml
+from .slurmenv import job_from_env
+from .sysfs import read_driver_age, read_sysfs_gpus
+
+
+class NodeInputs(NamedTuple):
+    """What read_node needs from doors it does not own (all optional: None = not asked)."""
+
+    # the epilog's baseline: (baseline, why it is missing) from the state store
+    baseline: Optional[Callable[[str], Tuple[Optional[Baseline], Optional[str]]]] = None
+    # --node: the Xid acknowledgements (acks, error) from the state store
+    acks: Optional[Callable[[], Tuple[Dict[str, XidAck], Optional[str]]]] = None
+    # pid -> job id on this node (scontrol listpids); raises DoorError when slurmd cannot say
+    listpids: Optional[Callable[[str], Mapping[int, str]]] = None
+    # seconds the CUDA probe may take within the run's budget (HealthCheckProgram)
+    probe_cap: Optional[Callable[[], float]] = None
+
+
+def read_node(request: RunRequest, config: Config, host: str, node: str,
+              inputs: NodeInputs, events: List[LogEvent]) -> Tuple[NodeSnapshot, Optional[Tuple[int, ...]]]:
+    """Every reader, once.  Returns the snapshot and the GPUs under test (None = all)."""
+    mode = request.mode
+    job: Optional[JobContext] = job_from_env(request.environ) if mode is not Mode.NODE else None
+    raw_job_id = request.environ.get("SLURM_JOB_ID") or request.environ.get("SLURM_JOBID")
+    if job is not None and job.job_id is None and raw_job_id is not None:
+        events.append(LogEvent("error", ERR, f"SLURM_JOB_ID={raw_job_id[:40]!r} is not a Slurm job id: "
+                                             f"no baseline, AdminComment or job in the reason for it"))
+    nvml = read_nvml(config.nvml_timeout_s)
+    sysfs_gpus, sysfs_error = read_sysfs_gpus(config.sysfs_root)
+    from .procinfo import with_owners
+
+    gpus = name_lost_gpu(with_owners(nvml.gpus, config.proc_root), sysfs_gpus)
+    selected: Optional[Tuple[int, ...]] = request.gpus
+    if request.gpus is not None and nvml.error is None:
+        missing = sorted(set(request.gpus) - {g.index for g in gpus})
+        if missing:
+            raise UsageError(f"--gpus {','.join(map(str, missing))}: this node has "
+                             f"{len(gpus)} GPU(s), NVML indices 0-{len(gpus) - 1}"
+                             if gpus else f"--gpus: this node has no GPUs")
+    if job is not None:
+        if job.gpu_ids is not None:
+            from ..decide.gpumap import map_job_gpus
+
+            layout = None
+            if any(i.isdigit() for i in job.gpu_ids):
+                from .gres import gres_conf_path, read_layout
+
+                layout = read_layout(gres_conf_path(config.gres_conf, dict(request.environ)),
+                                     job.node_name or config.node_name or host, config.state_dir)
+            selected, error = map_job_gpus(job.gpu_ids, gpus, layout) if nvml.error is None else ((), None)
+            if error:
+                job = job._replace(gpu_ids_error=f"{job.gpu_ids_source}={','.join(job.gpu_ids)}: {error}")
+                selected = ()
+        else:
+            selected = ()  # malformed list: probe nothing, judge with NVML only
+        gpus = with_slurm_jobs(gpus, selected or (), inputs.listpids, node, events)
+    snapshot = NodeSnapshot(host=host, nvml_error=nvml.error, driver_version=nvml.driver_version,
+                            gpus=gpus, sysfs_gpus=sysfs_gpus, sysfs_error=sysfs_error, job=job,
+                            driver_age_s=read_driver_age(config.proc_root),
+                            selected=tuple(selected) if selected is not None else tuple(g.index for g in gpus))
+
+    if mode is Mode.EPILOG and job is not None and job.job_id and inputs.baseline is not None:
+        baseline, why = inputs.baseline(job.job_id)
+        snapshot = snapshot._replace(baseline=baseline, baseline_error=why)
+        if why:
+            events.append(LogEvent("error" if "corrupt" in why or "cannot" in why else "finding",
+                                   WARNING, why))
+    if mode is not Mode.PROLOG:
+        snapshot = snapshot._replace(kernel_log=read_kernel_log(
+            config.kernel_log, xid_window(mode, snapshot, config.xid_window_s)))
+        if mode is Mode.NODE and inputs.acks is not None:
+            snapshot = without_acknowledged(snapshot, config, inputs.acks(), events)
+    if mode is not Mode.EPILOG and config.probe.enabled and config.enabled("cuda.probe"):
+        snapshot = snapshot._replace(probes=probe(snapshot, config, request.level,
+                                                  inputs.probe_cap() if inputs.probe_cap else None))
+    return snapshot, selected
+
+
+def with_slurm_jobs(gpus: Tuple[GpuSnapshot, ...], selected: Tuple[int, ...],
+                    listpids: Optional[Callable[[str], Mapping[int, str]]], node: str,
+                    events: List[LogEvent]) -> Tuple[GpuSnapshot, ...]:
+    """With gres/mps or gres/shard several live jobs share a GPU: a process on the job's GPUs
+    that no cgroup names a job for is looked up in what slurmd says runs here (one
+    `scontrol listpids` call, made only when such a process exists).  A co-tenant is not a
+    leftover (checks/processes.py)."""
+    from ..model import is_mps_daemon
+    from .procinfo import with_jobs
+
+    unknown = [p for g in gpus if g.index in selected and g.processes for p in g.processes
+               if p.job_id is None and not is_mps_daemon(p)]
+    if not unknown or listpids is None:
+        return gpus  # the common case: scontrol is never imported
+    try:
+        jobs = listpids(node)
+    except DoorError as exc:
+        events.append(LogEvent("error", WARNING, f"cannot ask slurmd which jobs run on {node} "
+                                                 f"({exc}); processes on the job's GPUs count as "
+                                                 f"leftovers"))
+        return gpus
+    return with_jobs(gpus, jobs)
+
+
+def without_acknowledged(snapshot: NodeSnapshot, config: Config,
+                         acks_read: Tuple[Dict[str, XidAck], Optional[str]],
+                         events: List[LogEvent]) -> NodeSnapshot:
+    """`--node`: Xids an admin has dealt with (XidAck) no longer count; what the kernel logged
+    after each acknowledgement does.  The epilog needs none of this: its window is the job's own."""
+    from ..decide.xidack import live_acks, position_key, unacknowledged, window_after
+
+    stored, error = acks_read
+    if error:
+        events.append(LogEvent("error", ERR, f"{error}; every Xid since boot counts"))
+    acks = live_acks(stored, boot_wallclock())
+    counts = tuple(sorted((pci, a.count) for pci, a in stored.items()))
+    log = snapshot.kernel_log
+    if not acks or log.error:
+        return snapshot._replace(xid_ack_counts=counts)
+    after = {}
+    for ack in acks.values():
+        key = position_key(ack.position)
+        if key not in after:
+            later = read_kernel_log(config.kernel_log, window_after(ack.position))
+            after[key] = later.events
+    return snapshot._replace(kernel_log=log._replace(events=unacknowledged(log.events, acks, after)),
+                             xid_ack_counts=counts)
+
+
+def name_lost_gpu(gpus: Tuple[GpuSnapshot, ...],
+                  sysfs_gpus: Optional[Tuple[str, ...]]) -> Tuple[GpuSnapshot, ...]:
+    """A lost GPU that NVML can no longer identify gets its PCI address from sysfs, when that is
+    unambiguous (exactly one such GPU, exactly one NVIDIA function no other GPU accounts for),
+    so the drain reason still says which board to pull (pure)."""
+    nameless = [g for g in gpus if g.lost is not None and not g.pci_bus_id]
+    if len(nameless) != 1 or not sysfs_gpus:
+        return gpus
+    try:
+        known = {normalise_pci(g.pci_bus_id) for g in gpus if g.pci_bus_id}
+        spare = [a for a in sysfs_gpus if normalise_pci(a) not in known]
+    except ValueError:
+        return gpus
+    if len(spare) != 1:
+        return gpus
+    address = nvml_form(spare[0])
+    return tuple(g._replace(pci_bus_id=address) if g is nameless[0] else g for g in gpus)
+
+
+def xid_window(mode: Mode, snapshot: NodeSnapshot, window_s: float) -> KernelLogWindow:
+    """The stretch of the kernel log a run judges: the job's own (epilog, from the prolog's
+    position), the last `xid_window_s` (--node), else the whole boot."""
+    if mode is Mode.EPILOG and snapshot.baseline and snapshot.baseline.kernel_log:
+        pos = snapshot.baseline.kernel_log
+        return KernelLogWindow(position=pos, since_monotonic_s=pos.monotonic_s,
+                               since_wallclock=pos.wallclock)
+    if mode is Mode.NODE and window_s > 0:
+        return KernelLogWindow(since_monotonic_s=time.monotonic() - window_s,
+                               since_wallclock=time.time() - window_s)
+    return KernelLogWindow(since_wallclock=boot_wallclock())
+
+
+def probe(snapshot: NodeSnapshot, config: Config, level: str,
+          cap_s: Optional[float] = None) -> Tuple[ProbeResult, ...]:
+    """The CUDA probe of the GPUs under test, one killable child per device."""
+    from .cudaprobe import ProbeSize, ProbeTarget, run_probes
+
+    targets: List[ProbeTarget] = []
+    skipped: List[ProbeResult] = []
+    for gpu in snapshot.gpus:
+        if gpu.index not in snapshot.selected or gpu.lost is not None:
+            continue  # never allocate on GPUs another job holds; a lost GPU already fails
+        if gpu.mig_mode:
+            # CUDA cannot use a MIG-enabled GPU as a whole (its GPU- UUID gives no device, as the
+            # driver has it), only its MIG devices, and one process sees one: one child per device.
+            # A job given some MIG devices gets those probed, never another job's.
+            migs = [m for m in gpu.mig_devices or () if m.uuid]
+            job_migs = snapshot.job.mig_uuids if snapshot.job else ()
+            if job_migs and any((m.uuid or "").lower() in job_migs for m in migs):
+                migs = [m for m in migs if (m.uuid or "").lower() in job_migs]
+            if not migs:
+                skipped.append(ProbeResult(gpu.index, ProbeStatus.NOT_RUN,
+                                           detail="MIG is on and the GPU has no MIG device to probe"))
+            targets.extend(ProbeTarget(gpu.index, m.uuid) for m in migs if m.uuid)
+            continue
+        if not gpu.uuid:
+            skipped.append(ProbeResult(gpu.index, ProbeStatus.NOT_RUN, detail="NVML gave no UUID"))
+            continue
+        targets.append(ProbeTarget(gpu.index, gpu.uuid))
+    if not targets:
+        return tuple(skipped)
+    size = ProbeSize(quick_mib=config.probe.quick_mib,
+                     full_fraction=config.probe.full_fraction if level == "full" else None)
+    largest_mib = max((g.memory_total_mib or 0) for g in snapshot.gpus if g.index in snapshot.selected)
+    timeout_s = probe_timeout(config, level, largest_mib, cap_s)
+    if timeout_s is None:
+        # nothing left of act_budget_s: not checked (unknown), never a drain
+        return _with_devices(tuple(
+            ProbeResult(t.index, ProbeStatus.NOT_RUN,
+                        detail=f"no time left within act_budget_s = {config.act_budget_s:g} s")
+            for t in targets), targets) + tuple(skipped)
+    return _with_devices(run_probes(targets, size, timeout_s), targets) + tuple(skipped)
+
+
+def _with_devices(results: Tuple[ProbeResult, ...], targets: List[Any]) -> Tuple[ProbeResult, ...]:
+    """One result per probed device: a MIG-enabled GPU has one per MIG device, named by its
+    MIG- UUID (checks/probe.py judges the GPU by the worst of them)."""
+    return tuple(r._replace(device=t.uuid) if t.uuid.upper().startswith("MIG-") else r
+                 for r, t in zip(results, targets))
