@@ -10,7 +10,7 @@ logged against "0000:41:00" is the GPU NVML calls "00000000:41:00.0".
 
 from __future__ import annotations
 
-from typing import Optional, Sequence, Tuple, TypeVar
+from typing import TYPE_CHECKING, Optional, Sequence, Tuple
 
 
 def _parts(address: str) -> Tuple[int, int, int, Optional[int]]:
@@ -60,14 +60,11 @@ def nvml_form(address: str) -> str:
     return f"{domain:08X}:{bus:02X}:{device:02X}.0"
 
 
-class _HasBusId:  # the protocol of the records gpu_by_pci searches
-    pci_bus_id: Optional[str]
+if TYPE_CHECKING:
+    from .model import GpuSnapshot
 
 
-G = TypeVar("G", bound=_HasBusId)
-
-
-def gpu_by_pci(gpus: Sequence[G], pci: str) -> Optional[G]:
+def gpu_by_pci(gpus: "Sequence[GpuSnapshot]", pci: str) -> "Optional[GpuSnapshot]":
     """The GPU at a PCI address given in any of NVML's, CUDA's, sysfs's or the kernel's forms."""
     want = normalise_pci(pci)
     for gpu in gpus:

@@ -16,13 +16,14 @@ The drain protocol (CONTRACTS §4):
 
 One object per run means one scontrol door: once scontrol has not answered, every later call of
 the run (the drain, `listpids` for the shared-GPU check, the probe's time cap) knows it at once.
-`ctl` may be any object with Scontrol's methods: the unit tests pass an in-process fake.
+`ctl` may be any object with Scontrol's methods: the unit tests pass an in-process fake
+(tests/unit/slurmdoor.py).
 """
 
 from __future__ import annotations
 
 import time
-from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple
+from typing import Any, Callable, Dict, List, Mapping, Optional, Sequence, Tuple
 
 from ..config import Config
 from ..decide.verdict import (DrainDecision, NodeState, decide_drain, gpu_nodes, is_ours,
@@ -41,10 +42,12 @@ class Slurm:
     """The run's door to slurmctld: scontrol, created on first use so a healthy prolog never
     spawns a process, and every change this tool makes to a node or a job."""
 
-    def __init__(self, config: Config, environ: Mapping[str, str], ctl: Any = None) -> None:
+    def __init__(self, config: Config, environ: Mapping[str, str], ctl: Any = None,
+                 sleep: Callable[[float], None] = time.sleep) -> None:
         self.config = config
         self.environ = environ
         self._ctl: Any = ctl
+        self._sleep = sleep  # the wait before the budget's re-read (scontrol.hold_budget)
 
     @property
     def ctl(self) -> Any:
@@ -145,7 +148,7 @@ class Slurm:
 
         max_fraction = self.config.drain.max_fraction
         try:
-            check = hold_budget(self.ctl, node, reason, max_fraction)
+            check = hold_budget(self.ctl, node, reason, max_fraction, sleep=self._sleep)
         except DoorError as exc:
             events.append(LogEvent("error", ERR, f"drained {node}, but the drain budget could not be "
                                                  f"re-checked ({exc}); the drain stays", fields))

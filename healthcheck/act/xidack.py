@@ -12,18 +12,18 @@ from __future__ import annotations
 
 import os
 import time
-from typing import List, Optional, Tuple
+from typing import List, Optional, Sequence, Tuple
 
 from ..config import Config
 from ..decide.xidack import acknowledge, counters_started_over, gpu_pcis
-from ..model import ERR, NOTICE, LogEvent, Mode, NodeSnapshot, Outcome, UsageError
+from ..model import ERR, NOTICE, LogEvent, Mode, NodeSnapshot, Outcome, UsageError, XidEvent
 from ..pci import kernel_pci
 from ..read.kernlog import boot_wallclock, position_now, read_kernel_log
 from .state import StateStore, read_acks, read_our_drain, write_acks, write_our_drain
 
 
-def _xid_list(events: "Tuple[object, ...] | List[object]") -> str:
-    return ", ".join(f"{e.pci} Xid {e.xid if e.xid is not None else 'off-bus'} x{e.occurrences}"  # type: ignore[attr-defined]
+def _xid_list(events: Sequence[XidEvent]) -> str:
+    return ", ".join(f"{e.pci} Xid {e.xid if e.xid is not None else 'off-bus'} x{e.occurrences}"
                      for e in events)
 
 

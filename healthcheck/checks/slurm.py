@@ -14,8 +14,9 @@ def check_slurm_job_gpus(node: NodeSnapshot, ctx: CheckContext) -> Iterator[Find
     does not map to a GPU for certain, so we cannot tell which GPUs to probe.
 
     SLURM_JOB_GPUS holds gres indices (positions in slurmd's device list), not /dev/nvidiaN
-    minors: healthcheck/read/gres.py and decide/gpumap.py map them as slurmd numbers its devices, and an index it cannot
-    prove is reported here rather than guessed (guessing probed the wrong GPU, issue 17).
+    minors: read/gres.py and decide/gpumap.py map them as slurmd numbers its devices, and an
+    index they cannot prove is reported here rather than guessed (guessing probed the wrong GPU,
+    issue 17).
     Unknown, never fail: a malformed environment is not a GPU fault, and must not drain.
     The GPUs then get the NVML checks only, and no CUDA probe.
     """

@@ -220,7 +220,7 @@ def _identity(st: os.stat_result) -> List[int]:
 
 def read_layout(path: str, node: str, state_dir: Optional[str] = None) -> GresLayout:
     """This node's layout from gres.conf, from the cache when the file has not changed."""
-    from ..act.state import atomic_write, read_file
+    from ..safefile import atomic_write, read_file
 
     try:
         fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)

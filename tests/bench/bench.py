@@ -1,6 +1,11 @@
 """Performance benchmark of gpu-healthcheck against its floors and its peer (gcm health_checks).
 
     python3 -m tests.bench [--reps N] [--quick] [--no-peer] [--no-detect] [--json PATH]
+                           [--baseline CHECKOUT]
+
+--baseline adds the 8-GPU prolog rows of another checkout (e.g. a clone of the commit before a
+change), interleaved with this one's in the same repetitions, so before and after share the
+machine's state.
 
 Every figure is a WHOLE-PROCESS run (spawn to reap) on the fake GPUs of tests/fakegpu, in a temp
 node (scenario, config with state_dir / kernel_log / scontrol=/bin/false, state dir): nothing
@@ -22,6 +27,7 @@ import subprocess
 import sys
 import time
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any, Callable, Dict, List, Optional, Tuple
 
 from .harness import ROOT, SimNode, Stats, gpu_list, our_argv
@@ -61,6 +67,7 @@ class Run:
     env_extra: Dict[str, str] = field(default_factory=dict)
     fake: bool = True
     repo_on_path: bool = True
+    repo: Optional[Path] = None  # another checkout's healthcheck/ (--baseline)
     before: Optional[Callable[[], None]] = None  # untimed, before every timed rep
     stats: Stats = field(default_factory=Stats)
     skipped: str = ""  # why not measured
@@ -73,7 +80,7 @@ class Run:
         return self.name
 
 
-def build_runs(node: SimNode, peer_exe, peer_skip: str) -> List[Run]:
+def build_runs(node: SimNode, peer_exe, peer_skip: str, baseline: Optional[Path] = None) -> List[Run]:
     py = sys.executable
     runs = [
         Run("floor: python3 -c pass", "floor", None, [py, "-c", "pass"], fake=False,
@@ -107,6 +114,13 @@ def build_runs(node: SimNode, peer_exe, peer_skip: str) -> List[Run]:
         Run("ours --prolog (PCIe boards: no NVLink, no fabric)", "ours", 8, our_argv("--prolog"),
             dict(job8), extra=PCIE_SCENARIO),
     ]
+    if baseline is not None:
+        runs += [
+            Run(f"baseline {baseline.name}: ours --prolog", "baseline", 8, our_argv("--prolog"),
+                dict(job8), repo=baseline),
+            Run(f"baseline {baseline.name}: {HGX_ROW}", "baseline", 8, our_argv("--prolog"),
+                dict(job8), extra=HGX_SCENARIO, repo=baseline),
+        ]
     # the venv's own console script when the venv is not on PATH (`make bench`)
     beside = os.path.join(os.path.dirname(sys.executable), "gpu-healthcheck")
     console = shutil.which("gpu-healthcheck") or (beside if os.access(beside, os.X_OK) else None)
@@ -133,7 +147,7 @@ def measure(node: SimNode, runs: List[Run], reps: int, warmup: bool, log) -> Non
             if run.before:
                 run.before()
             sample = node.run(run.argv, node.env(run.env_extra, fake=run.fake,
-                                                 repo_on_path=run.repo_on_path))
+                                                 repo_on_path=run.repo_on_path, repo=run.repo))
             if sample.rc not in run.expect_rc:
                 run.skipped = (f"exit {sample.rc} (expected {run.expect_rc}): "
                                f"{(sample.stderr or sample.stdout).strip()[-300:]}")
@@ -339,7 +353,11 @@ def main(argv: Optional[List[str]] = None) -> int:
     parser.add_argument("--no-peer", action="store_true", help="skip gcm (no venv, no pip)")
     parser.add_argument("--no-detect", action="store_true", help="skip the detection matrix")
     parser.add_argument("--json", metavar="PATH", help="also write the results as JSON here")
+    parser.add_argument("--baseline", metavar="CHECKOUT", type=Path,
+                        help="also time the 8-GPU prologs of this checkout, interleaved")
     args = parser.parse_args(argv)
+    if args.baseline is not None and not (args.baseline / "healthcheck" / "__init__.py").is_file():
+        parser.error(f"--baseline {args.baseline}: no healthcheck/ package there")
     reps = args.reps if args.reps is not None else (3 if args.quick else 15)
     if reps < 1:
         parser.error("--reps must be >= 1")
@@ -356,7 +374,8 @@ def main(argv: Optional[List[str]] = None) -> int:
     node = SimNode()
     started = time.time()
     try:
-        runs = build_runs(node, peer_exe, peer_skip)
+        runs = build_runs(node, peer_exe, peer_skip,
+                          args.baseline.resolve() if args.baseline is not None else None)
         measure(node, runs, reps, warmup=not args.quick and reps > 1, log=log)
         targets = evaluate(runs)
         matrix = [] if args.no_detect else detection(node, peer_exe, log)

@@ -98,11 +98,12 @@ class SimNode:
         self.scenario.write_text(text)
 
     def env(self, extra: Optional[Dict[str, str]] = None, fake: bool = True,
-            repo_on_path: bool = True) -> Dict[str, str]:
+            repo_on_path: bool = True, repo: Optional[Path] = None) -> Dict[str, str]:
+        """`repo`: the checkout whose healthcheck/ runs (default this one; --baseline another)."""
         env = {k: v for k, v in os.environ.items()
                if not k.startswith(("SLURM", "CUDA_VISIBLE", "GPU_HEALTHCHECK", "FAKEGPU",
                                     "PYTHON"))}
-        env["PYTHONPATH"] = os.pathsep.join([str(HOOK_DIR)] + ([str(ROOT)] if repo_on_path else []))
+        env["PYTHONPATH"] = os.pathsep.join([str(HOOK_DIR)] + ([str(repo or ROOT)] if repo_on_path else []))
         env["BENCH_HWM_FILE"] = str(self.hwm)
         if fake:
             env["LD_LIBRARY_PATH"] = str(ensure_fakegpu())
