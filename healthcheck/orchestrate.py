@@ -20,13 +20,14 @@ import time
 from typing import Callable, List, Optional
 
 from .act.slurm import Slurm, report_only
-from .act.state import StateStore
+from .act.state import StateStore, read_acks
 from .config import Config
 from .decide.budget import fit_to_budget, probe_cap_s
 from .decide.exitcodes import run_exit
 from .decide.judge import judge
+from .decide.plan import Step, next_step, plan_run
 from .decide.verdict import drain_reason
-from .model import CRIT, LogEvent, Mode, NodeAction, RunOutcome, RunRequest, Verdict
+from .model import CRIT, LogEvent, NodeAction, RunOutcome, RunRequest
 from .read.node import NodeInputs, read_node
 from .report.document import build_report, finding_events
 
@@ -39,63 +40,58 @@ def run(request: RunRequest, config: Config, node_name: Optional[str] = None) ->
     host = os.uname().nodename.split(".")[0]
     node = node_name or config.node_name or environ.get("SLURMD_NODENAME") or host
     store = StateStore(config.state_dir)
-    acting = mode is not Mode.NODE or request.act
-    health_check = mode is Mode.NODE and request.act  # HealthCheckProgram, or a timer
-    if health_check:
+    plan = plan_run(request, config)
+    if plan.health_check:
         # Slurm kills HealthCheckProgram after 60 s, and a killed run drains nothing
         config = fit_to_budget(config)
     slurm = Slurm(config, environ)
     probe_cap: Optional[Callable[[], float]] = None
-    if health_check:
+    if plan.health_check:
         ends_at = (request.started_monotonic or t0) + config.act_budget_s
         probe_cap = lambda: probe_cap_s(ends_at, time.monotonic(), slurm.unanswered(), config)  # noqa: E731
-    report_only_run = acting and config.drain.report_only
-    changes_node = acting and not report_only_run
-    if changes_node:
+    if plan.changes_node:
         slurm.apply_pending(store, node, events)
-    resumed_by_admin = health_check and changes_node and slurm.admin_resumed(store, node, events)
-
-    from .act.state import read_acks
+    resumed_by_admin = plan.health_check and plan.changes_node and slurm.admin_resumed(store, node, events)
 
     inputs = NodeInputs(baseline=store.read_baseline, acks=lambda: read_acks(store),
                         listpids=slurm.listpids, probe_cap=probe_cap)
     snapshot, selected = read_node(request, config, host, node, inputs, events)
-    if health_check and changes_node:
+    if plan.health_check and plan.changes_node:
         from .act.xidack import acknowledge_resets, acknowledge_xids
 
         snapshot = (acknowledge_xids(snapshot, config, store, events, None, by="resume")
                     if resumed_by_admin else acknowledge_resets(snapshot, config, store, node, events))
-    only_gpus = request.gpus if mode is Mode.NODE else None
-    findings, crashes, verdict = judge(snapshot, config, mode, request.level, selected, only_gpus)
+    findings, crashes, verdict = judge(snapshot, config, mode, request.level, selected, plan.only_gpus)
     job_id = snapshot.job.job_id if snapshot.job else None
     reason = drain_reason(findings, snapshot.gpus, mode, job_id)
     base_fields = {"GPU_HEALTHCHECK_MODE": mode.value, "SLURMD_NODENAME": node}
     if job_id:
         base_fields["SLURM_JOB_ID"] = job_id
 
-    if mode is Mode.PROLOG and job_id:
+    if job_id and plan.records_baseline(job_id):
         from .act.state import record_baseline
 
         record_baseline(store, snapshot, job_id, config.kernel_log, events)
 
-    action = NodeAction("none", dry_run=not acting and reason is not None, reason=reason)
-    if report_only_run:
+    step = next_step(plan, reason, verdict)
+    action = NodeAction("none", dry_run=not plan.acting and reason is not None, reason=reason)
+    if step is Step.REPORT_ONLY:
         action = report_only(node, reason, mode, events, base_fields)
-    elif acting and reason:
+    elif step is Step.DRAIN and reason:
         from .decide.xidack import volatile_ecc
 
         action = slurm.drain(store, node, reason, mode, job_id, events, base_fields,
                              counters=volatile_ecc(snapshot.gpus))
-    elif health_check and verdict is not Verdict.FAIL:
+    elif step is Step.RESUME:
         action = slurm.maybe_resume(store, node, findings, snapshot, events, base_fields,
                                     request.level, partial=request.gpus is not None)
 
-    if mode is Mode.EPILOG and job_id and snapshot.baseline is not None:
+    if job_id and plan.consumes_baseline(job_id, snapshot.baseline is not None):
         store.remove_baseline(job_id)
 
     exit_code = run_exit(mode, verdict, reason, action)
     report = build_report(snapshot, findings, verdict, action, mode, job_id, node, started,
-                          time.monotonic() - t0, request.level, only_gpus)
+                          time.monotonic() - t0, request.level, plan.only_gpus)
     events += finding_events(findings, crashes, snapshot, mode, node, verdict, action, base_fields)
     # every entry findable by job and node (journalctl SLURM_JOB_ID=...), whoever made it
     events = [e._replace(fields={**base_fields, **{k: v for k, v in e.fields.items() if v}})

@@ -18,9 +18,12 @@ from __future__ import annotations
 
 import os
 import sys
-from typing import Dict, List, Mapping, Optional, Sequence, TextIO, Tuple
+from typing import TYPE_CHECKING, Dict, List, Mapping, Optional, Sequence, TextIO, Tuple
 
 from ..model import Finding, Mode, NodeSnapshot
+
+if TYPE_CHECKING:
+    from ..config import Config
 
 PREFIX = "gpu-healthcheck:"
 
@@ -74,18 +77,26 @@ def requeue_line(restarts: int, admin_comment: Optional[str]) -> Optional[str]:
 
 # --- reading and writing -------------------------------------------------------------------
 
-def _gpu_lines(environ: Mapping[str, str]) -> Tuple[List[str], int]:
-    from ..checks import CATALOGUE, CheckContext, run_checks
+def _config(environ: Mapping[str, str]) -> "Config":
+    """The node's config, read once for the whole report; the admin's file may be unreadable
+    to the user: then the defaults judge."""
+    from ..checks import CATALOGUE
     from ..config import Config, ConfigError, load_config
-    from ..read.nvml import read_nvml
-    from ..decide.gpumap import map_job_gpus
-    from ..read.slurmenv import job_from_env
-    from ..act.state import StateStore
 
     try:
-        config = load_config(None, environ, known_checks=CATALOGUE)
+        return load_config(None, environ, known_checks=CATALOGUE)
     except ConfigError:
-        config = Config()  # the admin's file may be unreadable to the user: defaults judge
+        return Config()
+
+
+def _gpu_lines(environ: Mapping[str, str], config: "Config") -> Tuple[List[str], int]:
+    from ..act.state import StateStore
+    from ..checks import CheckContext, run_checks
+    from ..decide.exitcodes import job_report_exit
+    from ..decide.gpumap import map_job_gpus
+    from ..read.nvml import read_nvml
+    from ..read.slurmenv import job_from_env
+
     node = config.node_name or environ.get("SLURMD_NODENAME") or os.uname().nodename.split(".")[0]
     job = job_from_env(environ)
     nvml = read_nvml(config.nvml_timeout_s)
@@ -110,20 +121,12 @@ def _gpu_lines(environ: Mapping[str, str]) -> Tuple[List[str], int]:
         snapshot = snapshot._replace(baseline=baseline)
     findings, _ = run_checks(snapshot, CheckContext(config=config, mode=Mode.EPILOG,
                                                     selected=selected))
-    from ..decide.exitcodes import job_report_exit
-
     return report_lines(node, findings, snapshot, whose), job_report_exit(bool(job_faults(findings, snapshot)))
 
 
-def _admin_comment(environ: Mapping[str, str], job_id: str) -> Optional[str]:
+def _admin_comment(environ: Mapping[str, str], config: "Config", job_id: str) -> Optional[str]:
     from ..act.scontrol import Scontrol, ScontrolError, find_scontrol, parse_admin_comment
-    from ..checks import CATALOGUE
-    from ..config import Config, ConfigError, load_config
 
-    try:
-        config = load_config(None, environ, known_checks=CATALOGUE)
-    except ConfigError:
-        config = Config()
     try:
         ctl = Scontrol(find_scontrol(config.scontrol, environ), config.scontrol_timeout_s)
         return parse_admin_comment(ctl.show_job(job_id))
@@ -137,6 +140,7 @@ def job_report(environ: Mapping[str, str], out: TextIO) -> int:
 
     phase = environ.get("GPU_HEALTHCHECK_REPORT", "")
     status = job_report_exit(False)
+    config = _config(environ)
     if phase in ("", "requeued"):
         try:
             restarts = int(environ.get("SLURM_RESTART_COUNT", "0") or 0)
@@ -144,11 +148,11 @@ def job_report(environ: Mapping[str, str], out: TextIO) -> int:
             restarts = 0
         job_id = environ.get("SLURM_JOB_ID") or environ.get("SLURM_JOBID")
         if restarts > 0 and job_id:
-            line = requeue_line(restarts, _admin_comment(environ, job_id))
+            line = requeue_line(restarts, _admin_comment(environ, config, job_id))
             if line:
                 print(line, file=out)
     if phase in ("", "task-exit"):
-        lines, status = _gpu_lines(environ)
+        lines, status = _gpu_lines(environ, config)
         for line in lines:
             print(line, file=out)
     out.flush()
