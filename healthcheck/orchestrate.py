@@ -75,14 +75,14 @@ def run(request: RunRequest, config: Config, node_name: Optional[str] = None) ->
 
     step = next_step(plan, reason, verdict)
     action = NodeAction("none", dry_run=not plan.acting and reason is not None, reason=reason)
-    if step is Step.REPORT_ONLY:
+    if step == Step.REPORT_ONLY:
         action = report_only(node, reason, mode, events, base_fields)
-    elif step is Step.DRAIN and reason:
+    elif step == Step.DRAIN and reason:
         from .decide.xidack import volatile_ecc
 
         action = slurm.drain(store, node, reason, mode, job_id, events, base_fields,
                              counters=volatile_ecc(snapshot.gpus))
-    elif step is Step.RESUME:
+    elif step == Step.RESUME:
         action = slurm.maybe_resume(store, node, findings, snapshot, events, base_fields,
                                     request.level, partial=request.gpus is not None)
 

@@ -23,10 +23,10 @@ REASON = "gpu-healthcheck: gpu2 ecc.volatile_uncorrected=3 prolog job=42"
     (Mode.NODE, False, True, REASON, Verdict.FAIL, Step.NONE),  # report_only only matters when acting
 ])
 def test_each_kind_of_run_takes_its_step(mode: Mode, act: bool, report_only: bool, reason: str,
-                                         verdict: Verdict, step: Step) -> None:
+                                         verdict: Verdict, step: str) -> None:
     config = Config(drain=DrainConfig(report_only=report_only))
     plan = plan_run(RunRequest(mode=mode, environ={}, act=act), config)
-    assert next_step(plan, reason, verdict) is step
+    assert next_step(plan, reason, verdict) == step
     assert plan.changes_node is (plan.acting and not report_only)
 
 
