@@ -61,6 +61,13 @@ fake_env="LD_LIBRARY_PATH=/tmp/t/fake GPU_HEALTHCHECK_CONFIG=/tmp/t/config.toml"
 echo "== PYNVML"
 in_root /usr/bin/python3 -c 'import pynvml' >/dev/null 2>&1 && echo "host python3 has pynvml" || echo "host python3 lacks pynvml"
 
+# Another `healthcheck` in the system Python, where an install of PyPI's (a Flask add-on,
+# nothing to do with us) would put it: the package must neither overwrite it nor be shadowed
+# by it.
+decoy=/usr/lib/python3/dist-packages/healthcheck
+mkdir -p "$R$decoy"
+echo '"""Not gpu-healthcheck: stands for PyPI healthcheck."""' > "$R$decoy/__init__.py"
+
 if ! in_root dpkg -s python3-psutil >/dev/null 2>&1; then
     # Not installed on this machine: fetch it into the overlay as apt would for a user.
     echo "== APT python3-psutil"
@@ -76,10 +83,21 @@ changes installed
 
 echo "== VERSION"
 in_root /usr/bin/gpu-healthcheck --version
-echo "== PYNVML USED"
-# The launcher itself, run as its #! line runs it, with -v: which pynvml.py it imported.
+# The launcher itself, run as its #! line runs it, with -v: which healthcheck and pynvml.py it
+# imported (through the byte code postinst compiled, or from the source).
 in_root env $fake_env FAKEGPU_SCENARIO=/tmp/t/healthy.scenario /usr/bin/python3 -s -v \
-    /usr/bin/gpu-healthcheck --node --json 2>&1 >/dev/null | sed -n 's|^# .* matches \(.*/pynvml\.py\)$|\1|p' | sort -u
+    /usr/bin/gpu-healthcheck --node --json 2>"$t/imports.log" >/dev/null || true
+imported() {
+    sed -n -e "s|^# .* matches \(.*/$1\)\$|\1|p" -e "s|^# code object from '\?\(.*/$1\)'\?\$|\1|p" \
+        "$t/imports.log" | sort -u
+}
+echo "== HEALTHCHECK USED"
+imported 'healthcheck/__init__\.py'
+echo "== PYNVML USED"
+imported 'pynvml\.py'
+echo "== OTHER HEALTHCHECK"
+# The system Python still finds the other healthcheck, as it was (-B: writes no byte code).
+in_root /usr/bin/python3 -B -c 'import healthcheck; print(healthcheck.__file__, healthcheck.__doc__)'
 echo "== MAN"
 in_root man -w gpu-healthcheck
 echo "== CHECK-CONFIG"
@@ -104,7 +122,7 @@ in_root dpkg -r gpu-healthcheck
 changes removed
 echo "== LEFT"
 for p in /etc/gpu-healthcheck /var/lib/gpu-healthcheck /usr/libexec/gpu-healthcheck \
-         /usr/lib/python3/dist-packages/healthcheck /usr/share/gpu-healthcheck /usr/bin/gpu-healthcheck; do
+         /usr/share/gpu-healthcheck /usr/bin/gpu-healthcheck $decoy/__init__.py; do
     [ -e "$R$p" ] && echo "exists $p" || echo "absent $p"
 done
 echo "== PURGE"

@@ -27,7 +27,10 @@ from healthcheck import __version__
 ROOT = Path(__file__).resolve().parent.parent
 BUILD_DEB = ROOT / "deploy" / "deb" / "build-deb"
 ROUNDTRIP = ROOT / "tests" / "deb_roundtrip.sh"
-SITE = "/usr/lib/python3/dist-packages/"
+# The package's private directory: nothing of ours goes into the system Python's dist-packages.
+PKGDIR = "/usr/share/gpu-healthcheck/"
+# Where the round trip plants another `healthcheck` (as an install of PyPI's would sit).
+DECOY = "/usr/lib/python3/dist-packages/healthcheck/__init__.py"
 LIBEXEC = "/usr/libexec/gpu-healthcheck/"
 CONFFILE = "/etc/gpu-healthcheck/config.toml"
 STATE = "/var/lib/gpu-healthcheck/"
@@ -82,11 +85,65 @@ def test_deb_ships_the_package_entry_points_man_page_config_and_units(contents: 
         assert f"/usr/share/doc/gpu-healthcheck/{doc}" in contents, doc
     package = ROOT / "healthcheck"
     modules = sorted(str(p.relative_to(ROOT)) for p in package.rglob("*.py"))
-    shipped = sorted(f[len(SITE):] for f in contents if f.startswith(SITE) and f.endswith(".py"))
-    assert shipped == modules
-    assert "/usr/share/gpu-healthcheck/vendor/pynvml.py" in contents
-    assert "/usr/share/gpu-healthcheck/vendor/tomli/__init__.py" in contents
+    assert {"healthcheck/read/__init__.py", "healthcheck/checks/__init__.py"} <= set(modules)
+    prefix = PKGDIR + "healthcheck/"
+    shipped = sorted(f[len(PKGDIR):] for f in contents if f.startswith(prefix) and f.endswith(".py"))
+    assert shipped == modules  # every module of every subpackage
+    assert [f for f in contents if f.endswith("/healthcheck/__init__.py")] == [prefix + "__init__.py"]
+    # Nothing in any Python's site-packages or dist-packages, where PyPI's healthcheck sits.
+    assert not [f for f in contents if "-packages" in f or f.startswith("/usr/lib/python")]
+    assert f"{PKGDIR}vendor/pynvml.py" in contents
+    assert f"{PKGDIR}vendor/tomli/__init__.py" in contents
     assert not [f for f in contents if "__pycache__" in f or f.endswith(".pyc")]
+
+
+def test_launcher_puts_the_private_directory_first() -> None:
+    text = (ROOT / "deploy" / "gpu-healthcheck.in").read_text()
+    insert = f'sys.path.insert(0, "{PKGDIR.rstrip("/")}")'
+    assert insert in text and text.index(insert) < text.index("from healthcheck")
+    # The prolog's cost: the launcher imports nothing before the package does.
+    code = [ln for ln in text.splitlines() if ln.strip() and not ln.lstrip().startswith("#")]
+    assert [ln for ln in code if ln.startswith(("import", "from"))] == [
+        "import sys", "from healthcheck.cli import entry  # noqa: E402"]
+
+
+@pytest.mark.parametrize("tree", ["git checkout", "inside another checkout"])
+def test_deb_packages_the_listed_files_not_caches(tree: str, tmp_path: Path,
+                                                  contents: Dict[str, str]) -> None:
+    """A tree with the caches a test run leaves (`make deb` after `make test`): as a git checkout
+    the .deb holds what git lists; elsewhere (an unpacked sdist, even inside another
+    repository's work tree) the tree less __pycache__.  The same files either way."""
+    if shutil.which("git") is None:
+        _unavailable("git not installed")
+    listed = subprocess.run(["git", "-C", str(ROOT), "ls-files", "-z", "--cached", "--others",
+                             "--exclude-standard"], capture_output=True, timeout=60)
+    if listed.returncode != 0:
+        pytest.skip("not a git checkout (an unpacked sdist): no list of files to copy")
+    outer = tmp_path / "outer"
+    src = outer / "src"
+    for name in listed.stdout.decode().split("\0"):
+        if name and (ROOT / name).is_file():
+            (src / name).parent.mkdir(parents=True, exist_ok=True)
+            shutil.copy2(ROOT / name, src / name)
+    git = ["git", "-c", "init.defaultBranch=main"]
+    if tree == "git checkout":
+        subprocess.run([*git, "init", "-q", str(src)], check=True, timeout=60)
+        subprocess.run(["git", "-C", str(src), "add", "-A"], check=True, timeout=60)
+    else:  # a repository above that ignores the tree: listing its files from there gives none
+        subprocess.run([*git, "init", "-q", str(outer)], check=True, timeout=60)
+        (outer / ".gitignore").write_text("src/\n")
+    for cache in ("vendor/tomli/__pycache__/_parser.cpython-311.pyc",
+                  "healthcheck/__pycache__/cli.cpython-311.pyc",
+                  "healthcheck/read/__pycache__/nvml.cpython-311.pyc"):
+        (src / cache).parent.mkdir(parents=True, exist_ok=True)
+        (src / cache).write_bytes(b"\0")
+    out = tmp_path / "out"
+    proc = subprocess.run([str(src / "deploy" / "deb" / "build-deb"), str(out)],
+                          capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    names = {line.split(None, 5)[5][1:].rstrip("/") or "/"
+             for line in _deb("-c", proc.stdout.strip().splitlines()[-1]).splitlines()}
+    assert names == set(contents)
 
 
 def test_deb_control_depends_conffile_and_scripts(deb: Path, tmp_path: Path) -> None:
@@ -163,12 +220,16 @@ def test_installed_deb_runs_on_the_fake_gpus(roundtrip: Dict[str, List[str]]) ->
     # slurmd's way: no PATH, no arguments; the prolog wrote the job's baseline.
     assert roundtrip["PROLOG no PATH"] == ["rc=0"]
     assert f"{STATE}jobs/7.json" in _changed(roundtrip["CHANGES ran"])
+    # The launcher runs the package from its private directory, not the other healthcheck the
+    # system Python has (PyPI's would sit there), which the package left as it was.
+    assert roundtrip["HEALTHCHECK USED"] == [f"{PKGDIR}healthcheck/__init__.py"]
+    assert roundtrip["OTHER HEALTHCHECK"] == [f"{DECOY} Not gpu-healthcheck: stands for PyPI healthcheck."]
     # The vendored pynvml is used exactly where no other is installed.
     [used] = roundtrip["PYNVML USED"]
     if roundtrip["PYNVML"] == ["host python3 lacks pynvml"]:
-        assert used == "/usr/share/gpu-healthcheck/vendor/pynvml.py"
+        assert used == f"{PKGDIR}vendor/pynvml.py"
     else:
-        assert not used.startswith("/usr/share/gpu-healthcheck/")
+        assert not used.startswith(PKGDIR)
 
 
 def test_dpkg_remove_leaves_only_the_conffile_and_state_and_purge_nothing(
@@ -186,7 +247,7 @@ def test_dpkg_remove_leaves_only_the_conffile_and_state_and_purge_nothing(
     assert {p for p in removed if p.startswith(STATE)}, "the runs above wrote state"
     assert roundtrip["LEFT"] == [
         "exists /etc/gpu-healthcheck", "exists /var/lib/gpu-healthcheck",
-        "absent /usr/libexec/gpu-healthcheck", "absent /usr/lib/python3/dist-packages/healthcheck",
-        "absent /usr/share/gpu-healthcheck", "absent /usr/bin/gpu-healthcheck"]
+        "absent /usr/libexec/gpu-healthcheck", "absent /usr/share/gpu-healthcheck",
+        "absent /usr/bin/gpu-healthcheck", f"exists {DECOY}"]
     assert ours("CHANGES purged") == set()
     assert roundtrip["LEFT 2"] == ["absent /etc/gpu-healthcheck", "absent /var/lib/gpu-healthcheck"]

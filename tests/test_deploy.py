@@ -29,6 +29,8 @@ SYSTEMD = ROOT / "deploy" / "systemd"
 SPEC = ROOT / "deploy" / "rpm" / "gpu-healthcheck.spec"
 BUILD_RPM = ROOT / "deploy" / "rpm" / "build-rpm"
 LIBEXEC = "/usr/libexec/gpu-healthcheck/"
+# The package's private directory: nothing of ours goes into any Python's site-packages.
+PKGDIR = "/usr/share/gpu-healthcheck/"
 UNITDIR = "/usr/lib/systemd/system/"
 ENTRY_POINTS = {
     "prolog": ROOT / "prolog" / "gpu-healthcheck-prolog",
@@ -107,10 +109,22 @@ def rpm_root(rpm_file: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
     return root
 
 
-def _sitelib(files: Dict[str, Dict[str, str]]) -> str:
+def _check_package_is_private(files: List[str]) -> None:
+    """Every module of every subpackage under PKGDIR, nothing in a site-packages."""
     inits = [f for f in files if f.endswith("/healthcheck/__init__.py")]
-    assert len(inits) == 1, inits
-    return inits[0][: -len("/healthcheck/__init__.py")]
+    assert inits == [f"{PKGDIR}healthcheck/__init__.py"], inits
+    package = ROOT / "healthcheck"
+    modules = sorted(str(p.relative_to(package)) for p in package.rglob("*.py"))
+    assert {"read/__init__.py", "decide/__init__.py", "act/__init__.py", "report/__init__.py",
+            "checks/__init__.py"} <= set(modules)
+    prefix = f"{PKGDIR}healthcheck/"
+    shipped = sorted(f[len(prefix):] for f in files if f.startswith(prefix) and f.endswith(".py"))
+    assert shipped == modules
+    # PyPI's healthcheck (a Flask add-on) has the same top-level name: nothing of ours where a
+    # Python looks by itself, and no metadata pip would take for an installed distribution.
+    public = [f for f in files if "-packages" in f or ".dist-info" in f or ".egg-info" in f
+              or f.startswith(("/usr/lib/python", "/usr/lib64/python"))]
+    assert not public, public
 
 
 def test_rpm_version_matches_the_package(rpm_file: Path) -> None:
@@ -139,18 +153,10 @@ def test_rpm_ships_entry_points_config_units_state_dir_and_package(
     for doc in ("README.md", "slurm.conf.example"):
         assert f"/usr/share/doc/gpu-healthcheck/{doc}" in rpm_files, doc
 
-    sitelib = _sitelib(rpm_files)
-    assert re.fullmatch(r"/usr/lib/python3\.\d+/site-packages", sitelib), sitelib
-    package = ROOT / "healthcheck"
-    modules = sorted(str(p.relative_to(package)) for p in package.rglob("*.py"))
-    prefix = f"{sitelib}/healthcheck/"
-    shipped = sorted(f[len(prefix):] for f in rpm_files
-                     if f.startswith(prefix) and f.endswith(".py"))
-    assert shipped == modules
-    assert f"{sitelib}/gpu_healthcheck-{__version__}.dist-info/entry_points.txt" in rpm_files
+    _check_package_is_private(list(rpm_files))
     assert "/usr/share/man/man8/gpu-healthcheck.8.gz" in rpm_files
     for vendored in ("pynvml.py", "tomli/__init__.py", "tomli/_parser.py"):
-        assert f"/usr/share/gpu-healthcheck/vendor/{vendored}" in rpm_files, vendored
+        assert f"{PKGDIR}vendor/{vendored}" in rpm_files, vendored
     for licence in ("LICENSE", "LICENSE.pynvml", "LICENSE.tomli"):
         assert f"/usr/share/licenses/gpu-healthcheck/{licence}" in rpm_files, licence
     # pip's console scripts name the build host's Python: not shipped.
@@ -171,17 +177,29 @@ def test_rpm_dependencies_and_scriptlets(rpm_file: Path) -> None:
     assert not re.search(r"systemctl[^\n]*\benable\b", scripts), scripts
 
 
-def test_packaged_console_script_runs_the_packaged_module(
-        rpm_root: Path, rpm_files: Dict[str, Dict[str, str]]) -> None:
+def test_packaged_console_script_runs_the_packaged_module(rpm_root: Path, tmp_path: Path) -> None:
+    """The launcher imports the package from its private directory, ahead of any other
+    `healthcheck` on sys.path (here one on PYTHONPATH, which comes before every site-packages)."""
     script = rpm_root / "usr" / "bin" / _console_script()
-    first = script.read_text().splitlines()[0]
+    text = script.read_text()
+    first = text.splitlines()[0]
     assert re.fullmatch(r"#!/usr/bin/python3(\.\d+)? -s", first), first
-    env = {"PATH": os.environ.get("PATH", FALLBACK_PATH),
-           "PYTHONPATH": str(rpm_root / _sitelib(rpm_files).lstrip("/"))}
-    proc = subprocess.run([sys.executable, str(script), "--version"], capture_output=True,
-                          text=True, timeout=30, env=env, cwd="/")
-    assert proc.returncode == 0, proc.stderr
-    assert __version__ in proc.stdout + proc.stderr
+    quoted = '"' + PKGDIR.rstrip("/")
+    assert text.count(quoted) == 2, "the private directory and its vendor/ on sys.path"
+    # The same launcher, its directories pointed into the unpacked RPM.
+    relocated = tmp_path / "gpu-healthcheck"
+    relocated.write_text(text.replace(quoted, f'"{rpm_root}{PKGDIR.rstrip("/")}'))
+    decoy = tmp_path / "decoy" / "healthcheck"
+    decoy.mkdir(parents=True)
+    (decoy / "__init__.py").write_text('raise ImportError("not gpu-healthcheck")\n')
+    env = {"PATH": os.environ.get("PATH", FALLBACK_PATH), "PYTHONPATH": str(decoy.parent),
+           "PYTHONDONTWRITEBYTECODE": "1"}
+    proc = subprocess.run([sys.executable, "-s", "-v", str(relocated), "--version"],
+                          capture_output=True, text=True, timeout=30, env=env, cwd="/")
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert __version__ in proc.stdout
+    imported = re.findall(r"^# code object from '?(.*/healthcheck/cli\.py)'?$", proc.stderr, re.M)
+    assert imported == [f"{rpm_root}{PKGDIR}healthcheck/cli.py"], imported
 
 
 def _el_provides() -> Dict[str, List[str]]:
@@ -206,11 +224,11 @@ def test_rpm_requires_only_what_stock_el_provides(target: str, tmp_path: Path) -
     recommends = set(_rpm("-qp", "--recommends", str(rpm_path)).splitlines())
     assert requires - stock == set(), f"{target}: not in stock {target} (el-provides.txt)"
     assert recommends - stock == set(), f"{target}: recommends what stock {target} lacks"
-    [sitelib] = [c.split(None, 1)[1] for c in provides[listed] if c.startswith("sitelib ")]
-    python_files = [f for f in _rpm("-qpl", str(rpm_path)).splitlines() if f.startswith("/usr/lib/python")]
-    assert python_files and all(f.startswith(sitelib) for f in python_files), (sitelib, python_files[:3])
+    _check_package_is_private(_rpm("-qpl", str(rpm_path)).splitlines())
     interpreter = "/usr/bin/python3" if target == "el9" else f"/usr/bin/python{target.split('-')[1]}"
     assert interpreter in requires
+    # Stated in the spec: rpm generates it only for modules under /usr/lib/python3.X/.
+    assert f"python(abi) = {'3.11' if target == 'el8-3.11' else '3.9'}" in requires
     if shutil.which("rpmlint"):
         lint = subprocess.run(["rpmlint", "-c", str(ROOT / "deploy" / "rpm" / "rpmlint.toml"),
                                str(rpm_path)], capture_output=True, text=True, timeout=120)
