@@ -1,6 +1,7 @@
 # gpu-healthcheck: top-level entry points.
 #   make demo    the incident replayed on a local 3-node Slurm cluster (the main job; root)
 #   make test    the test suite, in the venv .venv (no timed assertions) [PYTEST_ARGS=...]
+#   make test-unit  the fast layer alone (tests/unit: in-process, no fake GPUs, no Slurm), in seconds
 #   make venv    make or repair .venv with the distro's python3 and install .[test] into it
 #   make fake    build the simulated NVML/CUDA libraries (tests/fakegpu/build)
 #   make bench   performance table vs floors and gcm, in the venv: tests.bench [BENCH_ARGS=...]
@@ -26,7 +27,7 @@ SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 DEMO_APT = gcc make munge slurmctld slurmd slurm-client python3-venv
 TEST_APT = $(DEMO_APT) python3-dev pkg-config libsystemd-dev
 
-.PHONY: fake test venv venv-demo apt-demo apt-test bench validate demo man deb rpm slurm-matrix test-py313
+.PHONY: fake test test-unit venv venv-demo apt-demo apt-test bench validate demo man deb rpm slurm-matrix test-py313
 
 fake:
 	$(MAKE) -C tests/fakegpu
@@ -80,6 +81,10 @@ test: venv
 	@$(MAKE) -s -C tests/fakegpu PYTHON=$(abspath $(VPY))
 	$(VPY) -m pytest -q -p no:cacheprovider $(PYTEST_ARGS) tests
 
+# The unit layer (tests/README.md): pure and in-process, so it needs neither the fake GPUs nor Slurm.
+test-unit: venv
+	$(VPY) -m pytest -q -p no:cacheprovider tests/unit
+
 bench: venv
 	@$(MAKE) -s -C tests/fakegpu PYTHON=$(abspath $(VPY))
 	$(VPY) -m tests.bench $(BENCH_ARGS)
@@ -124,4 +129,4 @@ test-py313: venv
 # itself, and leaves the host's own munge/Slurm daemons running and untouched.
 demo: venv-demo
 	@$(MAKE) -s -C tests/fakegpu PYTHON=$(abspath $(VPY))
-	@$(SUDO) $(VPY) -m tests.demo
+	@$(SUDO) $(VPY) -m tests.lib.demo

@@ -2,6 +2,10 @@
 
 The CLI runs in a child because the driver libraries are found through LD_LIBRARY_PATH at
 process start, as on a real node; the scenario file is re-read at every nvmlInit/cuInit.
+
+The tests are laid out by layer (tests/README.md): unit/, readers/, cli/, slurm/ (every test
+with the slurm marker, and only those: checked at collection below), packaging/; the harnesses
+are in lib/.
 """
 
 from __future__ import annotations
@@ -16,13 +20,16 @@ from typing import Dict, Optional
 
 import pytest
 
-from tests import hermetic
-from tests.fakenode import FAKE_BUILD, FAKEGPU, FIXTURES, ROOT, ensure_fakegpu, make_sysfs  # noqa: F401
-from tests.slurmcluster import SLURM_MARK_VAR
+# the shared test bodies and helpers in tests/lib assert as the test modules do
+pytest.register_assert_rewrite("tests.lib.fakenode", "tests.lib.metrics", "tests.lib.snapshots")
+
+from tests.lib import hermetic  # noqa: E402
+from tests.lib.fakenode import FAKE_BUILD, FAKEGPU, FIXTURES, ROOT, ensure_fakegpu, make_sysfs  # noqa: F401,E402
+from tests.lib.slurmcluster import SLURM_MARK_VAR  # noqa: E402
 
 
 def _isolate() -> hermetic.Isolation:
-    """The whole session runs in private namespaces (tests/hermetic.py says why and how).
+    """The whole session runs in private namespaces (tests/lib/hermetic.py says why and how).
     Here, at conftest import, because pytest has started no thread yet."""
     try:
         return hermetic.isolate()
@@ -50,10 +57,23 @@ def _fresh_private_defaults():
 
 
 def pytest_runtest_setup(item) -> None:
-    """Tell tests/slurmcluster.py whether this test carries the slurm marker (before any of its
+    """Tell tests/lib/slurmcluster.py whether this test carries the slurm marker (before any of its
     fixtures start a cluster): a cluster started by an unmarked test is an error there, since
     make slurm-matrix selects the Slurm tests by that marker and would miss it on 24.11."""
     os.environ[SLURM_MARK_VAR] = "1" if item.get_closest_marker("slurm") else "0"
+
+
+SLURM_LAYER = Path(__file__).resolve().parent / "slurm"
+
+
+def pytest_collection_modifyitems(config, items) -> None:
+    """tests/slurm/ holds exactly the tests with the slurm marker (make slurm-matrix and
+    `-m "not slurm"` select by the marker; the layout says where they are)."""
+    misplaced = [item.nodeid for item in items
+                 if bool(item.get_closest_marker("slurm")) != (SLURM_LAYER in item.path.parents)]
+    if misplaced:
+        raise pytest.UsageError("a test with the slurm marker belongs in tests/slurm/, and only such a "
+                                "test: " + ", ".join(misplaced[:10]))
 
 
 def pytest_terminal_summary(terminalreporter) -> None:

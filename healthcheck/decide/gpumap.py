@@ -99,7 +99,7 @@ def nvml_order(layout: GresLayout, gpus: Sequence[GpuSnapshot]) -> List[Optional
     (`_merge_system_gres_conf`): the detected GPUs that match a configured file (all of them
     when no File= is given) sorted by their Links position, which gpu_nvml.c sets from NVML's
     enumeration; configured files that were not detected follow (None here).
-    tests/test_gres.py checks this against a real slurmd (`slurmd -G` with fake_gpus.conf)."""
+    tests/readers/test_gres.py checks this against a real slurmd (`slurmd -G` with fake_gpus.conf)."""
     wanted = {trailing_number(f) for f in layout.files}
     detected = sorted((g for g in gpus if g.minor_number is not None
                        and (not layout.files or g.minor_number in wanted)), key=lambda g: g.index)

@@ -12,7 +12,7 @@ node (scenario, config with state_dir / kernel_log / scontrol=/bin/false, state 
 real is touched.  Median wall time over the repetitions (runs are interleaved, one of each per
 repetition, after one untimed warm-up of each), and peak RSS of the main process (VmHWM, see
 harness.py).  Ratios are to the two floors measured in the same invocation.  Not a pytest test:
-nothing here asserts on a time; tests/test_bench_smoke.py only checks that it still runs.
+nothing here asserts on a time; tests/cli/test_bench_smoke.py only checks that it still runs.
 """
 
 from __future__ import annotations

@@ -22,7 +22,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Dict, List, Optional, Sequence
 
-from tests.fakenode import FAKE_BUILD, FAKEGPU, ROOT, ensure_fakegpu  # noqa: F401 - re-exported
+from tests.lib.fakenode import FAKE_BUILD, FAKEGPU, ROOT, ensure_fakegpu  # noqa: F401 - re-exported
 
 HOOK_DIR = Path(__file__).resolve().parent / "hook"
 

@@ -46,8 +46,8 @@ def text(data: bytes) -> str:
     return expand(data).decode("utf-8", "replace")
 
 
-# `scontrol -o show nodes` fields before Reason on Slurm 22.05 (tests/test_cluster_view.py), for
-# the scontrol target and tests/test_properties.py
+# `scontrol -o show nodes` fields before Reason on Slurm 22.05 (tests/lib/shownodes.py), for
+# the scontrol target and tests/unit/test_properties.py
 HEAD = ("Arch=x86_64 CoresPerSocket=1 CPUAlloc=0 CPUEfctv=16 CPUTot=16 CPULoad=0.50 "
         "AvailableFeatures=(null) ActiveFeatures=(null) Gres=gpu:8 NodeAddr=vm NodeHostName=vm "
         "Version=22.05.8 OS=Linux 6.1.0 #1 SMP RealMemory=1000 AllocMem=0 FreeMem=1000 Sockets=16 "

@@ -1,0 +1,61 @@
+"""Paths and helpers shared by the tests and the demo (no pytest import: the demo runs without it)."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+from typing import Dict, List, Sequence
+
+ROOT = Path(__file__).resolve().parents[2]
+FAKEGPU = ROOT / "tests" / "fakegpu"
+FAKE_BUILD = FAKEGPU / "build"
+FIXTURES = ROOT / "tests" / "fixtures"
+
+
+def ensure_fakegpu() -> Path:
+    libs = [FAKE_BUILD / "libnvidia-ml.so.1", FAKE_BUILD / "libcuda.so.1"]
+    sources = list(FAKEGPU.glob("*.c")) + list(FAKEGPU.glob("*.h")) + [FAKEGPU / "Makefile"]
+    newest = max(p.stat().st_mtime for p in sources)
+    if not all(p.exists() and p.stat().st_mtime >= newest for p in libs):
+        # PYTHON: nvml.h is found in this interpreter's site-packages (the venv's)
+        subprocess.run(["make", "-C", str(FAKEGPU), "PYTHON=" + sys.executable], check=True,
+                       capture_output=True)
+    return FAKE_BUILD
+
+
+def make_sysfs(root: Path, nvidia: Sequence[str] = (), others: Sequence[str] = ("0000:00:1f.0",)) -> Path:
+    """A sysfs tree with these NVIDIA GPU functions (class 0x0302) and some non-NVIDIA ones."""
+    devices = root / "bus" / "pci" / "devices"
+    devices.mkdir(parents=True, exist_ok=True)
+    for address in nvidia:
+        (devices / address).mkdir()
+        (devices / address / "vendor").write_text("0x10de\n")
+        (devices / address / "class").write_text("0x030200\n")
+    for address in others:
+        (devices / address).mkdir()
+        (devices / address / "vendor").write_text("0x8086\n")
+        (devices / address / "class").write_text("0x060100\n")
+    return root
+
+
+def nvml_read(node, scenario: str):
+    """The GPUs as healthcheck.read.nvml reads them from `node`'s fake, in a child process."""
+    node.scenario.write_text(scenario)
+    code = ("import json; from healthcheck.read.nvml import read_nvml; r = read_nvml(10); "
+            "print(json.dumps([g._asdict() for g in r.gpus]))")
+    done = subprocess.run([sys.executable, "-c", code], env=node.env(), capture_output=True,
+                          text=True, timeout=60)
+    assert done.returncode == 0, done.stderr
+    return json.loads(done.stdout)
+
+
+def history(state_dir: Path) -> List[Dict]:
+    path = state_dir / "history.jsonl"
+    return [json.loads(line) for line in path.read_text().splitlines()] if path.exists() else []
+
+
+def logged(state_dir: Path) -> str:
+    """Everything the history file keeps, as text, to look for a finding or an action."""
+    return "\n".join(json.dumps(r) for r in history(state_dir))

@@ -1,0 +1,121 @@
+"""Snapshot records for the pure check tests (tests/unit/checks/, tests/unit/test_admin.py,
+tests/readers/test_kernlog_checks.py): a healthy H100 in a one-GPU node, and one fault case per
+check in FAULTS, which catalogue_cases() turns into a healthy and a faulty test per check."""
+
+from __future__ import annotations
+
+from typing import Callable, Dict, Optional
+
+from healthcheck.checks import CATALOGUE, CheckContext, run_checks
+from healthcheck.config import Config
+from healthcheck.model import (Action, Baseline, GpuBaseline, GpuProcess, GpuSnapshot, JobContext,
+                               KernelLogRead, Mode, NodeSnapshot, ProbeResult, ProbeStatus,
+                               Severity, SxidEvent, XidEvent)
+from tests.lib.percheck import per_check
+
+HEALTHY = GpuSnapshot(index=0, uuid="GPU-0", serial="1650522003800", pci_bus_id="00000000:18:00.0",
+                      name="NVIDIA H100", minor_number=0, ecc_mode_current=True, ecc_mode_pending=True,
+                      ecc_volatile_corrected=0, ecc_volatile_uncorrected=0,
+                      ecc_aggregate_corrected=0, ecc_aggregate_uncorrected=0,
+                      remap_correctable=0, remap_uncorrectable=0, remap_pending=False,
+                      remap_failure=False, recovery_action=0, memory_total_mib=81559,
+                      memory_used_mib=4, processes=(), temperature_c=34,
+                      temperature_slowdown_c=87, clocks_event_reasons=0, pcie_gen_current=5,
+                      pcie_gen_max=5, pcie_width_current=16, pcie_width_max=16,
+                      persistence_mode=True, mig_mode=False, fabric_state=3, fabric_status=0,
+                      fabric_health_mask=0, nvlink_links=18, nvlink_down=(), nvlink_crc_errors=0,
+                      nvlink_replay_errors=0, nvlink_recovery_errors=0, pcie_replay=0,
+                      memory_temperature_c=40, memory_temperature_max_c=95,
+                      remap_histogram=(2560, 0, 0, 0, 0))
+NODE = NodeSnapshot(host="n", gpus=(HEALTHY,), sysfs_gpus=(), selected=(0,),
+                    probes=(ProbeResult(0, ProbeStatus.OK),))
+
+# check id -> (snapshot change, mode, expected severity, expected action)
+FAULTS = {
+    "nvml.init": (dict(nvml_error="DRIVER_NOT_LOADED", gpus=()), Mode.NODE, Severity.FAIL, Action.DRAIN),
+    "gpu.count": (dict(sysfs_gpus=("a", "b")), Mode.NODE, Severity.FAIL, Action.REBOOT),
+    "gpu.lost": (dict(gpu=dict(lost="GPU_IS_LOST")), Mode.NODE, Severity.FAIL, Action.REBOOT),
+    "ecc.mode": (dict(gpu=dict(ecc_mode_current=False, ecc_mode_pending=False)), Mode.NODE, Severity.WARN, Action.NONE),
+    "ecc.volatile_uncorrected": (dict(gpu=dict(ecc_volatile_uncorrected=2)), Mode.NODE, Severity.FAIL, Action.RESET),
+    "ecc.volatile_corrected": (dict(gpu=dict(ecc_volatile_corrected=1001)), Mode.NODE, Severity.WARN, Action.NONE),
+    "ecc.aggregate_uncorrected": (dict(gpu=dict(ecc_aggregate_uncorrected=4)), Mode.NODE, Severity.INFO, Action.NONE),
+    "retired_pages.pending": (dict(gpu=dict(retired_pending=True)), Mode.NODE, Severity.WARN, Action.RESET),
+    "retired_pages.count": (dict(gpu=dict(retired_sbe=50, retired_dbe=10)), Mode.NODE, Severity.FAIL, Action.RMA),
+    "remap.pending": (dict(gpu=dict(remap_pending=True)), Mode.NODE, Severity.WARN, Action.RESET),
+    "remap.failure": (dict(gpu=dict(remap_failure=True)), Mode.NODE, Severity.FAIL, Action.RMA),
+    "recovery_action": (dict(gpu=dict(recovery_action=2)), Mode.NODE, Severity.FAIL, Action.REBOOT),
+    "memory.leaked": (dict(gpu=dict(memory_used_mib=70000)), Mode.PROLOG, Severity.FAIL, Action.RESET),
+    "processes.leftover": (dict(gpu=dict(processes=(GpuProcess(4242, 1000, "alice", "python train.py"),))),
+                           Mode.PROLOG, Severity.FAIL, Action.DRAIN),
+    "thermal.slowdown": (dict(gpu=dict(temperature_c=88)), Mode.NODE, Severity.WARN, Action.NONE),
+    "clocks.hw_slowdown": (dict(gpu=dict(clocks_event_reasons=0x40)), Mode.NODE, Severity.WARN, Action.NONE),
+    "pcie.width_degraded": (dict(gpu=dict(pcie_width_current=8)), Mode.NODE, Severity.INFO, Action.NONE),
+    "persistence_mode": (dict(gpu=dict(persistence_mode=False)), Mode.NODE, Severity.INFO, Action.NONE),
+    "xid": (dict(kernel_log=KernelLogRead(events=(XidEvent("0000:18:00", 48, "NVRM: Xid 48"),))),
+            Mode.EPILOG, Severity.FAIL, Action.RESET),
+    "cuda.probe": (dict(probes=(ProbeResult(0, ProbeStatus.ALLOC_ERROR, 214, "CUDA_ERROR_ECC_UNCORRECTABLE"),)),
+                   Mode.PROLOG, Severity.FAIL, Action.RESET),
+    "slurm.job_gpus": (dict(job=JobContext("1", gpu_ids_error="SLURM_JOB_GPUS: bad")), Mode.PROLOG,
+                       Severity.UNKNOWN, Action.NONE),
+    "state.baseline": (dict(baseline_error="no prolog baseline for job 1"), Mode.EPILOG, Severity.INFO, Action.NONE),
+    "fabric.state": (dict(gpu=dict(fabric_status=23)), Mode.NODE, Severity.FAIL, Action.REBOOT),
+    "nvlink.down": (dict(gpu=dict(nvlink_down=(5,))), Mode.NODE, Severity.FAIL, Action.RESET),
+    "nvlink.errors": (dict(gpu=dict(nvlink_recovery_errors=9), baseline=Baseline(
+        "1", 0.0, (GpuBaseline("GPU-0", nvlink_recovery_errors=1),))), Mode.EPILOG, Severity.FAIL, Action.RESET),
+    "pcie.replay": (dict(gpu=dict(pcie_replay=700), baseline=Baseline(
+        "1", 0.0, (GpuBaseline("GPU-0", pcie_replay=200),))), Mode.EPILOG, Severity.WARN, Action.NONE),
+    "memory.temperature": (dict(gpu=dict(memory_temperature_c=96)), Mode.NODE, Severity.WARN, Action.NONE),
+    "remap.histogram": (dict(gpu=dict(remap_histogram=(2550, 5, 3, 1, 1))), Mode.NODE, Severity.WARN, Action.NONE),
+    "sxid": (dict(kernel_log=KernelLogRead(sxids=(SxidEvent("0000:c3:00.0", 24007, True, "nvidia-nvswitch0: SXid"),))),
+             Mode.EPILOG, Severity.FAIL, Action.REBOOT),
+}
+
+
+def faulty(change):
+    change = dict(change)
+    gpu_change = change.pop("gpu", None)
+    node = NODE._replace(**change)
+    if gpu_change:
+        node = node._replace(gpus=(HEALTHY._replace(**gpu_change),))
+    return node
+
+
+def findings_of(node, mode, check_id):
+    found, crashes = run_checks(node, CheckContext(Config(), mode, selected=(0,)))
+    assert not crashes
+    return [f for f in found if f.check == check_id]
+
+
+def found(node: NodeSnapshot, mode: Mode = Mode.NODE, check: Optional[str] = None, config=None):
+    findings, crashes = run_checks(node, CheckContext(config or Config(), mode, selected=(0,)))
+    assert not crashes
+    return [f for f in findings if check is None or f.check == check]
+
+
+def gpu(**change):
+    return NODE._replace(gpus=(HEALTHY._replace(**change),))
+
+
+def epilog(before: dict, **now):
+    return gpu(**now)._replace(baseline=Baseline("9", 0.0, (GpuBaseline("GPU-0", **before),)))
+
+
+def healthy_snapshot_passes(check_id):
+    mode = FAULTS[check_id][1]
+    assert findings_of(NODE, mode, check_id) == []
+
+
+def fault_is_found_with_severity_and_action(check_id):
+    change, mode, severity, action = FAULTS[check_id]
+    found = findings_of(faulty(change), mode, check_id)
+    assert found, check_id
+    assert (found[0].severity, found[0].action) == (severity, action)
+    assert found[0].message
+
+
+def catalogue_cases(module: str) -> Dict[str, Callable[[], None]]:
+    """For each check of healthcheck/checks/<module>.py with a FAULTS case:
+    test_<stem>_healthy_snapshot_passes and test_<stem>_fault_is_found_with_severity_and_action."""
+    ids = [c for c in sorted(FAULTS) if c in CATALOGUE and CATALOGUE[c].fn.__module__ == "healthcheck.checks." + module]
+    return {**per_check("healthy_snapshot_passes", ids, healthy_snapshot_passes),
+            **per_check("fault_is_found_with_severity_and_action", ids, fault_is_found_with_severity_and_action)}
