@@ -22,7 +22,7 @@ from __future__ import annotations
 import math
 import os
 import stat
-from typing import Any, Collection, Dict, FrozenSet, List, Mapping, Optional, Tuple
+from typing import Any, Collection, Dict, FrozenSet, List, Mapping, Optional, Tuple, Union
 
 from .records import NamedTuple
 
@@ -81,6 +81,31 @@ class Thresholds(NamedTuple):
     pcie_replay_per_job: int = 100
 
 
+class NetworkConfig(NamedTuple):
+    """[network]: the RDMA ports (checks/network.py; README "Network checks" gives each
+    default's source)."""
+
+    # The ports that must be up: a count, or names like ["mlx5_0:1", "mlx5_1:1"].  None: a
+    # port that is down only warns, except one that was up at the prolog and is down at the
+    # epilog, which fails.
+    expected_ports: Optional[Union[int, Tuple[str, ...]]] = None
+    # A port slower than this (Gb/s, the kernel's `rate`) warns; 0 = off (the comparison with
+    # the node's fastest port of the same HCA model still applies).
+    min_rate_gbps: float = 0.0
+    # GPUDirect RDMA expected (the nvidia_peermem module): "auto" where a port shares a PCIe
+    # switch with a GPU, "true" on every node with GPUs and RDMA ports, "false" never.
+    gpudirect: str = "auto"
+    # Growth during one job (epilog against the prolog's baseline) above which ib.errors fails.
+    # rdma-core's ibqueryerrors defaults (infiniband-diags/etc/error_thresholds: 10 each), except
+    # link_downed: one link-down breaks every connection over the port, so any fails.
+    symbol_error_per_job: int = 10
+    link_error_recovery_per_job: int = 10
+    link_downed_per_job: int = 0
+    port_rcv_errors_per_job: int = 10
+    local_link_integrity_errors_per_job: int = 10
+    excessive_buffer_overrun_errors_per_job: int = 10
+
+
 class Config(NamedTuple):
     state_dir: str = "/var/lib/gpu-healthcheck"
     kernel_log: str = "/dev/kmsg"
@@ -117,6 +142,7 @@ class Config(NamedTuple):
     probe: ProbeConfig = ProbeConfig()
     checks: ChecksConfig = ChecksConfig()
     thresholds: Thresholds = Thresholds()
+    network: NetworkConfig = NetworkConfig()
     source: Optional[str] = None  # the file this came from, for messages
     warnings: Tuple[str, ...] = ()  # problems found while loading that did not stop us
 
@@ -128,11 +154,16 @@ class Config(NamedTuple):
 
 
 _SECTIONS: Dict[str, Any] = {"drain": DrainConfig, "probe": ProbeConfig, "checks": ChecksConfig,
-             "thresholds": Thresholds}
+             "thresholds": Thresholds, "network": NetworkConfig}
 _NON_NEGATIVE = {"xid_window_s", "history_max_bytes", "expected_gpus", "boot_grace_s",
                  "ecc_volatile_corrected", "retired_pages",
                  "memory_leaked_mib", "thermal_margin_c", "pcie_width_min", "expected_nvlinks",
-                 "nvlink_errors_per_job", "pcie_replay_per_job"}
+                 "nvlink_errors_per_job", "pcie_replay_per_job", "min_rate_gbps",
+                 "symbol_error_per_job", "link_error_recovery_per_job", "link_downed_per_job",
+                 "port_rcv_errors_per_job", "local_link_integrity_errors_per_job",
+                 "excessive_buffer_overrun_errors_per_job"}
+_CHOICES = {"gpudirect": ("auto", "true", "false")}
+PORT_NAME_CHARS = frozenset("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789_.-")
 _FRACTIONS = {"max_fraction", "full_fraction"}
 # Values that cannot be meant, refused at load rather than met at run time (a zero or infinite
 # deadline fails or hangs every check; a probe larger than any GPU fails every probe):
@@ -157,6 +188,8 @@ def _annotation(cls: Any, name: str) -> str:
 
 
 def _type_name(annotation: str) -> str:
+    if "Union[int, Tuple[str" in annotation:
+        return "a count or a list of hca:port names"
     return (annotation.replace("Optional[", "").replace("]", "")
             .replace("Tuple[str, ...", "list of strings"))
 
@@ -166,6 +199,15 @@ def _coerce(path: str, key: str, annotation: str, value: Any) -> Any:
     base = annotation.replace("Optional[", "").rstrip("]") if annotation.startswith(
         "Optional[") else annotation
     ok: bool
+    leaf = key.rsplit(".", 1)[-1]
+    if leaf in _CHOICES:
+        if isinstance(value, bool):  # gpudirect = true, as TOML writes it
+            value = "true" if value else "false"
+        if value not in _CHOICES[leaf]:
+            raise ConfigError(path, key, f"expected one of {', '.join(_CHOICES[leaf])}, got {value!r}")
+        return value
+    if base.startswith("Union[int, Tuple[str"):
+        return _port_list(path, key, value)
     if base == "bool":
         ok = isinstance(value, bool)
     elif base == "int":
@@ -184,7 +226,6 @@ def _coerce(path: str, key: str, annotation: str, value: Any) -> Any:
         raise AssertionError(f"unhandled annotation {annotation}")
     if not ok:
         raise ConfigError(path, key, f"expected {_type_name(annotation)}, got {value!r}")
-    leaf = key.rsplit(".", 1)[-1]
     if isinstance(value, float) and not math.isfinite(value):
         # TOML has nan and inf; a NaN deadline makes every comparison false (every GPU "lost")
         raise ConfigError(path, key, f"must be a finite number, got {value!r}")
@@ -197,6 +238,21 @@ def _coerce(path: str, key: str, annotation: str, value: Any) -> Any:
     if leaf in _FRACTIONS and not 0.0 <= value <= 1.0:
         raise ConfigError(path, key, f"must be between 0 and 1, got {value!r}")
     return value
+
+
+def _port_list(path: str, key: str, value: Any) -> Any:
+    """network.expected_ports: a count (>= 0) or a list of "hca:port" names."""
+    if isinstance(value, int) and not isinstance(value, bool):
+        if value < 0:
+            raise ConfigError(path, key, f"must be >= 0, got {value!r}")
+        return value
+    if isinstance(value, list) and all(isinstance(v, str) for v in value):
+        for name in value:
+            hca, colon, port = name.rpartition(":")
+            if not colon or not hca or not port.isdigit() or not set(hca) <= PORT_NAME_CHARS:
+                raise ConfigError(path, key, f"{name!r} is not a port name like \"mlx5_0:1\"")
+        return tuple(value)
+    raise ConfigError(path, key, f"expected {_type_name('Union[int, Tuple[str')}, got {value!r}")
 
 
 def _build(path: str, cls: Any, table: Mapping[str, Any], prefix: str) -> Any:

@@ -18,6 +18,7 @@ from __future__ import annotations
 import enum
 from typing import Any, Dict, List, Mapping, Optional, Tuple, Union
 
+from .netmodel import IbPort, NetworkRead, PortBaseline
 from .records import NamedTuple
 
 Value = Union[int, float, str, bool, None]
@@ -298,6 +299,7 @@ class Baseline(NamedTuple):
     taken_at: float  # epoch seconds
     gpus: Tuple[GpuBaseline, ...] = ()
     kernel_log: Optional[KernelLogPosition] = None
+    ports: Tuple[PortBaseline, ...] = ()  # RDMA ports (a file without them: none recorded)
 
     def for_uuid(self, uuid: Optional[str]) -> Optional[GpuBaseline]:
         for gpu in self.gpus:
@@ -328,6 +330,7 @@ class NodeSnapshot(NamedTuple):
     driver_age_s: Optional[float] = None
     # (kernel PCI address, acknowledgements that dealt with a failing Xid on it), from state_dir
     xid_ack_counts: Tuple[Tuple[str, int], ...] = ()
+    network: Optional[NetworkRead] = None  # None: no /sys/class/infiniband (no RDMA device)
 
     def gpu(self, index: int) -> Optional[GpuSnapshot]:
         for g in self.gpus:
@@ -339,6 +342,10 @@ class NodeSnapshot(NamedTuple):
         """What the prolog recorded for this GPU (by UUID); None without a baseline or entry."""
         return self.baseline.for_uuid(gpu.uuid) if self.baseline else None
 
+    def baseline_of_port(self, port: IbPort) -> Optional[PortBaseline]:
+        """What the prolog recorded for this RDMA port (by name); None without one."""
+        return next((p for p in self.baseline.ports if p.name == port.name), None) if self.baseline else None
+
 
 class Finding(NamedTuple):
     check: str
@@ -348,6 +355,8 @@ class Finding(NamedTuple):
     value: Value = None
     threshold: Value = None
     action: Action = Action.NONE
+    port: Optional[str] = None  # an RDMA port finding: "mlx5_0:1" (gpu is then None)
+    pci: Optional[str] = None  # that port's HCA PCI address
 
     @property
     def drains(self) -> bool:

@@ -102,6 +102,23 @@ FAMILIES: Tuple[Family, ...] = (
            "completed, completed_error), 0 for the others; absent where there is no fabric."),
 )
 FABRIC_STATES = ("not_started", "in_progress", "completed", "completed_error")
+# The RDMA ports (checks/network.py), named as node_exporter's infiniband collector names its
+# own (node_infiniband_state_id, ..._rate_bytes_per_second), under our prefix.
+PORT_LABELS = ("device", "port", "link_layer", "pci_bus_id")
+PORT_FAMILIES: Tuple[Family, ...] = (
+    Family("gpu_healthcheck_ib_port_active", "gauge",
+           "1 when the RDMA port is ACTIVE with a physical link (RoCE: and its netdev up)."),
+    Family("gpu_healthcheck_ib_state_id", "gauge",
+           "The RDMA port's logical state as the kernel numbers it (4 = ACTIVE)."),
+    Family("gpu_healthcheck_ib_physical_state_id", "gauge",
+           "The RDMA port's physical state as the kernel numbers it (5 = LinkUp, 2 = Polling)."),
+    Family("gpu_healthcheck_ib_rate_bytes_per_second", "gauge",
+           "The RDMA port's current rate (the kernel's rate, Gb/s, in bytes per second)."),
+    Family("gpu_healthcheck_ib_port_errors_total", "counter",
+           "The RDMA port's error counters since they were last cleared, by counter "
+           "(symbol_error, link_downed, ...)."),
+)
+FAMILIES = FAMILIES + PORT_FAMILIES
 
 
 # --- what a run contributes (pure) -------------------------------------------------------
@@ -149,6 +166,23 @@ def gpu_values(outcome: "RunOutcome") -> List[Dict[str, Any]]:
     return values
 
 
+def port_values(outcome: "RunOutcome") -> List[Dict[str, Any]]:
+    """The RDMA ports of the run's snapshot (none on a node without /sys/class/infiniband)."""
+    from ..netmodel import ERROR_COUNTERS
+
+    net = outcome.snapshot.network if outcome.snapshot is not None else None
+    values = []
+    for p in net.ports if net is not None else ():
+        up = p.up
+        if up and p.link_layer == "Ethernet" and p.operstate not in (None, "up"):
+            up = False
+        values.append({"device": p.hca, "port": str(p.port), "link_layer": p.link_layer or "",
+                       "pci_bus_id": p.pci or "", "active": up, "state": p.state,
+                       "phys_state": p.phys_state, "rate_gbps": p.rate_gbps,
+                       "counters": {name: getattr(p, name) for name in ERROR_COUNTERS}})
+    return values
+
+
 def _fabric_state(state: Optional[int], status: Optional[int]) -> Optional[str]:
     if state == 3:
         return "completed" if not status else "completed_error"
@@ -192,6 +226,8 @@ def update_state(state: Dict[str, Any], outcome: "RunOutcome", mode: str, now: f
     # carries the failure, and the read timestamp shows the GPU values are old.
     if gpus:
         new["gpus"] = {"timestamp": round(now, 3), "list": gpus}
+    if outcome.snapshot is not None:
+        new["ports"] = port_values(outcome)
     return new
 
 
@@ -265,7 +301,26 @@ def samples(state: Mapping[str, Any]) -> Dict[str, List[Tuple[Dict[str, str], An
                                 ("retired_pending", "gpu_retired_pages_pending")):
                 if g.get(key) is not None:
                     out[p + family].append((ident, bool(g[key])))
+    _port_samples(state, out)
     return out
+
+
+def _port_samples(state: Mapping[str, Any], out: Dict[str, List[Tuple[Dict[str, str], Any]]]) -> None:
+    p = "gpu_healthcheck_ib_"
+    for port in state.get("ports") or ():
+        if not isinstance(port, dict):
+            continue
+        ident = {k: str(port.get(k, "")) for k in PORT_LABELS}
+        if port.get("active") is not None:
+            out[p + "port_active"].append((ident, bool(port["active"])))
+        for key, family in (("state", "state_id"), ("phys_state", "physical_state_id")):
+            if isinstance(port.get(key), int):
+                out[p + family].append((ident, port[key]))
+        if isinstance(port.get("rate_gbps"), (int, float)):
+            out[p + "rate_bytes_per_second"].append((ident, int(port["rate_gbps"] * 1e9 / 8)))
+        for name, value in (port.get("counters") or {}).items():
+            if isinstance(value, int):
+                out[p + "port_errors_total"].append(({**ident, "counter": name}, value))
 
 
 def render(state: Mapping[str, Any]) -> str:

@@ -21,6 +21,7 @@ from typing import Any, Dict, List, Optional, Tuple
 
 from ..model import (ERR, Baseline, GpuBaseline, KernelLogPosition, LogEvent, NodeSnapshot, OurDrain,
                      PendingDrain, XidAck)
+from ..netmodel import PortBaseline
 from ..safefile import SafeFileError, atomic_write, open_dir, read_file, unlink_file
 
 JOBS = "jobs"
@@ -70,10 +71,19 @@ def baseline_from_json(raw: bytes) -> Baseline:
                 raise ValueError(f"{name} must be a number")
     log = data.get("kernel_log")
     position = KernelLogPosition(**_check_fields(KernelLogPosition, log)) if log else None
+    # a file the prolog of an older version wrote has no "ports": none recorded
+    ports = tuple(PortBaseline(**_check_fields(PortBaseline, p)) for p in data.get("ports") or ())
+    for port in ports:
+        if not isinstance(port.name, str):
+            raise ValueError("port name must be a string")
+        for name in PortBaseline._fields[1:]:
+            value = getattr(port, name)
+            if value is not None and (isinstance(value, bool) or not isinstance(value, (int, float))):
+                raise ValueError(f"port {port.name}: {name} must be a number")
     if not isinstance(data.get("job_id"), str) or not isinstance(data.get("taken_at"), (int, float)):
         raise ValueError("job_id and taken_at are required")
     return Baseline(job_id=data["job_id"], taken_at=float(data["taken_at"]), gpus=gpus,
-                    kernel_log=position)
+                    kernel_log=position, ports=ports)
 
 
 def _job_file(job_id: str) -> str:
@@ -213,8 +223,11 @@ def record_baseline(store: "StateStore", snapshot: "NodeSnapshot", job_id: str, 
     # a baseline field is the snapshot field of the same name
     gpus = tuple(GpuBaseline(**{name: getattr(g, name) for name in GpuBaseline._fields})
                  for g in snapshot.gpus if g.uuid and g.lost is None)
+    # and of every RDMA port: its state, rate and error counters (ib.port_state, ib.errors)
+    ports = tuple(PortBaseline(**{name: getattr(p, name) for name in PortBaseline._fields})
+                  for p in (snapshot.network.ports if snapshot.network else ()))
     baseline = Baseline(job_id=job_id, taken_at=time.time(), gpus=gpus,
-                        kernel_log=position_now(kernel_log))
+                        kernel_log=position_now(kernel_log), ports=ports)
     try:
         store.write_baseline(baseline)
     except OSError as exc:

@@ -81,7 +81,14 @@ def drain_reason(findings: Sequence[Finding], gpus: Sequence[GpuSnapshot], mode:
             parts.append(f"sn={_value_text(gpu.serial)}")
         elif gpu is not None and gpu.uuid:
             parts.append(f"uuid={_value_text(gpu.uuid)}")
+    elif worst.port is not None and worst.pci:
+        parts.append(f"pci={_value_text(worst.pci)}")  # the HCA's: the same token, no gpuN
     value = _value_text(worst.value)
+    if worst.port is not None:
+        # an RDMA port finding: the pinned format has no port token (a word between the value
+        # and the context would hide the context and job from every parser), so the port
+        # rides in the value token: ib.errors=3@mlx5_0:1
+        value = f"{value}@{_value_text(worst.port)}"
     parts.append(f"{worst.check}={value}" if value else worst.check)
     if worst.action is Action.RMA:
         parts.append(RMA_TOKEN)

@@ -10,6 +10,7 @@ which owns those doors: a reader never opens scontrol or writes the state store.
 
 from __future__ import annotations
 
+import os
 import time
 from typing import Any, Callable, Dict, List, Mapping, Optional, Tuple
 
@@ -17,6 +18,7 @@ from ..config import Config
 from ..decide.budget import probe_timeout
 from ..model import (ERR, WARNING, Baseline, DoorError, GpuSnapshot, JobContext, KernelLogWindow, LogEvent,
                      Mode, NodeSnapshot, ProbeResult, ProbeStatus, RunRequest, UsageError, XidAck)
+from ..netmodel import NetworkRead
 from ..pci import normalise_pci, nvml_form
 from ..records import NamedTuple
 from .kernlog import boot_wallclock, read_kernel_log
@@ -79,7 +81,8 @@ def read_node(request: RunRequest, config: Config, host: str, node: str,
     snapshot = NodeSnapshot(host=host, nvml_error=nvml.error, driver_version=nvml.driver_version,
                             gpus=gpus, sysfs_gpus=sysfs_gpus, sysfs_error=sysfs_error, job=job,
                             driver_age_s=read_driver_age(config.proc_root),
-                            selected=tuple(selected) if selected is not None else tuple(g.index for g in gpus))
+                            selected=tuple(selected) if selected is not None else tuple(g.index for g in gpus),
+                            network=read_network(config, gpus))
 
     if mode is Mode.EPILOG and job is not None and job.job_id and inputs.baseline is not None:
         baseline, why = inputs.baseline(job.job_id)
@@ -96,6 +99,29 @@ def read_node(request: RunRequest, config: Config, host: str, node: str,
         snapshot = snapshot._replace(probes=probe(snapshot, config, request.level,
                                                   inputs.probe_cap() if inputs.probe_cap else None))
     return snapshot, selected
+
+
+def read_network(config: Config, gpus: Tuple[GpuSnapshot, ...]) -> Optional[NetworkRead]:
+    """The RDMA ports; None on a node without /sys/class/infiniband, which costs that node one
+    failed listdir and no import (the prolog's path)."""
+    root = os.path.join(config.sysfs_root, "class", "infiniband")
+    try:
+        hcas = os.listdir(root)
+    except FileNotFoundError:
+        return None
+    except OSError as exc:
+        return NetworkRead(error=f"cannot list {root}: {exc.strerror or exc}")
+    from ..pci import function_form
+    from .infiniband import read_infiniband
+
+    pcis = []
+    for gpu in gpus:
+        try:
+            if gpu.pci_bus_id:
+                pcis.append(function_form(gpu.pci_bus_id))
+        except ValueError:
+            continue  # an address NVML garbled links no port, it judges nothing
+    return read_infiniband(config.sysfs_root, hcas, pcis, config.network.gpudirect != "false")
 
 
 def with_slurm_jobs(gpus: Tuple[GpuSnapshot, ...], selected: Tuple[int, ...],

@@ -32,6 +32,10 @@ def finding_fields(finding: Finding, snapshot: NodeSnapshot) -> Dict[str, str]:
               "GPU_HEALTHCHECK_ACTION": finding.action.value}
     if finding.value is not None:
         fields["GPU_HEALTHCHECK_VALUE"] = str(finding.value)
+    if finding.port is not None:  # an RDMA port finding (checks/network.py)
+        fields["GPU_HEALTHCHECK_PORT"] = finding.port
+        if finding.pci:
+            fields["GPU_HEALTHCHECK_PORT_PCI_BUS_ID"] = finding.pci
     gpu = snapshot.gpu(finding.gpu) if finding.gpu is not None else None
     if finding.gpu is not None:
         fields["GPU_INDEX"] = str(finding.gpu)
@@ -110,10 +114,28 @@ def build_report(snapshot: NodeSnapshot, findings: List[Finding], verdict: Verdi
                    for p in snapshot.probes],
         "findings": [{"check": f.check, "severity": f.severity.value, "gpu": f.gpu,
                       "value": f.value, "threshold": f.threshold, "message": f.message,
-                      "action": f.action.value} for f in findings],
+                      "action": f.action.value,
+                      **({"port": f.port, "port_pci_bus_id": f.pci} if f.port is not None else {})}
+                     for f in findings],
+        "network": network_document(snapshot),
         "action": {"taken": action.taken, "reason": action.reason, "dry_run": action.dry_run,
                    "detail": action.detail or None, **action.flags},
     }
+
+
+def network_document(snapshot: NodeSnapshot) -> Optional[Dict[str, Any]]:
+    """The RDMA ports as read; None on a node without /sys/class/infiniband."""
+    net = snapshot.network
+    if net is None:
+        return None
+    from ..netmodel import ERROR_COUNTERS
+
+    return {"error": net.error, "peermem": net.peermem, "ports": [
+        {"name": p.name, "hca": p.hca, "port": p.port, "pci_bus_id": p.pci, "hca_type": p.hca_type,
+         "link_layer": p.link_layer, "state": p.state_name, "phys_state": p.phys_state_name,
+         "rate": p.rate, "rate_gbps": p.rate_gbps, "netdev": p.netdev, "operstate": p.operstate,
+         "counters": {name: getattr(p, name) for name in ERROR_COUNTERS},
+         "gpus": list(p.gpus), "unreadable": list(p.unreadable)} for p in net.ports]}
 
 
 def finding_events(findings: Sequence[Finding], crashes: Sequence[Any], snapshot: NodeSnapshot,

@@ -52,6 +52,21 @@ HGX_SCENARIO = ("gpu.*.name = NVIDIA H100 80GB HBM3\ngpu.*.nvlink.links = 18\n"
                 "gpu.*.nvlink.*.replay_errors = 1\ngpu.*.pcie.replay = 67\n"
                 "gpu.*.memory_temperature_c = 39\n")
 PCIE_SCENARIO = "gpu.*.nvlink.links = 0\ngpu.*.fabric.state = not_supported\n"
+IB_ROW = "ours --prolog (HGX + 8 HCAs x 2 ports in /sys/class/infiniband)"
+
+
+def ib_config(node: SimNode) -> Path:
+    """The node's config with sysfs_root at a made tree of 8 HCAs x 2 ports (tests/lib/netfixtures.py),
+    so the row below pays the network read; the other rows read no /sys/class/infiniband."""
+    from tests.lib.netfixtures import make_ib_tree
+
+    root = node.dir / "ib-sys"
+    if not root.exists():
+        make_ib_tree(root, hcas=8, ports=2)
+    path = node.dir / "config-ib.toml"
+    path.write_text(node.config.read_text() + f'sysfs_root = "{root}"\n[network]\nexpected_ports = 16\n')
+    os.chmod(path, 0o644)
+    return path
 
 
 def scenario(gpus: int, extra: str = "", memory_mib: int = MEMORY_MIB) -> str:
@@ -113,6 +128,8 @@ def build_runs(node: SimNode, peer_exe, peer_skip: str, baseline: Optional[Path]
         Run(HGX_ROW, "ours", 8, our_argv("--prolog"), dict(job8), extra=HGX_SCENARIO),
         Run("ours --prolog (PCIe boards: no NVLink, no fabric)", "ours", 8, our_argv("--prolog"),
             dict(job8), extra=PCIE_SCENARIO),
+        Run(IB_ROW, "ours", 8, our_argv("--prolog"),
+            {**job8, "GPU_HEALTHCHECK_CONFIG": str(ib_config(node))}, extra=HGX_SCENARIO),
     ]
     if baseline is not None:
         runs += [
@@ -195,6 +212,8 @@ def evaluate(runs: List[Run]) -> List[Dict[str, Any]]:
         add(f"{name} (8 GPUs) <= {limit}x import-pynvml floor", row, ratio(row, floor), limit, "x")
     row = _find(runs, HGX_ROW, 8)
     add(f"{HGX_ROW} <= 2.0x import-pynvml floor", row, ratio(row, floor), 2.0, "x")
+    row = _find(runs, IB_ROW, 8)
+    add(f"{IB_ROW} <= 2.0x import-pynvml floor", row, ratio(row, floor), 2.0, "x")
     for name in ("ours --prolog", "ours --epilog", "ours --node --level quick",
                  "ours --node --level full"):
         row64, row8 = _find(runs, name, 64), _find(runs, name, 8)

@@ -11,6 +11,7 @@ from healthcheck.config import Config
 from healthcheck.model import (Action, Baseline, GpuBaseline, GpuProcess, GpuSnapshot, JobContext,
                                KernelLogRead, Mode, NodeSnapshot, ProbeResult, ProbeStatus,
                                Severity, SxidEvent, XidEvent)
+from healthcheck.netmodel import IbPort, NetworkRead, PortBaseline
 from tests.lib.percheck import per_check
 
 HEALTHY = GpuSnapshot(index=0, uuid="GPU-0", serial="1650522003800", pci_bus_id="00000000:18:00.0",
@@ -68,6 +69,21 @@ FAULTS = {
     "remap.histogram": (dict(gpu=dict(remap_histogram=(2550, 5, 3, 1, 1))), Mode.NODE, Severity.WARN, Action.NONE),
     "sxid": (dict(kernel_log=KernelLogRead(sxids=(SxidEvent("0000:c3:00.0", 24007, True, "nvidia-nvswitch0: SXid"),))),
              Mode.EPILOG, Severity.FAIL, Action.REBOOT),
+    # the network checks (checks/network.py; tests/unit/test_network_checks.py has the rest)
+    "ib.port_state": (dict(network=NetworkRead(ports=(IbPort("mlx5_0", 1, state=1, phys_state=2),)),
+                           baseline=Baseline("1", 0.0, ports=(PortBaseline("mlx5_0:1", state=4, phys_state=5),))),
+                      Mode.EPILOG, Severity.FAIL, Action.DRAIN),
+    "ib.rate": (dict(network=NetworkRead(ports=(IbPort("mlx5_0", 1, state=4, phys_state=5, rate_gbps=400.0),
+                                                IbPort("mlx5_1", 1, state=4, phys_state=5, rate_gbps=100.0)))),
+                Mode.NODE, Severity.WARN, Action.NONE),
+    "ib.link_layer": (dict(network=NetworkRead(ports=(IbPort("mlx5_0", 1, link_layer="Ethernet", state=1, phys_state=3),)),
+                           baseline=Baseline("1", 0.0, ports=(PortBaseline("mlx5_0:1", state=4, phys_state=5),))),
+                      Mode.EPILOG, Severity.FAIL, Action.DRAIN),
+    "ib.errors": (dict(network=NetworkRead(ports=(IbPort("mlx5_0", 1, state=4, phys_state=5, link_downed=3),)),
+                       baseline=Baseline("1", 0.0, ports=(PortBaseline("mlx5_0:1", link_downed=0),))),
+                  Mode.EPILOG, Severity.FAIL, Action.DRAIN),
+    "gpudirect.rdma": (dict(network=NetworkRead(ports=(IbPort("mlx5_0", 1, state=4, phys_state=5, gpus=("0000:18:00.0",)),))),
+                       Mode.NODE, Severity.WARN, Action.NONE),
 }
 
 
