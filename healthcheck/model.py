@@ -257,6 +257,13 @@ class GresLayout(NamedTuple):
     autodetect: Optional[str] = None  # "nvml", "off", ... as written; None = not given
     uncertain: Optional[str] = None  # why the order cannot be proven; None = it can
     error: Optional[str] = None  # gres.conf could not be read or parsed
+    # the device number (st_rdev's minor) of each of `files`, None where the file could not be
+    # stat'ed; () = not stat'ed (a pure parse): the names' trailing digits are used then
+    minors: Tuple[Optional[int], ...] = ()
+    note: Optional[str] = None  # something the mapping had to assume, said in the report
+    # AutoDetect=nvml with Type=: this node's gpu records in gres.conf order as
+    # (type, count, files); slurmd matches each type against the NVML device names
+    typed: Tuple[Tuple[str, int, Tuple[str, ...]], ...] = ()
 
 
 class JobContext(NamedTuple):

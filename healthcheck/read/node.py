@@ -15,7 +15,7 @@ from typing import Any, Callable, Dict, List, Mapping, Optional, Tuple
 
 from ..config import Config
 from ..decide.budget import probe_timeout
-from ..model import (ERR, WARNING, Baseline, DoorError, GpuSnapshot, JobContext, KernelLogWindow, LogEvent,
+from ..model import (ERR, NOTICE, WARNING, Baseline, DoorError, GpuSnapshot, JobContext, KernelLogWindow, LogEvent,
                      Mode, NodeSnapshot, ProbeResult, ProbeStatus, RunRequest, UsageError, XidAck)
 from ..pci import normalise_pci, nvml_form
 from ..records import NamedTuple
@@ -69,6 +69,8 @@ def read_node(request: RunRequest, config: Config, host: str, node: str,
 
                 layout = read_layout(gres_conf_path(config.gres_conf, dict(request.environ)),
                                      job.node_name or config.node_name or host, config.state_dir)
+                if layout.note:
+                    events.append(LogEvent("error", NOTICE, f"{layout.source}: {layout.note}"))
             selected, error = map_job_gpus(job.gpu_ids, gpus, layout) if nvml.error is None else ((), None)
             if error:
                 job = job._replace(gpu_ids_error=f"{job.gpu_ids_source}={','.join(job.gpu_ids)}: {error}")
