@@ -335,6 +335,12 @@ class NodeSnapshot(NamedTuple):
     driver_age_s: Optional[float] = None
     # (kernel PCI address, acknowledgements that dealt with a failing Xid on it), from state_dir
     xid_ack_counts: Tuple[Tuple[str, int], ...] = ()
+    # GPUs the admin took out of service, (NVML index, why): `exclude_gpus`, or (prolog and
+    # epilog) outside every gres record of gres.conf; their findings are info, never a drain
+    out_of_service: Tuple[Tuple[int, str], ...] = ()
+    # NVIDIA GPU functions sysfs lists that are not bound to the nvidia driver, (address,
+    # driver or "no driver"): vfio-pci, unbound, NVreg_ExcludedGpus; gpu.count leaves them out
+    sysfs_unbound: Tuple[Tuple[str, str], ...] = ()
 
     def gpu(self, index: int) -> Optional[GpuSnapshot]:
         for g in self.gpus:
