@@ -122,6 +122,13 @@ class Config(NamedTuple):
     # on SKUs with links off by design.
     expected_nvlinks: Optional[int] = None
     nvml_timeout_s: float = 10.0  # deadline for the whole NVML read
+    # Whether this site runs its GPUs with ECC on: false makes ECC off info everywhere; unset,
+    # ECC off is info on workstation boards that ship with it off (RTX, Quadro, GeForce,
+    # TITAN) and a warning on data-centre GPUs.
+    expect_ecc: Optional[bool] = None
+    # GPUs the admin took out of service (serials, GPU- UUIDs or PCI ids): their findings are
+    # info, never a drain, until the entry is removed
+    exclude_gpus: Tuple[str, ...] = ()
     # `--node --act` (HealthCheckProgram, which Slurm kills after 60 s): the whole run ends
     # within this many seconds; the NVML, probe and scontrol deadlines shrink to fit.
     act_budget_s: float = 50.0

@@ -34,20 +34,6 @@ class DoorError(Exception):
     deadline.  Each door raises its own subclass (act.scontrol.ScontrolError)."""
 
 
-# nvml.h's nvmlReturn_t names, so that a reader and a check can name an NVML error without pynvml.
-NVML_ERROR_NAMES = {
-    1: "UNINITIALIZED", 2: "INVALID_ARGUMENT", 3: "NOT_SUPPORTED", 4: "NO_PERMISSION",
-    5: "ALREADY_INITIALIZED", 6: "NOT_FOUND", 7: "INSUFFICIENT_SIZE", 8: "INSUFFICIENT_POWER",
-    9: "DRIVER_NOT_LOADED", 10: "TIMEOUT", 11: "IRQ_ISSUE", 12: "LIBRARY_NOT_FOUND",
-    13: "FUNCTION_NOT_FOUND", 14: "CORRUPTED_INFOROM", 15: "GPU_IS_LOST", 16: "RESET_REQUIRED",
-    17: "OPERATING_SYSTEM", 18: "LIB_RM_VERSION_MISMATCH", 19: "IN_USE", 20: "MEMORY",
-    21: "NO_DATA", 22: "VGPU_ECC_NOT_SUPPORTED", 23: "INSUFFICIENT_RESOURCES",
-    24: "FREQ_NOT_SUPPORTED", 25: "ARGUMENT_VERSION_MISMATCH", 26: "DEPRECATED", 27: "NOT_READY",
-    28: "GPU_NOT_FOUND", 29: "INVALID_STATE",
-    999: "UNKNOWN",
-}
-
-
 class Severity(str, enum.Enum):
     """How bad one finding is.  `unknown` means "could not check", never "bad"."""
 
@@ -258,6 +244,13 @@ class GresLayout(NamedTuple):
     autodetect: Optional[str] = None  # "nvml", "off", ... as written; None = not given
     uncertain: Optional[str] = None  # why the order cannot be proven; None = it can
     error: Optional[str] = None  # gres.conf could not be read or parsed
+    # the device number (st_rdev's minor) of each of `files`, None where the file could not be
+    # stat'ed; () = not stat'ed (a pure parse): the names' trailing digits are used then
+    minors: Tuple[Optional[int], ...] = ()
+    note: Optional[str] = None  # something the mapping had to assume, said in the report
+    # AutoDetect=nvml with Type=: this node's gpu records in gres.conf order as
+    # (type, count, files); slurmd matches each type against the NVML device names
+    typed: Tuple[Tuple[str, int, Tuple[str, ...]], ...] = ()
 
 
 class JobContext(NamedTuple):
@@ -331,6 +324,12 @@ class NodeSnapshot(NamedTuple):
     # (kernel PCI address, acknowledgements that dealt with a failing Xid on it), from state_dir
     xid_ack_counts: Tuple[Tuple[str, int], ...] = ()
     network: Optional[NetworkRead] = None  # None: no /sys/class/infiniband (no RDMA device)
+    # GPUs the admin took out of service, (NVML index, why): `exclude_gpus`, or (prolog and
+    # epilog) outside every gres record of gres.conf; their findings are info, never a drain
+    out_of_service: Tuple[Tuple[int, str], ...] = ()
+    # NVIDIA GPU functions sysfs lists that are not bound to the nvidia driver, (address,
+    # driver or "no driver"): vfio-pci, unbound, NVreg_ExcludedGpus; gpu.count leaves them out
+    sysfs_unbound: Tuple[Tuple[str, str], ...] = ()
 
     def gpu(self, index: int) -> Optional[GpuSnapshot]:
         for g in self.gpus:

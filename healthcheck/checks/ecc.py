@@ -14,19 +14,40 @@ def check_ecc_mode(gpu: GpuSnapshot, node: NodeSnapshot, ctx: CheckContext) -> I
     """ECC is disabled, or a mode change is pending until the next GPU reset.
 
     Without ECC, memory errors silently corrupt results; a pending change means the running mode
-    is not the configured one.  Boards without ECC (consumer) are not reported.
+    is not the configured one.  Boards without ECC (consumer) are not reported.  ECC off is
+    info, not a warning, where it is the site's choice: `expect_ecc = false`, or (the default,
+    `expect_ecc` unset) a workstation board, which ships with ECC off (`ecc_off_by_default`);
+    data-centre GPUs ship with it on, so off there still warns.
     nvidia-smi equivalent: `nvidia-smi -q -d ECC` ("Current" / "Pending").
     """
     if gpu.ecc_mode_current is None:
         return
     if not gpu.ecc_mode_current:
-        yield _f("ecc.mode", Severity.WARN, gpu, f"{label(gpu)}: ECC is disabled; enable it "
-                 f"(nvidia-smi -e 1) and reset the GPU", value="disabled", threshold="enabled")
+        expected = ctx.config.expect_ecc
+        if expected is False or (expected is None and ecc_off_by_default(gpu.name)):
+            why = "expect_ecc = false" if expected is False else "the board ships with ECC off"
+            yield _f("ecc.mode", Severity.INFO, gpu, f"{label(gpu)}: ECC is disabled ({why})",
+                     value="disabled", action=Action.NONE)
+        else:
+            yield _f("ecc.mode", Severity.WARN, gpu, f"{label(gpu)}: ECC is disabled; enable it "
+                     f"(nvidia-smi -e 1) and reset the GPU", value="disabled", threshold="enabled")
     if gpu.ecc_mode_pending is not None and gpu.ecc_mode_pending != gpu.ecc_mode_current:
         pending = "enabled" if gpu.ecc_mode_pending else "disabled"
         yield _f("ecc.mode", Severity.WARN, gpu, f"{label(gpu)}: ECC change to {pending} is "
                  f"pending until the GPU is reset", value=f"pending_{pending}",
                  action=Action.RESET)
+
+
+# Product lines that ship with ECC off (NVIDIA's workstation and consumer boards: RTX A5000,
+# RTX 4000 SFF Ada and RTX PRO 6000 Workstation Edition replays show "Current: Disabled" as
+# shipped); a "Server Edition" of such a board is a data-centre part and ships with ECC on.
+_ECC_OFF_LINES = ("rtx", "quadro", "geforce", "titan")
+
+
+def ecc_off_by_default(name: Optional[str]) -> bool:
+    """Whether a board of this NVML name ships with ECC off (pure)."""
+    words = (name or "").lower().replace("-", " ").split()
+    return any(w in _ECC_OFF_LINES for w in words) and "server" not in words
 
 
 @gpu_check("ecc.volatile_uncorrected", severity=Severity.FAIL, action=Action.RESET)

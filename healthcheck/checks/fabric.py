@@ -9,7 +9,8 @@ from __future__ import annotations
 
 from typing import Iterator, List, Optional
 
-from ..model import NVML_ERROR_NAMES as ERROR_NAMES, Action, Finding, GpuSnapshot, Mode, NodeSnapshot, Severity
+from ..model import Action, Finding, GpuSnapshot, Mode, NodeSnapshot, Severity
+from ..nvmlcodes import NVML_ERROR_NAMES as ERROR_NAMES
 from .registry import CheckContext, delta, finding as _f, gpu_check, in_boot_grace, label
 
 # NVML_GPU_FABRIC_STATE_*

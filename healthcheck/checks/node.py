@@ -54,11 +54,17 @@ def check_gpu_count(node: NodeSnapshot, ctx: CheckContext) -> Iterator[Finding]:
     if node.nvml_error is not None:
         return
     count = len(node.gpus)
-    if node.sysfs_gpus is not None and len(node.sysfs_gpus) > count:
+    # a function bound to vfio-pci, to no driver, or excluded with NVreg_ExcludedGpus is one
+    # the admin gave away: NVML cannot see it, and it is no lost GPU
+    bound = len(node.sysfs_gpus or ()) - len(node.sysfs_unbound)
+    for address, driver in node.sysfs_unbound:
+        yield _f("gpu.count", Severity.INFO, None,
+                 f"NVIDIA GPU {address} is bound to {driver}, not nvidia: not counted", value=driver)
+    if node.sysfs_gpus is not None and bound > count:
         yield _f("gpu.count", Severity.FAIL, None,
-                 f"sysfs lists {len(node.sysfs_gpus)} NVIDIA GPUs but NVML reports {count}: a GPU "
+                 f"sysfs lists {bound} NVIDIA GPUs bound to nvidia but NVML reports {count}: a GPU "
                  f"fell off the bus; reboot (power-cycle) the node", value=count,
-                 threshold=len(node.sysfs_gpus), action=Action.REBOOT)
+                 threshold=bound, action=Action.REBOOT)
     expected = ctx.config.expected_gpus
     if expected is not None and count < expected:
         yield _f("gpu.count", Severity.FAIL, None,

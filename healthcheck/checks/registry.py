@@ -145,7 +145,19 @@ def run_checks(node: NodeSnapshot, ctx: CheckContext) -> Tuple[List[Finding], Li
             if gpu.lost is not None and spec.check_id != "gpu.lost":
                 continue
             _guard(spec, gpu.index, functools.partial(spec.fn, gpu, node, ctx), findings, crashes)
-    return findings, crashes
+    return out_of_service(findings, node), crashes
+
+
+def out_of_service(findings: List[Finding], node: NodeSnapshot) -> List[Finding]:
+    """A GPU the admin took out of service (NodeSnapshot.out_of_service) is still reported but
+    never judged: its findings are info with no action, so an old DBE on a board left out of
+    gres.conf or listed in `exclude_gpus` drains nothing."""
+    why = dict(node.out_of_service)
+    if not why:
+        return findings
+    return [f._replace(severity=Severity.INFO, action=Action.NONE,
+                       message=f"out of service ({why[f.gpu]}): {f.message}")
+            if f.gpu in why and f.severity is not Severity.INFO else f for f in findings]
 
 
 def _guard(spec: CheckSpec, gpu: Optional[int], call: Callable[[], Iterable[Finding]],

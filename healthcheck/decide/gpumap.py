@@ -73,7 +73,7 @@ def device_order(layout: GresLayout, gpus: Sequence[GpuSnapshot]) -> Tuple[List[
     """For each gres index, the NVML index of its GPU (None where unknown), and why any are
     unknown."""
     by_minor = {g.minor_number: g.index for g in gpus if g.minor_number is not None}
-    numbers = [trailing_number(f) for f in layout.files]
+    numbers = file_minors(layout)
     by_file: List[Optional[int]] = [by_minor.get(n) if n is not None else None for n in numbers]
     if layout.autodetect != "nvml":
         return by_file, None
@@ -82,10 +82,17 @@ def device_order(layout: GresLayout, gpus: Sequence[GpuSnapshot]) -> Tuple[List[
     # only a slurmd built with NVML does that: Debian 12's slurmd 22.05 has no gpu/nvml plugin
     # ("cannot find gpu plugin for gpu/nvml") and keeps gres.conf's File= order.  Where the
     # two orders differ we cannot know which slurmd we serve, so those indices are unknown.
+    if layout.typed and not layout.files:
+        return typed_order(layout, gpus)  # Count= records: only NVML names number them
     if any(g.minor_number is None for g in gpus):
         return [None] * max(len(layout.files), len(gpus)), \
             "AutoDetect=nvml and a GPU did not tell its minor number: slurmd's order is unknown"
-    by_nvml = nvml_order(layout, gpus)
+    if layout.typed:
+        by_nvml, typed_why = typed_order(layout, gpus)
+        if typed_why:
+            return by_nvml, typed_why
+    else:
+        by_nvml = nvml_order(layout, gpus)
     if not layout.files:
         return by_nvml, None  # no File=: only a slurmd with NVML has devices to number
     agreed = [a if a == b else None for a, b in zip(by_file, by_nvml)]
@@ -94,13 +101,59 @@ def device_order(layout: GresLayout, gpus: Sequence[GpuSnapshot]) -> Tuple[List[
         why = ("AutoDetect=nvml with File= out of NVML's order: slurmd built with NVML numbers "
                "GPUs in NVML order, one without it (Debian 12) in File= order")
     return agreed, why
+
+
+def file_minors(layout: GresLayout) -> List[Optional[int]]:
+    """Each File='s device number: st_rdev's minor as read/gres.py stat'ed it, else (a pure
+    parse) the name's trailing digits."""
+    if len(layout.minors) == len(layout.files):
+        return list(layout.minors)
+    return [trailing_number(f) for f in layout.files]
+
+
+def nvml_type(name: str) -> str:
+    """The gres type slurmd's gpu/nvml gives a device: its NVML name with blanks made '_' and
+    lower-cased (`gpu_common_underscorify_tolower` in src/plugins/gpu/common/gpu_common.c,
+    applied by gpu_nvml.c's `_get_system_gpu_list_nvml`), e.g. "NVIDIA A100-SXM4-80GB" ->
+    "nvidia_a100-sxm4-80gb"."""
+    return "".join("_" if ch in " \t" else ch.lower() for ch in name)
+
+
+def typed_order(layout: GresLayout, gpus: Sequence[GpuSnapshot]) -> Tuple[List[Optional[int]], Optional[str]]:
+    """AutoDetect=nvml with Type=: the NVML index at each gres index as slurmd numbers them.
+
+    Followed: Slurm 22.05's gres/gpu as a real `slurmd -G` runs it on a system GPU list
+    (fake_gpus.conf; tests/readers/test_gres_slurmd.py compares): `_normalize_sys_gres_types` gives
+    each detected GPU, in NVML enumeration order, the first gres.conf record with count left
+    "with a GRES type that is a substring of system device" (case-insensitive; a record's
+    File=, if any, must name the GPU too); a GPU no record takes is ignored ("The following
+    autodetected GPUs are being ignored"); the kept GPUs are numbered in NVML (Links) order,
+    types mixed.  The device name is nvml_type(NVML's name).  A GPU whose name or minor
+    number NVML did not give leaves every index from its position on unknown."""
+    left = [count for _, count, _ in layout.typed]
+    wanted = [{trailing_number(f) for f in files} for _, _, files in layout.typed]
+    order: List[Optional[int]] = []
+    for gpu in sorted(gpus, key=lambda g: g.index):
+        if not gpu.name or gpu.minor_number is None:
+            return order + [None] * max(0, sum(left)), (
+                f"AutoDetect=nvml with Type=: GPU {gpu.index} did not tell its "
+                f"{'name' if not gpu.name else 'minor number'}, so slurmd's match from it on is unknown")
+        device = nvml_type(gpu.name)
+        for i, (kind, _, files) in enumerate(layout.typed):
+            if left[i] > 0 and kind.lower() in device and (not files or gpu.minor_number in wanted[i]):
+                left[i] -= 1
+                order.append(gpu.index)
+                break
+    return order, None
+
+
 def nvml_order(layout: GresLayout, gpus: Sequence[GpuSnapshot]) -> List[Optional[int]]:
     """The NVML index at each gres index as a slurmd built with NVML numbers them
     (`_merge_system_gres_conf`): the detected GPUs that match a configured file (all of them
     when no File= is given) sorted by their Links position, which gpu_nvml.c sets from NVML's
     enumeration; configured files that were not detected follow (None here).
     tests/readers/test_gres.py checks this against a real slurmd (`slurmd -G` with fake_gpus.conf)."""
-    wanted = {trailing_number(f) for f in layout.files}
+    wanted = set(file_minors(layout))
     detected = sorted((g for g in gpus if g.minor_number is not None
                        and (not layout.files or g.minor_number in wanted)), key=lambda g: g.index)
     order: List[Optional[int]] = [g.index for g in detected]

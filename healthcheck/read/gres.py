@@ -33,6 +33,7 @@ from __future__ import annotations
 import json
 import os
 import re
+import stat
 from typing import Dict, List, Optional, Sequence, Tuple
 
 from ..model import GresLayout
@@ -124,35 +125,35 @@ def parse_gres_conf(text: str, node: str, source: str = "gres.conf",
     """This node's gres/gpu files in slurmd's index order (pure).
 
     slurm_gres: slurm.conf's Gres= of this node as (type or None, count) for gpu, in order;
-    needed only when gres.conf gives several types.
+    it orders several types, and each type keeps only its first COUNT files.
     """
     try:
         records = _records(text)
-        autodetect: Optional[str] = None
+        autodetect, local_autodetect = _autodetect(records, node)
         gpu: List[Dict[str, str]] = []
         for rec in records:
             if "include" in rec:
                 return GresLayout(source, uncertain=f"line {rec['#line']}: Include= is not followed")
             if "nodename" in rec and node not in expand_hostlist(rec["nodename"]):
                 continue
-            if "autodetect" in rec:
-                autodetect = rec["autodetect"].lower()
             if rec.get("name") == "gpu":
                 gpu.append(rec)
     except GresConfError as exc:
         return GresLayout(source, error=f"{source}: {exc}")
+    autodetect = local_autodetect or autodetect
+    typed_autodetect = autodetect == "nvml" and any("type" in r for r in gpu)
     uncertain = None
     for rec in gpu:
         if "multiplefiles" in rec:
             uncertain = f"line {rec['#line']}: MultipleFiles= gives one index to several files"
-        elif "file" not in rec:
+        elif "file" not in rec and not typed_autodetect:
             uncertain = f"line {rec['#line']}: a gpu record without File= has no device to map to"
     types = []
     for rec in gpu:
         kind = rec.get("type")
         if kind not in types:
             types.append(kind)
-    if len(types) > 1:
+    if len(types) > 1 and not typed_autodetect:
         # _merge_config orders the records by slurm.conf's types, not gres.conf's lines
         if slurm_gres is None or any(t is None for t, _ in slurm_gres):
             uncertain = uncertain or ("several Type= values and no typed Gres= for this node "
@@ -163,16 +164,64 @@ def parse_gres_conf(text: str, node: str, source: str = "gres.conf",
                      if (r.get("type") or "").lower() in order else len(order))
     if autodetect and autodetect not in ("off", "none", "nvml"):
         uncertain = f"AutoDetect={autodetect} is not NVIDIA's: its order is not NVML's"
-    if autodetect == "nvml" and any("type" in r for r in gpu):
-        uncertain = uncertain or "AutoDetect=nvml with Type=: slurmd matches types we cannot see"
     files: List[str] = []
+    typed: List[Tuple[str, int, Tuple[str, ...]]] = []
     try:
         for rec in gpu:
-            if "file" in rec:
-                files.extend(expand_hostlist(rec["file"]))
+            names = expand_hostlist(rec["file"]) if "file" in rec else []
+            files.extend(_within_count(rec, names, files, gpu, slurm_gres, typed_autodetect))
+            if typed_autodetect:
+                count = rec.get("count", "")
+                typed.append((rec.get("type", ""), int(count) if count.isdigit()
+                              else len(names) or 1, tuple(names)))
     except GresConfError as exc:
         return GresLayout(source, error=f"{source}: {exc}")
-    return GresLayout(source, files=tuple(files), autodetect=autodetect, uncertain=uncertain)
+    return GresLayout(source, files=tuple(files), autodetect=autodetect, uncertain=uncertain,
+                      typed=tuple(typed))
+
+
+def _autodetect(records: List[Dict[str, str]], node: str) -> Tuple[Optional[str], Optional[str]]:
+    """(global, node-local) AutoDetect as slurmd 22.05 takes them (gres.c, the issue's
+    src/common/gres.c:1178-1211): a node-local value (a NodeName= line naming this node) wins
+    over the global one wherever either is written; an in-line AutoDetect on a line without
+    NodeName= is ignored (slurmd: "In-line AutoDetect requires NodeName to take effect").
+    tests/readers/test_gres_slurmd.py checks each case against a real `slurmd -G`."""
+    found_global: Optional[str] = None
+    local: Optional[str] = None
+    for rec in records:
+        if "autodetect" not in rec:
+            continue
+        value = rec["autodetect"].lower()
+        if "nodename" in rec:
+            if node in expand_hostlist(rec["nodename"]):
+                local = value
+        elif set(rec) <= {"autodetect", "#line"}:
+            found_global = value
+    return found_global, local
+
+
+def _within_count(rec: Dict[str, str], names: List[str], taken: List[str], gpu: List[Dict[str, str]],
+                  slurm_gres: Optional[Sequence[Tuple[Optional[str], int]]],
+                  typed_autodetect: bool) -> List[str]:
+    """The files of `rec` that slurmd keeps: `_merge_gres2` keeps the first COUNT files of
+    each type that slurm.conf's Gres= gives this node and logs "A line in gres.conf for GRES
+    gpu:TYPE has N more configured than expected in slurm.conf. Ignoring extra GRES." (seen
+    with `slurmd -G`, 22.05).  An untyped `gpu:N` counts every file."""
+    if slurm_gres is None or typed_autodetect:
+        return names
+    kind = (rec.get("type") or "").lower()
+    counts = {(t or "").lower(): c for t, c in slurm_gres}
+    if "" in counts and len(counts) == 1:
+        return names[:max(0, counts[""] - len(taken))]
+    if kind not in counts:
+        return names
+    same = [r for r in gpu if (r.get("type") or "").lower() == kind]
+    before = 0
+    for other in same:
+        if other is rec:
+            break
+        before += len(expand_hostlist(other["file"])) if "file" in other else 0
+    return names[:max(0, counts[kind] - before)]
 
 
 def slurm_conf_gres(text: str, node: str) -> Optional[List[Tuple[Optional[str], int]]]:
@@ -218,24 +267,74 @@ def _identity(st: os.stat_result) -> List[int]:
     return [st.st_dev, st.st_ino, st.st_mtime_ns, st.st_size]
 
 
+def slurm_conf_path(gres_conf: str) -> str:
+    """slurm.conf beside gres.conf (slurmd reads both from one directory)."""
+    return os.path.join(os.path.dirname(gres_conf), "slurm.conf")
+
+
+def _read_slurm_conf(path: str) -> Tuple[Optional[List[int]], Optional[str]]:
+    """(identity, text) of slurm.conf, (None, None) where it cannot be read."""
+    try:
+        with open(path, "rb") as handle:
+            return _identity(os.fstat(handle.fileno())), handle.read(MAX_CONF_BYTES).decode("utf-8", "replace")
+    except OSError:
+        return None, None
+
+
+def device_minors(files: Sequence[str]) -> Tuple[Tuple[Optional[int], ...], Optional[str]]:
+    """Each File='s device number as slurmd's cgroup code takes it: st_rdev's minor after
+    following links, so `/dev/gpu/slot0 -> /dev/nvidia1` is GPU minor 1.  A file that cannot be
+    stat'ed (or is no character device) falls back to its name's trailing digits, and the
+    returned note says so."""
+    from ..decide.gpumap import trailing_number
+
+    minors: List[Optional[int]] = []
+    guessed: List[str] = []
+    for name in files:
+        try:
+            st = os.stat(name)
+            if not stat.S_ISCHR(st.st_mode):
+                raise OSError(f"{name} is not a character device")
+            minors.append(os.minor(st.st_rdev))
+        except OSError:
+            minors.append(trailing_number(name))
+            guessed.append(name)
+    note = (f"cannot stat {', '.join(guessed)} as a device: took the device number from the "
+            f"name's digits") if guessed else None
+    return tuple(minors), note
+
+
 def read_layout(path: str, node: str, state_dir: Optional[str] = None) -> GresLayout:
-    """This node's layout from gres.conf, from the cache when the file has not changed."""
+    """This node's layout from gres.conf and slurm.conf's Gres= beside it, from the cache when
+    neither file has changed; the File= device numbers are stat'ed at every call."""
+    layout = _read_layout(path, node, state_dir)
+    if layout.error or not layout.files:
+        return layout
+    minors, note = device_minors(layout.files)
+    return layout._replace(minors=minors, note=note)
+
+
+def _read_layout(path: str, node: str, state_dir: Optional[str]) -> GresLayout:
     from ..safefile import atomic_write, read_file
 
     try:
         fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
     except OSError as exc:
         return GresLayout(path, error=f"cannot read {path}: {exc.strerror or exc}")
+    conf_identity, conf_text = _read_slurm_conf(slurm_conf_path(path))
     try:
         st = os.fstat(fd)
-        key = {"identity": _identity(st), "node": node, "path": path}
+        # slurm.conf orders several types and caps each type's count: its identity is part of
+        # the key, or an edited slurm.conf would keep the old order (issue 22, item 12)
+        key = {"identity": _identity(st), "slurm_conf": conf_identity, "node": node, "path": path}
         if state_dir:
             try:
                 cached = json.loads((read_file(state_dir, CACHE) or b"null").decode())
                 if isinstance(cached, dict) and cached.get("key") == key:
                     layout = cached["layout"]
                     return GresLayout(path, files=tuple(layout["files"]),
-                                      autodetect=layout["autodetect"], uncertain=layout["uncertain"])
+                                      autodetect=layout["autodetect"], uncertain=layout["uncertain"],
+                                      typed=tuple((t, c, tuple(f)) for t, c, f in layout["typed"]))
             except (OSError, ValueError, KeyError, TypeError):
                 pass  # a missing or damaged cache is rebuilt below
         text = os.read(fd, MAX_CONF_BYTES).decode("utf-8", "replace")
@@ -243,20 +342,14 @@ def read_layout(path: str, node: str, state_dir: Optional[str] = None) -> GresLa
         return GresLayout(path, error=f"cannot read {path}: {exc.strerror or exc}")
     finally:
         os.close(fd)
-    layout = parse_gres_conf(text, node, path)
-    if layout.uncertain and "several Type=" in layout.uncertain:
-        slurm_conf = os.path.join(os.path.dirname(path), "slurm.conf")
-        try:
-            with open(slurm_conf, "rb") as handle:
-                conf_text = handle.read(MAX_CONF_BYTES).decode("utf-8", "replace")
-            layout = parse_gres_conf(text, node, path, slurm_conf_gres(conf_text, node))
-        except OSError:
-            pass
+    layout = parse_gres_conf(text, node, path,
+                             slurm_conf_gres(conf_text, node) if conf_text is not None else None)
     if state_dir and layout.error is None:
         try:
             atomic_write(state_dir, CACHE, json.dumps(
                 {"key": key, "layout": {"files": list(layout.files), "autodetect": layout.autodetect,
-                                        "uncertain": layout.uncertain}}).encode(), durable=False)
+                                        "uncertain": layout.uncertain,
+                                        "typed": [list(t) for t in layout.typed]}}).encode(), durable=False)
         except OSError:
             pass  # the cache only saves a parse
     return layout

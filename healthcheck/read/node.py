@@ -16,7 +16,7 @@ from typing import Any, Callable, Dict, List, Mapping, Optional, Tuple
 
 from ..config import Config
 from ..decide.budget import probe_timeout
-from ..model import (ERR, WARNING, Baseline, DoorError, GpuSnapshot, JobContext, KernelLogWindow, LogEvent,
+from ..model import (ERR, NOTICE, WARNING, Baseline, DoorError, GpuSnapshot, JobContext, KernelLogWindow, LogEvent,
                      Mode, NodeSnapshot, ProbeResult, ProbeStatus, RunRequest, UsageError, XidAck)
 from ..netmodel import NetworkRead
 from ..pci import normalise_pci, nvml_form
@@ -61,16 +61,13 @@ def read_node(request: RunRequest, config: Config, host: str, node: str,
             raise UsageError(f"--gpus {','.join(map(str, missing))}: this node has "
                              f"{len(gpus)} GPU(s), NVML indices 0-{len(gpus) - 1}"
                              if gpus else f"--gpus: this node has no GPUs")
+    layout = None
     if job is not None:
         if job.gpu_ids is not None:
             from ..decide.gpumap import map_job_gpus
 
-            layout = None
             if any(i.isdigit() for i in job.gpu_ids):
-                from .gres import gres_conf_path, read_layout
-
-                layout = read_layout(gres_conf_path(config.gres_conf, dict(request.environ)),
-                                     job.node_name or config.node_name or host, config.state_dir)
+                layout = job_layout(config, request, job, host, events)
             selected, error = map_job_gpus(job.gpu_ids, gpus, layout) if nvml.error is None else ((), None)
             if error:
                 job = job._replace(gpu_ids_error=f"{job.gpu_ids_source}={','.join(job.gpu_ids)}: {error}")
@@ -78,9 +75,15 @@ def read_node(request: RunRequest, config: Config, host: str, node: str,
         else:
             selected = ()  # malformed list: probe nothing, judge with NVML only
         gpus = with_slurm_jobs(gpus, selected or (), inputs.listpids, node, events)
+        if gpus and layout is None:
+            layout = job_layout(config, request, job, host, events)
+    from .sysfs import read_unbound
+
+    excluded = out_of_service(gpus, config.exclude_gpus, layout)
     snapshot = NodeSnapshot(host=host, nvml_error=nvml.error, driver_version=nvml.driver_version,
                             gpus=gpus, sysfs_gpus=sysfs_gpus, sysfs_error=sysfs_error, job=job,
-                            driver_age_s=read_driver_age(config.proc_root),
+                            driver_age_s=read_driver_age(config.proc_root), out_of_service=excluded,
+                            sysfs_unbound=read_unbound(config.sysfs_root, sysfs_gpus or ()),
                             selected=tuple(selected) if selected is not None else tuple(g.index for g in gpus),
                             network=read_network(config, gpus))
 
@@ -122,6 +125,50 @@ def read_network(config: Config, gpus: Tuple[GpuSnapshot, ...]) -> Optional[Netw
         except ValueError:
             continue  # an address NVML garbled links no port, it judges nothing
     return read_infiniband(config.sysfs_root, hcas, pcis, config.network.gpudirect != "false")
+
+
+def job_layout(config: Config, request: RunRequest, job: JobContext, host: str,
+               events: List[LogEvent]) -> Any:
+    """This node's gres layout (read/gres.py), with what it had to assume logged."""
+    from .gres import gres_conf_path, read_layout
+
+    layout = read_layout(gres_conf_path(config.gres_conf, dict(request.environ)),
+                         job.node_name or config.node_name or host, config.state_dir)
+    if layout.note:
+        events.append(LogEvent("error", NOTICE, f"{layout.source}: {layout.note}"))
+    return layout
+
+
+def out_of_service(gpus: Tuple[GpuSnapshot, ...], exclude: Tuple[str, ...],
+                   layout: Any) -> Tuple[Tuple[int, str], ...]:
+    """The GPUs the admin took out of service (pure): named in `exclude_gpus` by serial, UUID or
+    PCI id, or (a job's run, with a gres.conf whose File= list is certain) on a device no gres
+    record names, which slurmd never gives to a job."""
+    wanted = {e.strip().lower() for e in exclude}
+    pcis = set()
+    for entry in wanted:
+        try:
+            pcis.add(normalise_pci(entry))
+        except ValueError:
+            pass  # a serial or UUID
+    from ..decide.gpumap import file_minors
+
+    in_gres = None
+    if (layout is not None and not layout.error and not layout.uncertain and layout.files
+            and layout.autodetect != "nvml"):
+        in_gres = set(file_minors(layout))
+    found = []
+    for gpu in gpus:
+        ids = {(gpu.serial or "").lower(), (gpu.uuid or "").lower()} - {""}
+        try:
+            pci = normalise_pci(gpu.pci_bus_id) if gpu.pci_bus_id else None
+        except ValueError:
+            pci = None
+        if ids & wanted or (pci is not None and pci in pcis):
+            found.append((gpu.index, "exclude_gpus"))
+        elif in_gres is not None and gpu.minor_number is not None and gpu.minor_number not in in_gres:
+            found.append((gpu.index, f"/dev/nvidia{gpu.minor_number} is in no gres record of {layout.source}"))
+    return tuple(found)
 
 
 def with_slurm_jobs(gpus: Tuple[GpuSnapshot, ...], selected: Tuple[int, ...],

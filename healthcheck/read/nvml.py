@@ -24,7 +24,8 @@ import time
 from ctypes import byref
 from typing import Any, Callable, Dict, List, Optional, Tuple
 
-from ..model import NVML_ERROR_NAMES as ERROR_NAMES, GpuProcess, GpuSnapshot, MigDevice
+from ..model import GpuProcess, GpuSnapshot, MigDevice
+from ..nvmlcodes import NVML_ERROR_NAMES as ERROR_NAMES
 from ..records import NamedTuple
 from ..text import printable
 

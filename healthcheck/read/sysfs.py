@@ -38,6 +38,22 @@ def read_sysfs_gpus(sysfs_root: str) -> Tuple[Optional[Tuple[str, ...]], Optiona
     return tuple(found), None
 
 
+def read_unbound(sysfs_root: str, addresses: Tuple[str, ...]) -> Tuple[Tuple[str, str], ...]:
+    """The functions among `addresses` not bound to the nvidia driver, with the driver they
+    are bound to ("no driver" where none): a GPU passed to a VM (vfio-pci), unbound, or
+    excluded with NVreg_ExcludedGpus is not one NVML can see, so it is no lost GPU."""
+    devices = os.path.join(sysfs_root, "bus", "pci", "devices")
+    unbound = []
+    for address in addresses:
+        try:
+            driver = os.path.basename(os.readlink(os.path.join(devices, address, "driver")))
+        except OSError:
+            driver = "no driver"
+        if driver != "nvidia":
+            unbound.append((address, driver))
+    return tuple(unbound)
+
+
 def read_driver_age(proc_root: str) -> Optional[float]:
     """Seconds since the NVIDIA driver loaded, as far as we can tell: the uptime
     (`/proc/uptime`), since the kernel exports no load time for a module.  On a node where the

@@ -194,7 +194,7 @@ def test_xid_unreadable_kernel_log_is_unknown_for_xid_only(node, tmp_path):
 DUMPS = sorted((FIXTURES / "nvidia-smi-xml").glob("*.xml"))
 
 
-# Workstation boards that shipped with ECC off: the checker rightly warns about them.
+# Workstation boards that shipped with ECC off: info, the node passes (issue 22, item 18).
 ECC_OFF_DUMPS = {"dual_a5000-v13", "pro-6000-maxq-blackwell-v13", "rtx-4000-sff-ada-v13"}
 # A desktop RTX 3080 busy (65 %, P2, 9 GiB) with processes this PID namespace cannot see (the
 # dump was taken in a container): not a leak; `--node` warns that it is in use by processes not
@@ -212,9 +212,7 @@ def test_every_real_healthy_dump_replayed_comes_out_healthy(node, dump):
     result = node.run("--node", "--json", scenario=scenario)
     assert not result.checks("fail"), (result.stdout, result.stderr)
     if dump.stem in ECC_OFF_DUMPS:
-        assert result.rc == 1 and result.json["verdict"] == "warn"
-        assert set(result.checks("warn")) == {"ecc.mode"}
-        return
+        assert set(result.checks("info")) >= {"ecc.mode"}
     if dump.stem in BUSY_ELSEWHERE_DUMPS:
         assert result.rc == 1 and set(result.checks("warn")) == {"memory.leaked"}
         [busy] = [f for f in result.json["findings"] if f["check"] == "memory.leaked"]

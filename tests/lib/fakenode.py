@@ -25,14 +25,19 @@ def ensure_fakegpu() -> Path:
     return FAKE_BUILD
 
 
-def make_sysfs(root: Path, nvidia: Sequence[str] = (), others: Sequence[str] = ("0000:00:1f.0",)) -> Path:
-    """A sysfs tree with these NVIDIA GPU functions (class 0x0302) and some non-NVIDIA ones."""
+def make_sysfs(root: Path, nvidia: Sequence[str] = (), others: Sequence[str] = ("0000:00:1f.0",),
+               driver: str = "nvidia") -> Path:
+    """A sysfs tree with these NVIDIA GPU functions (class 0x0302, bound to `driver`; "" for
+    none) and some non-NVIDIA ones."""
     devices = root / "bus" / "pci" / "devices"
     devices.mkdir(parents=True, exist_ok=True)
     for address in nvidia:
         (devices / address).mkdir()
         (devices / address / "vendor").write_text("0x10de\n")
         (devices / address / "class").write_text("0x030200\n")
+        if driver:
+            (root / "bus" / "pci" / "drivers" / driver).mkdir(parents=True, exist_ok=True)
+            (devices / address / "driver").symlink_to(f"../../../bus/pci/drivers/{driver}")
     for address in others:
         (devices / address).mkdir()
         (devices / address / "vendor").write_text("0x8086\n")
