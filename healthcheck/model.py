@@ -16,9 +16,12 @@ generation was a fifth of the prolog's time).  Change one with `record._replace(
 from __future__ import annotations
 
 import enum
-from typing import Any, Dict, List, Mapping, Optional, Tuple, Union
+from typing import TYPE_CHECKING, Any, Dict, List, Mapping, Optional, Tuple, Union
 
 from .records import NamedTuple
+
+if TYPE_CHECKING:  # the prolog never imports the deep level's records
+    from .deepmodel import DcgmRead, DeepRun
 
 Value = Union[int, float, str, bool, None]
 
@@ -328,6 +331,8 @@ class NodeSnapshot(NamedTuple):
     driver_age_s: Optional[float] = None
     # (kernel PCI address, acknowledgements that dealt with a failing Xid on it), from state_dir
     xid_ack_counts: Tuple[Tuple[str, int], ...] = ()
+    deep: Optional[DeepRun] = None  # --level deep: what the on-device tests measured
+    dcgm: Optional[DcgmRead] = None  # what dcgmi said, where it ran
 
     def gpu(self, index: int) -> Optional[GpuSnapshot]:
         for g in self.gpus:
