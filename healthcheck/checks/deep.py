@@ -83,7 +83,8 @@ def peak(model: Optional[str], metric: str, floors: Tuple[str, ...]) -> Tuple[Op
     row = FLOORS.get(model or "")
     if row is None:
         return None, ""
-    return row[METRIC_COLUMN[metric]], row[3]
+    cell = row[METRIC_COLUMN[metric]]
+    return (float(cell) if isinstance(cell, (int, float)) else None), row[3]
 
 
 def figure(value: float, unit: str) -> str:

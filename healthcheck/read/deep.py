@@ -220,8 +220,10 @@ def _bandwidth(d: _Device, plan: DeepPlan, out: Dict[str, Any]) -> None:
     d.cuda.call(ProbeStatus.ALLOC_ERROR, "cuMemHostAlloc", ctypes.byref(pinned), ctypes.c_size_t(host_bytes),
                 ctypes.c_uint(0))
     try:
-        for key, call, args in (("h2d", "cuMemcpyHtoD_v2", (ctypes.c_uint64(dst), pinned)),
-                                ("d2h", "cuMemcpyDtoH_v2", (pinned, ctypes.c_uint64(dst)))):
+        copies: Tuple[Tuple[str, str, Tuple[Any, ...]], ...] = (
+            ("h2d", "cuMemcpyHtoD_v2", (ctypes.c_uint64(dst), pinned)),
+            ("d2h", "cuMemcpyDtoH_v2", (pinned, ctypes.c_uint64(dst))))
+        for key, call, args in copies:
             d.cuda.call(ProbeStatus.COPY_ERROR, call, *args, ctypes.c_size_t(host_bytes))
             d.record(start)
             for _ in range(plan.reps):
