@@ -6,6 +6,8 @@
 #   make fake    build the simulated NVML/CUDA libraries (tests/fakegpu/build)
 #   make bench   performance table vs floors and gcm, in the venv: tests.bench [BENCH_ARGS=...]
 #   make validate  tests/gpu/validate on a real GPU node (stdlib + pynvml)
+#   make ptx     healthcheck/read/ptx/deep_kernels.ptx from deep_kernels.cu (NVRTC, in the venv)
+#   make ptx-check  assemble the committed PTX with ptxas for sm_70/80/90/100/120 (in the venv)
 #   make man     regenerate docs/gpu-healthcheck.8 from the argparse definition
 #   make deb     dist/gpu-healthcheck_VERSION_all.deb (deploy/deb/build-deb; dpkg-deb only)
 #   make rpm     dist/gpu-healthcheck-VERSION-1.elN.noarch.rpm: EL=9 (default) or EL=8 [EL8_PYTHON=3.11|3.9]
@@ -27,7 +29,7 @@ SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 DEMO_APT = gcc make munge slurmctld slurmd slurm-client python3-venv
 TEST_APT = $(DEMO_APT) python3-dev pkg-config libsystemd-dev
 
-.PHONY: fake test test-unit venv venv-demo apt-demo apt-test bench validate demo man deb rpm slurm-matrix test-py313
+.PHONY: ptx ptx-check fake test test-unit venv venv-demo apt-demo apt-test bench validate demo man deb rpm slurm-matrix test-py313
 
 fake:
 	$(MAKE) -C tests/fakegpu
@@ -88,6 +90,13 @@ test-unit: venv
 bench: venv
 	@$(MAKE) -s -C tests/fakegpu PYTHON=$(abspath $(VPY))
 	$(VPY) -m tests.bench $(BENCH_ARGS)
+
+# The deep level's kernels: one CUDA C source, its PTX committed (tests/ptx/; README, "deep").
+ptx: venv
+	$(VPY) tests/ptx/make_ptx.py
+
+ptx-check: venv
+	$(VPY) tests/ptx/ptx_check.py
 
 validate:
 	$(PYTHON) tests/gpu/validate

@@ -100,12 +100,14 @@ def build_parser() -> "argparse.ArgumentParser":
                         "e.g. 0,3")
     parser.add_argument("--level", choices=LEVELS, default=None,
                         help="CUDA probe size: quick (256 MiB, the default) or full (a share of "
-                             "free memory); --prolog without it takes the job's "
+                             "free memory); deep adds the on-device memory, bandwidth and "
+                             "compute tests (minutes; never in the default prolog) and dcgmi "
+                             "diag where DCGM is installed; --prolog without it takes the job's "
                              "--gpu-healthcheck= choice ($SPANK_GPU_HEALTHCHECK_LEVEL)")
     return parser
 
 
-LEVELS = ("quick", "full")
+LEVELS = ("quick", "full", "deep")
 # The job's --gpu-healthcheck= choice, put into the prolog's environment by the SPANK plugin
 # (spank_job_control_setenv adds the SPANK_ prefix).
 LEVEL_VAR = "SPANK_GPU_HEALTHCHECK_LEVEL"

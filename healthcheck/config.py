@@ -56,6 +56,31 @@ class ProbeConfig(NamedTuple):
     timeout_s: float = 30.0  # deadline for one GPU's probe child, from its start
 
 
+class DeepConfig(NamedTuple):
+    """--level deep (README, "The deep level"; checks/deep.py has the sources)."""
+
+    enabled: bool = True
+    timeout_s: float = 300.0  # deadline for one GPU's deep child (and for the peer child)
+    # A GPU below this share of its same-model siblings' median warns; below the second, fails.
+    sibling_ratio_warn: float = 0.85
+    sibling_ratio_fail: float = 0.7
+    floor_fraction: float = 0.6  # share of the datasheet peak (checks/deep.py FLOORS) below which it fails
+    pcie_fraction: float = 0.4  # share of the link's current gen x width rate, per direction
+    # site floors: "MODEL:METRIC=VALUE", METRIC one of hbm_gbps, gflops, nvlink_gbps (datasheet
+    # peaks the floor_fraction applies to), e.g. "NVIDIA H100 80GB HBM3:hbm_gbps=3350"
+    floors: Tuple[str, ...] = ()
+    bandwidth_mib: int = 1024  # each HBM bandwidth buffer
+
+
+class DcgmConfig(NamedTuple):
+    """The DCGM bridge (read/dcgm.py): `dcgmi diag` at --level deep, `dcgmi health` on --node."""
+
+    enabled: str = "auto"  # auto: where dcgmi is installed; true: missing dcgmi is unknown; false
+    level: int = 2  # dcgmi diag -r N
+    timeout_s: float = 1800.0  # dcgmi diag -r 2 takes minutes, -r 4 tens of minutes
+    health_timeout_s: float = 10.0
+
+
 class ChecksConfig(NamedTuple):
     disabled: Tuple[str, ...] = ()
 
@@ -129,6 +154,7 @@ class Config(NamedTuple):
     # GPUs the admin took out of service (serials, GPU- UUIDs or PCI ids): their findings are
     # info, never a drain, until the entry is removed
     exclude_gpus: Tuple[str, ...] = ()
+    dcgmi: Optional[str] = None  # None: found on PATH, else /usr/bin/dcgmi (the DCGM bridge)
     # `--node --act` (HealthCheckProgram, which Slurm kills after 60 s): the whole run ends
     # within this many seconds; the NVML, probe and scontrol deadlines shrink to fit.
     act_budget_s: float = 50.0
@@ -147,6 +173,8 @@ class Config(NamedTuple):
     journal: bool = True  # send entries to journald where its socket exists
     drain: DrainConfig = DrainConfig()
     probe: ProbeConfig = ProbeConfig()
+    deep: DeepConfig = DeepConfig()
+    dcgm: DcgmConfig = DcgmConfig()
     checks: ChecksConfig = ChecksConfig()
     thresholds: Thresholds = Thresholds()
     network: NetworkConfig = NetworkConfig()
@@ -160,8 +188,9 @@ class Config(NamedTuple):
         return check_id not in self.checks.disabled
 
 
-_SECTIONS: Dict[str, Any] = {"drain": DrainConfig, "probe": ProbeConfig, "checks": ChecksConfig,
-             "thresholds": Thresholds, "network": NetworkConfig}
+_SECTIONS: Dict[str, Any] = {"drain": DrainConfig, "probe": ProbeConfig, "deep": DeepConfig,
+             "dcgm": DcgmConfig, "checks": ChecksConfig, "thresholds": Thresholds,
+             "network": NetworkConfig}
 _NON_NEGATIVE = {"xid_window_s", "history_max_bytes", "expected_gpus", "boot_grace_s",
                  "ecc_volatile_corrected", "retired_pages",
                  "memory_leaked_mib", "thermal_margin_c", "pcie_width_min", "expected_nvlinks",
@@ -171,7 +200,10 @@ _NON_NEGATIVE = {"xid_window_s", "history_max_bytes", "expected_gpus", "boot_gra
                  "excessive_buffer_overrun_errors_per_job"}
 _CHOICES = {"gpudirect": ("auto", "true", "false")}
 PORT_NAME_CHARS = frozenset("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789_.-")
-_FRACTIONS = {"max_fraction", "full_fraction"}
+_FRACTIONS = {"max_fraction", "full_fraction", "sibling_ratio_warn", "sibling_ratio_fail",
+              "floor_fraction", "pcie_fraction"}
+DCGM_ENABLED = ("auto", "true", "false")
+DEEP_FLOOR_METRICS = ("hbm_gbps", "gflops", "nvlink_gbps")
 # Values that cannot be meant, refused at load rather than met at run time (a zero or infinite
 # deadline fails or hangs every check; a probe larger than any GPU fails every probe):
 # key -> (lowest, highest), both inclusive, and why.
@@ -185,6 +217,9 @@ _BOUNDS: Dict[str, Tuple[float, float, str]] = {
     "full_fraction": (0.01, 1.0, "a share of free memory"),
     "boot_grace_s": (0.0, 86400.0, "seconds"),
     "xid_escalate_after": (1, 1000, "acknowledgements"),
+    "level": (1, 4, "dcgmi diag run levels"),
+    "health_timeout_s": (0.1, 600.0, "seconds"),
+    "bandwidth_mib": (1.0, float(MAX_GPU_MIB), "MiB"),
 }
 
 
@@ -215,6 +250,15 @@ def _coerce(path: str, key: str, annotation: str, value: Any) -> Any:
         return value
     if base.startswith("Union[int, Tuple[str"):
         return _port_list(path, key, value)
+    if key == "dcgm.enabled" and isinstance(value, bool):
+        value = "true" if value else "false"  # TOML's true/false mean the same as the words
+    if key == "dcgm.enabled" and value not in DCGM_ENABLED:
+        raise ConfigError(path, key, f"expected auto, true or false, got {value!r}")
+    if key == "deep.floors" and isinstance(value, list):
+        for entry in value:
+            if not _floor_entry(entry):
+                raise ConfigError(path, key, f"expected \"MODEL:METRIC=VALUE\" (METRIC one of "
+                                             f"{', '.join(DEEP_FLOOR_METRICS)}, VALUE > 0), got {entry!r}")
     if base == "bool":
         ok = isinstance(value, bool)
     elif base == "int":
@@ -260,6 +304,19 @@ def _port_list(path: str, key: str, value: Any) -> Any:
                 raise ConfigError(path, key, f"{name!r} is not a port name like \"mlx5_0:1\"")
         return tuple(value)
     raise ConfigError(path, key, f"expected {_type_name('Union[int, Tuple[str')}, got {value!r}")
+
+
+def _floor_entry(entry: object) -> bool:
+    """Whether a deep.floors entry reads "MODEL:METRIC=VALUE" (checks/deep.py reads it)."""
+    if not isinstance(entry, str) or ":" not in entry or "=" not in entry:
+        return False
+    model, _, rest = entry.rpartition(":")
+    metric, _, number = rest.partition("=")
+    try:
+        value = float(number)
+    except ValueError:
+        return False
+    return bool(model.strip()) and metric.strip() in DEEP_FLOOR_METRICS and math.isfinite(value) and value > 0
 
 
 def _build(path: str, cls: Any, table: Mapping[str, Any], prefix: str) -> Any:
@@ -404,6 +461,7 @@ UNSET_MEANS = {
     "expected_gpus": "not checked: sysfs and NVML are compared instead",
     "history_file": "<state_dir>/history.jsonl",
     "metrics_file": "no node_exporter textfile",
+    "dcgmi": "found on PATH, else /usr/bin/dcgmi",
 }
 
 

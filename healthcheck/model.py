@@ -16,10 +16,13 @@ generation was a fifth of the prolog's time).  Change one with `record._replace(
 from __future__ import annotations
 
 import enum
-from typing import Any, Dict, List, Mapping, Optional, Tuple, Union
+from typing import TYPE_CHECKING, Any, Dict, List, Mapping, Optional, Tuple, Union
 
 from .netmodel import IbPort, NetworkRead, PortBaseline
 from .records import NamedTuple
+
+if TYPE_CHECKING:  # the prolog never imports the deep level's records
+    from .deepmodel import DcgmRead, DeepRun
 
 Value = Union[int, float, str, bool, None]
 
@@ -330,6 +333,8 @@ class NodeSnapshot(NamedTuple):
     # NVIDIA GPU functions sysfs lists that are not bound to the nvidia driver, (address,
     # driver or "no driver"): vfio-pci, unbound, NVreg_ExcludedGpus; gpu.count leaves them out
     sysfs_unbound: Tuple[Tuple[str, str], ...] = ()
+    deep: Optional[DeepRun] = None  # --level deep: what the on-device tests measured
+    dcgm: Optional[DcgmRead] = None  # what dcgmi said, where it ran
 
     def gpu(self, index: int) -> Optional[GpuSnapshot]:
         for g in self.gpus:

@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import os
 import time
-from typing import Callable, List, Optional
+from typing import Callable, List, Optional, Tuple
 
 from .act.slurm import Slurm, report_only
 from .act.state import StateStore, read_acks
@@ -27,7 +27,7 @@ from .decide.exitcodes import run_exit
 from .decide.judge import judge
 from .decide.plan import Step, next_step, plan_run
 from .decide.verdict import drain_reason
-from .model import CRIT, LogEvent, NodeAction, RunOutcome, RunRequest
+from .model import CRIT, Finding, LogEvent, Mode, NodeAction, RunOutcome, RunRequest
 from .read.node import NodeInputs, read_node
 from .report.document import build_report, finding_events
 
@@ -97,3 +97,11 @@ def run(request: RunRequest, config: Config, node_name: Optional[str] = None) ->
     events = [e._replace(fields={**base_fields, **{k: v for k, v in e.fields.items() if v}})
               for e in events]
     return RunOutcome(exit_code, report, events, snapshot, findings, crashes)
+
+
+def deep_findings(config: Config, gpus: Optional[Tuple[int, ...]] = None) -> List[Finding]:
+    """The deep level's on-device tests (and dcgmi diag where DCGM is enabled) of `gpus` (NVML
+    indices; None: every GPU) and only their findings: what the repair loop runs before a
+    repaired node is resumed.  Reports; never drains or resumes."""
+    outcome = run(RunRequest(mode=Mode.NODE, environ=os.environ, level="deep", gpus=gpus), config)
+    return [f for f in outcome.findings if f.check.startswith(("deep.", "dcgm."))]

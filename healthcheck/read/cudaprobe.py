@@ -26,7 +26,7 @@ import os
 import select
 import signal
 import time
-from typing import Any, Dict, List, Optional, Sequence, Tuple
+from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
 
 from ..model import ProbeResult, ProbeStatus
 from ..records import NamedTuple
@@ -197,17 +197,20 @@ def die_with_parent(parent: int, prctl: Any) -> None:
         os._exit(1)
 
 
-def _child_main(target: ProbeTarget, size: ProbeSize, kit: _Kit, write_fd: int, parent: int) -> None:
+Work = Callable[[Any], Dict[str, object]]
+
+
+def _child_main(target: Any, work: Work, prctl: Any, write_fd: int, parent: int) -> None:
     """Never returns: the child must not run the parent's cleanup or atexit handlers."""
     code = 0
     try:
         # The parent's SIGTERM handler unwinds Python code; the child, maybe blocked in a
         # driver call, must simply die with its group.
         signal.signal(signal.SIGTERM, signal.SIG_DFL)
-        die_with_parent(parent, kit.prctl)
+        die_with_parent(parent, prctl)
         os.environ["CUDA_VISIBLE_DEVICES"] = target.uuid
         os.environ.pop("CUDA_DEVICE_ORDER", None)
-        result = _probe_in_child(size, kit)
+        result = work(target)
         os.write(write_fd, json.dumps(result).encode())
     except BaseException as exc:  # noqa: BLE001 - report anything, then leave without cleanup
         try:
@@ -224,17 +227,39 @@ class _Child:
 
     __slots__ = ("target", "pid", "fd", "started", "data", "eof")
 
-    def __init__(self, target: ProbeTarget, pid: int, fd: int, started: float) -> None:
+    def __init__(self, target: Any, pid: int, fd: int, started: float) -> None:
         self.target, self.pid, self.fd, self.started = target, pid, fd, started
         self.data = b""
         self.eof = False
 
 
+class ChildOutcome(NamedTuple):
+    """What one child left: its target, its JSON result (None: none, or not JSON), whether it
+    finished, its wait status (-1: not reaped) and how long it ran."""
+
+    target: Any
+    data: Optional[Dict[str, Any]]
+    finished: bool
+    wait_status: int
+    elapsed_s: float
+
+
 def run_probes(targets: Sequence[ProbeTarget], size: ProbeSize, timeout_s: float) -> Tuple[ProbeResult, ...]:
     """Probe every target in parallel; return one result per target, within timeout_s."""
+    kit = _kit()
+    outcomes = run_children(targets, lambda target: _probe_in_child(size, kit), timeout_s, kit.prctl)
+    return tuple(_result(outcome, timeout_s) for outcome in outcomes)
+
+
+def run_children(targets: Sequence[Any], work: Work, timeout_s: float,
+                 prctl: Any = None) -> Tuple[ChildOutcome, ...]:
+    """Run work(target) in one forked child per target (CUDA_VISIBLE_DEVICES = target.uuid), in
+    parallel; each child's dict comes back as JSON within timeout_s, or the child is killed.
+    The parent never touches CUDA: `work` runs only in the children."""
     children: List[_Child] = []
     parent = os.getpid()
-    kit = _kit()
+    if prctl is None:
+        prctl = getattr(ctypes.CDLL(None, use_errno=True), "prctl", None)
     pipes: List[Tuple[int, int]] = []
     pids = [0] * len(targets)
     try:
@@ -249,7 +274,7 @@ def run_probes(targets: Sequence[ProbeTarget], size: ProbeSize, timeout_s: float
                     os.close(read_fd)
                     if j != i:
                         os.close(write_fd)  # or the parent never sees that child's pipe close
-                _child_main(targets[i], size, kit, pipes[i][1], parent)
+                _child_main(targets[i], work, prctl, pipes[i][1], parent)
         started = time.monotonic()
         for target, pid, (read_fd, write_fd) in zip(targets, pids, pipes):
             os.close(write_fd)
@@ -271,7 +296,31 @@ def run_probes(targets: Sequence[ProbeTarget], size: ProbeSize, timeout_s: float
         statuses = {pid: _reap(pid, reap_by) for pid in forked}
         for child in children:
             os.close(child.fd)
-    return tuple(_result(child, statuses[child.pid], timeout_s) for child in children)
+    return tuple(ChildOutcome(child.target, _decoded(child.data), child.eof, statuses[child.pid],
+                              time.monotonic() - child.started) for child in children)
+
+
+def _decoded(data: bytes) -> Optional[Dict[str, Any]]:
+    try:
+        value = json.loads(data.decode()) if data else None
+    except ValueError:
+        return None
+    return value if isinstance(value, dict) else None
+
+
+def child_failure(outcome: ChildOutcome, timeout_s: float) -> Optional[Tuple[ProbeStatus, str]]:
+    """Why a child left no result (TIMEOUT or CRASHED, and the words), or None when it did."""
+    if not outcome.finished:
+        return ProbeStatus.TIMEOUT, f"CUDA probe did not finish within {timeout_s:g} s; killed"
+    if outcome.data is not None:
+        return None
+    wait_status = outcome.wait_status
+    if wait_status == -1:
+        how = "did not exit when killed"
+    else:
+        how = (f"killed by signal {os.WTERMSIG(wait_status)}" if os.WIFSIGNALED(wait_status)
+               else f"exited with status {os.waitstatus_to_exitcode(wait_status)}")
+    return ProbeStatus.CRASHED, f"CUDA probe child {how} without a result"
 
 
 def _collect(children: List[_Child], deadline: float) -> None:
@@ -358,24 +407,12 @@ def _pidfd(pid: int) -> Optional[int]:
         return None
 
 
-def _result(child: _Child, wait_status: int, timeout_s: float) -> ProbeResult:
-    index = child.target.index
-    elapsed = time.monotonic() - child.started
-    if not child.eof:
-        return ProbeResult(index, ProbeStatus.TIMEOUT, duration_s=elapsed,
-                           detail=f"CUDA probe did not finish within {timeout_s:g} s; killed")
-    try:
-        data = json.loads(child.data.decode()) if child.data else None
-    except ValueError:
-        data = None
-    if not isinstance(data, dict):
-        if wait_status == -1:
-            how = "did not exit when killed"
-        else:
-            how = (f"killed by signal {os.WTERMSIG(wait_status)}" if os.WIFSIGNALED(wait_status)
-                   else f"exited with status {os.waitstatus_to_exitcode(wait_status)}")
-        return ProbeResult(index, ProbeStatus.CRASHED, duration_s=elapsed,
-                           detail=f"CUDA probe child {how} without a result")
+def _result(outcome: ChildOutcome, timeout_s: float) -> ProbeResult:
+    index, elapsed = outcome.target.index, outcome.elapsed_s
+    failure = child_failure(outcome, timeout_s)
+    if failure is not None:
+        return ProbeResult(index, failure[0], duration_s=elapsed, detail=failure[1])
+    data = outcome.data or {}
     try:
         status = ProbeStatus(data.get("status"))
     except ValueError:

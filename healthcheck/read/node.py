@@ -101,6 +101,16 @@ def read_node(request: RunRequest, config: Config, host: str, node: str,
     if mode is not Mode.EPILOG and config.probe.enabled and config.enabled("cuda.probe"):
         snapshot = snapshot._replace(probes=probe(snapshot, config, request.level,
                                                   inputs.probe_cap() if inputs.probe_cap else None))
+    if request.level == "deep" and mode is not Mode.EPILOG:
+        if config.deep.enabled:
+            snapshot = snapshot._replace(deep=deep(snapshot, config))
+        from .dcgm import read_dcgm
+
+        snapshot = snapshot._replace(dcgm=read_dcgm(config, diag=True))
+    elif mode is Mode.NODE and config.dcgm.enabled != "false":
+        from .dcgm import read_dcgm
+
+        snapshot = snapshot._replace(dcgm=read_dcgm(config, diag=False))
     return snapshot, selected
 
 
@@ -169,6 +179,29 @@ def out_of_service(gpus: Tuple[GpuSnapshot, ...], exclude: Tuple[str, ...],
         elif in_gres is not None and gpu.minor_number is not None and gpu.minor_number not in in_gres:
             found.append((gpu.index, f"/dev/nvidia{gpu.minor_number} is in no gres record of {layout.source}"))
     return tuple(found)
+
+
+def deep(snapshot: NodeSnapshot, config: Config) -> Any:
+    """The deep level's on-device tests of the GPUs under test (read/deep.py), whole GPUs only:
+    a MIG-enabled GPU gets a not_run result (its MIG devices share its memory and SMs)."""
+    from ..deepmodel import DeepGpu, DeepRun
+    from .cudaprobe import ProbeTarget
+    from .deep import DeepPlan, run_deep
+
+    targets, skipped = [], []
+    for gpu in snapshot.gpus:
+        if gpu.index not in snapshot.selected or gpu.lost is not None:
+            continue
+        if gpu.mig_mode or not gpu.uuid:
+            skipped.append(DeepGpu(gpu.index, "not_run", detail="MIG is on" if gpu.mig_mode else "no UUID"))
+            continue
+        targets.append(ProbeTarget(gpu.index, gpu.uuid))
+    if not targets:
+        return DeepRun(gpus=tuple(skipped))
+    plan = DeepPlan(fraction=config.probe.full_fraction, bandwidth_mib=config.deep.bandwidth_mib)
+    peer_capable = [g.index for g in snapshot.gpus if g.nvlink_links]
+    run = run_deep(targets, peer_capable, plan, config.deep.timeout_s)
+    return run._replace(gpus=run.gpus + tuple(skipped))
 
 
 def with_slurm_jobs(gpus: Tuple[GpuSnapshot, ...], selected: Tuple[int, ...],

@@ -112,6 +112,26 @@ def build_report(snapshot: NodeSnapshot, findings: List[Finding], verdict: Verdi
                     "duration_s": round(p.duration_s, 3), "detail": p.detail,
                     "device": p.device}
                    for p in snapshot.probes],
+        "deep": None if snapshot.deep is None else {
+            "gpus": [{"gpu": d.index, "status": d.status, "detail": d.detail or None,
+                      "memory_bytes": d.mem_bytes, "memory_errors": d.mem_errors,
+                      "memory_pass": d.mem_pass,
+                      "memory_first_errors": [{"offset": m.offset, "address": m.address,
+                                               "expected": m.expected, "actual": m.actual}
+                                              for m in d.mem_records],
+                      "hbm_read_gbps": _r(d.hbm_read_gbps), "hbm_copy_gbps": _r(d.hbm_copy_gbps),
+                      "h2d_gbps": _r(d.h2d_gbps), "d2h_gbps": _r(d.d2h_gbps), "gflops": _r(d.gflops),
+                      "sm_clock_mhz": d.sm_clock_mhz, "sm_clock_max_mhz": d.sm_clock_max_mhz,
+                      "clocks_event_reasons": d.load_reasons,
+                      "times_s": {k: round(v, 6) for k, v in d.times},
+                      "duration_s": round(d.duration_s, 3)} for d in snapshot.deep.gpus],
+            "peers": [{"src": p.src, "dst": p.dst, "gbps": _r(p.gbps), "detail": p.detail or None}
+                      for p in snapshot.deep.peers],
+            "peer_detail": snapshot.deep.peer_detail},
+        "dcgm": None if snapshot.dcgm is None else {
+            "diag": [r._asdict() for r in snapshot.dcgm.diag],
+            "health": [r._asdict() for r in snapshot.dcgm.health],
+            "diag_error": snapshot.dcgm.diag_error, "health_error": snapshot.dcgm.health_error},
         "findings": [{"check": f.check, "severity": f.severity.value, "gpu": f.gpu,
                       "value": f.value, "threshold": f.threshold, "message": f.message,
                       "action": f.action.value,
@@ -136,6 +156,10 @@ def network_document(snapshot: NodeSnapshot) -> Optional[Dict[str, Any]]:
          "rate": p.rate, "rate_gbps": p.rate_gbps, "netdev": p.netdev, "operstate": p.operstate,
          "counters": {name: getattr(p, name) for name in ERROR_COUNTERS},
          "gpus": list(p.gpus), "unreadable": list(p.unreadable)} for p in net.ports]}
+
+
+def _r(value: Optional[float]) -> Optional[float]:
+    return None if value is None else round(value, 1)
 
 
 def finding_events(findings: Sequence[Finding], crashes: Sequence[Any], snapshot: NodeSnapshot,

@@ -30,66 +30,27 @@
 
 #include "scenario.h"
 
-#define EXPORT __attribute__((visibility("default")))
 
-/* ----------------------------------------------- driver API declarations */
-
-typedef int CUresult;                   /* enum cudaError_enum */
-typedef int CUdevice;                   /* CUdevice_v1 */
-typedef unsigned long long CUdeviceptr; /* CUdeviceptr_v2 on 64-bit hosts */
-typedef struct CUctx_st *CUcontext;
-typedef struct CUuuid_st {
-    char bytes[16];
-} CUuuid;
-
-enum {
-    CUDA_SUCCESS = 0,
-    CUDA_ERROR_INVALID_VALUE = 1,
-    CUDA_ERROR_OUT_OF_MEMORY = 2,
-    CUDA_ERROR_NOT_INITIALIZED = 3,
-    CUDA_ERROR_DEVICE_UNAVAILABLE = 46,
-    CUDA_ERROR_NO_DEVICE = 100,
-    CUDA_ERROR_INVALID_DEVICE = 101,
-    CUDA_ERROR_INVALID_CONTEXT = 201,
-    CUDA_ERROR_UNKNOWN = 999,
-};
-
-#define MIB (1024ULL * 1024ULL)
-#define CHUNK ((size_t)64 * 1024)
-#define VA_ALIGN (2ULL * MIB)
+#include "cuda_internal.h"
 
 /* ------------------------------------------------------------------ state */
 
-struct CUctx_st {
-    unsigned int refs;      /* primary context retain count */
-};
-
-struct alloc {
-    CUdeviceptr base;
-    size_t size;
-    size_t charged;         /* what it takes of the device: size rounded up to 2 MiB pages */
-    int gpu;                /* scenario index */
-    size_t nchunks;
-    unsigned char **data;   /* per chunk: NULL = follows fill[] */
-    uint32_t *fill;         /* per chunk: the 4-byte pattern (memory order) */
-    struct alloc *next;
-};
-
-static pthread_mutex_t lock = PTHREAD_MUTEX_INITIALIZER;
-static fg_scenario *scn;
-static int initialised;
+pthread_mutex_t lock = PTHREAD_MUTEX_INITIALIZER;
+fg_scenario *scn;
+int initialised;
 static int visible[FG_MAX_GPUS];        /* CUdevice ordinal -> scenario index */
 static int nvisible;
 /* Per scenario index: the MIG device this process sees of that GPU, or -1
  * for the whole GPU.  At most one MIG device is ever visible (see below). */
 static int mig_seen[FG_MAX_GPUS];
-static struct CUctx_st ctxs[FG_MAX_GPUS];  /* primary context per scenario GPU */
-static struct alloc *allocs;
-static unsigned long long allocated[FG_MAX_GPUS];  /* bytes, per scenario GPU */
+struct CUctx_st ctxs[FG_MAX_GPUS];  /* primary context per scenario GPU */
+struct alloc *allocs;
+unsigned long long allocated[FG_MAX_GPUS];
+static unsigned long long fb_next[FG_MAX_GPUS];  /* where the next allocation starts in the GPU's memory */  /* bytes, per scenario GPU */
 /* Fake device addresses: never valid host addresses in practice, aligned
  * like real allocations, never reused within a process. */
 static CUdeviceptr next_va = 0x7f4000000000ULL;
-static __thread CUcontext current;
+__thread CUcontext current;
 
 /* ------------------------------------------------------ error strings */
 
@@ -220,6 +181,7 @@ static void free_device_allocs(int gpu)
         if (a->gpu == gpu) {
             *pp = a->next;
             allocated[gpu] -= a->charged;
+            fb_next[gpu] = 0;
             alloc_destroy(a);
         } else {
             pp = &a->next;
@@ -424,7 +386,7 @@ static void seen_as(int gpu, fg_gpu *g)
 
 /* Look up a device ordinal; on success copies its record (lock held by
  * caller).  Returns a CUresult. */
-static CUresult device_lookup(CUdevice dev, fg_gpu *g, int *gpu)
+CUresult device_lookup(CUdevice dev, fg_gpu *g, int *gpu)
 {
     if (!initialised)
         return CUDA_ERROR_NOT_INITIALIZED;
@@ -563,7 +525,7 @@ EXPORT CUresult cuDevicePrimaryCtxRelease(CUdevice dev)
     return cuDevicePrimaryCtxRelease_v2(dev);
 }
 
-static int ctx_index(CUcontext ctx)
+int ctx_index(CUcontext ctx)
 {
     uintptr_t p = (uintptr_t)ctx, b = (uintptr_t)ctxs;
     if (p < b || p >= b + sizeof ctxs || (p - b) % sizeof ctxs[0] != 0)
@@ -601,7 +563,7 @@ EXPORT CUresult cuCtxGetCurrent(CUcontext *pctx)
 
 /* Scenario index of the calling thread's live context, or a CUresult < 0
  * convention avoided: returns CUDA_SUCCESS and sets *gpu (lock held). */
-static CUresult current_gpu(int *gpu)
+CUresult current_gpu(int *gpu)
 {
     if (!initialised)
         return CUDA_ERROR_NOT_INITIALIZED;
@@ -617,6 +579,8 @@ EXPORT CUresult cuCtxSynchronize(void)
     pthread_mutex_lock(&lock);
     int gpu;
     CUresult rc = current_gpu(&gpu);
+    if (rc == CUDA_SUCCESS)
+        fg_work_done();             /* every launch has finished */
     pthread_mutex_unlock(&lock);
     return rc;
 }
@@ -694,6 +658,8 @@ EXPORT CUresult cuMemAlloc_v2(CUdeviceptr *dptr, size_t bytesize)
         alloc_destroy(a);
         return CUDA_ERROR_OUT_OF_MEMORY;
     }
+    a->fb_off = fb_next[gpu];
+    fb_next[gpu] += a->charged;
     a->base = next_va;
     next_va += ((bytesize + VA_ALIGN - 1) / VA_ALIGN + 1) * VA_ALIGN;  /* + a guard gap */
     a->next = allocs;
@@ -716,6 +682,8 @@ EXPORT CUresult cuMemFree_v2(CUdeviceptr dptr)
                 struct alloc *a = *pp;
                 *pp = a->next;
                 allocated[a->gpu] -= a->charged;
+                if (allocated[a->gpu] == 0)
+                    fb_next[a->gpu] = 0;
                 alloc_destroy(a);
                 rc = CUDA_SUCCESS;
                 break;
@@ -725,7 +693,7 @@ EXPORT CUresult cuMemFree_v2(CUdeviceptr dptr)
 }
 
 /* The allocation holding [p, p+n), or NULL (lock held). */
-static struct alloc *find_range(CUdeviceptr p, size_t n)
+struct alloc *find_range(CUdeviceptr p, size_t n)
 {
     for (struct alloc *a = allocs; a; a = a->next)
         if (p >= a->base && p - a->base <= a->size && n <= a->size - (p - a->base))
@@ -733,7 +701,7 @@ static struct alloc *find_range(CUdeviceptr p, size_t n)
     return NULL;
 }
 
-static size_t chunk_len(const struct alloc *a, size_t c)
+size_t chunk_len(const struct alloc *a, size_t c)
 {
     size_t start = c * CHUNK;
     return a->size - start < CHUNK ? a->size - start : CHUNK;
@@ -741,7 +709,7 @@ static size_t chunk_len(const struct alloc *a, size_t c)
 
 /* Write n bytes of the 4-byte pattern `pat`, starting at phase `phase`
  * (offset within the allocation mod 4): seed 4 bytes, then double. */
-static void pattern_fill(unsigned char *dst, size_t n, uint32_t pat, size_t phase)
+void pattern_fill(unsigned char *dst, size_t n, uint32_t pat, size_t phase)
 {
     unsigned char b[4];
     memcpy(b, &pat, 4);
@@ -756,7 +724,7 @@ static void pattern_fill(unsigned char *dst, size_t n, uint32_t pat, size_t phas
 }
 
 /* Give chunk c a host buffer holding its current (pattern) contents. */
-static int materialise(struct alloc *a, size_t c)
+int materialise(struct alloc *a, size_t c)
 {
     if (a->data[c])
         return 0;
@@ -821,6 +789,34 @@ EXPORT CUresult cuMemsetD8_v2(CUdeviceptr dstDevice, unsigned char uc, size_t N)
     return memset_common(dstDevice, N, pat, 1);
 }
 
+/* Copy host bytes into [off, off+n) of a, and out of it (lock held). */
+CUresult dev_write(struct alloc *a, size_t off, const unsigned char *src, size_t n)
+{
+    size_t end = off + n;
+    for (size_t c = off / CHUNK; n && c * CHUNK < end; c++) {
+        size_t cs = c * CHUNK, ce = cs + chunk_len(a, c);
+        size_t s = off > cs ? off : cs, e = end < ce ? end : ce;
+        if (materialise(a, c))
+            return CUDA_ERROR_OUT_OF_MEMORY;
+        memcpy(a->data[c] + (s - cs), src + (s - off), e - s);
+    }
+    return CUDA_SUCCESS;
+}
+
+void dev_read(const struct alloc *a, size_t off, unsigned char *dst, size_t n)
+{
+    size_t end = off + n;
+    for (size_t c = off / CHUNK; n && c * CHUNK < end; c++) {
+        size_t cs = c * CHUNK, ce = cs + chunk_len(a, c);
+        size_t s = off > cs ? off : cs, e = end < ce ? end : ce;
+        if (a->data[c])
+            memcpy(dst + (s - off), a->data[c] + (s - cs), e - s);
+        else
+            pattern_fill(dst + (s - off), e - s, a->fill[c], s & 3);
+    }
+    fg_apply_stuck(a, off, dst, n);
+}
+
 EXPORT CUresult cuMemcpyHtoD_v2(CUdeviceptr dstDevice, const void *srcHost, size_t ByteCount)
 {
     pthread_mutex_lock(&lock);
@@ -830,17 +826,8 @@ EXPORT CUresult cuMemcpyHtoD_v2(CUdeviceptr dstDevice, const void *srcHost, size
     if (rc == CUDA_SUCCESS && ByteCount && (!srcHost || !(a = find_range(dstDevice, ByteCount))))
         rc = CUDA_ERROR_INVALID_VALUE;
     if (rc == CUDA_SUCCESS && ByteCount) {
-        size_t off = (size_t)(dstDevice - a->base), end = off + ByteCount;
-        const unsigned char *src = srcHost;
-        for (size_t c = off / CHUNK; c * CHUNK < end; c++) {
-            size_t cs = c * CHUNK, ce = cs + chunk_len(a, c);
-            size_t s = off > cs ? off : cs, e = end < ce ? end : ce;
-            if (materialise(a, c)) {
-                rc = CUDA_ERROR_OUT_OF_MEMORY;
-                break;
-            }
-            memcpy(a->data[c] + (s - cs), src + (s - off), e - s);
-        }
+        rc = dev_write(a, (size_t)(dstDevice - a->base), srcHost, ByteCount);
+        fg_account_copy(a->gpu, ByteCount, 0);
     }
     pthread_mutex_unlock(&lock);
     return rc;
@@ -855,16 +842,9 @@ EXPORT CUresult cuMemcpyDtoH_v2(void *dstHost, CUdeviceptr srcDevice, size_t Byt
     if (rc == CUDA_SUCCESS && ByteCount && (!dstHost || !(a = find_range(srcDevice, ByteCount))))
         rc = CUDA_ERROR_INVALID_VALUE;
     if (rc == CUDA_SUCCESS && ByteCount) {
-        size_t off = (size_t)(srcDevice - a->base), end = off + ByteCount;
         unsigned char *dst = dstHost;
-        for (size_t c = off / CHUNK; c * CHUNK < end; c++) {
-            size_t cs = c * CHUNK, ce = cs + chunk_len(a, c);
-            size_t s = off > cs ? off : cs, e = end < ce ? end : ce;
-            if (a->data[c])
-                memcpy(dst + (s - off), a->data[c] + (s - cs), e - s);
-            else
-                pattern_fill(dst + (s - off), e - s, a->fill[c], s & 3);
-        }
+        dev_read(a, (size_t)(srcDevice - a->base), dst, ByteCount);
+        fg_account_copy(a->gpu, ByteCount, 1);
         /* cuda.corrupt: the memory of the allocation's GPU returns one
          * flipped bit, the signature of a bad cell. */
         if (scn->gpu[a->gpu].cuda_corrupt)

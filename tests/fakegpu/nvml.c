@@ -18,6 +18,7 @@
 #define NVML_NO_UNVERSIONED_FUNC_DEFS
 #include "nvml_internal.h"
 
+#include <dlfcn.h>
 #include <ctype.h>
 #include <pthread.h>
 #include <stdint.h>
@@ -857,10 +858,27 @@ nvmlReturn_t nvmlDeviceGetPowerUsage(nvmlDevice_t device, unsigned int *power)
     return NVML_SUCCESS;
 }
 
+/* What the fake libcuda.so.1 in this process says GPU idx adds while it runs a kernel
+ * (gpu.N.perf.throttle_under_load; bit 63 set: a kernel runs).  0 when no fake libcuda is
+ * loaded: NVML never loads CUDA itself. */
+unsigned long long fg_load_reasons(unsigned int idx)
+{
+    void *cuda = dlopen("libcuda.so.1", RTLD_NOW | RTLD_NOLOAD);
+    if (!cuda)
+        return 0;
+    unsigned long long (*ask)(int) = (unsigned long long (*)(int))dlsym(cuda, "fakegpu_load_reasons");
+    unsigned long long r = ask ? ask((int)idx) : 0;
+    dlclose(cuda);
+    return r;
+}
+
 nvmlReturn_t nvmlDeviceGetCurrentClocksEventReasons(nvmlDevice_t device, unsigned long long *clocksEventReasons)
 {
     BEGIN(FG_F_CurrentClocksEventReasons, clocksEventReasons != NULL);
-    *clocksEventReasons = g.clocks_event_reasons;
+    unsigned long long load = fg_load_reasons(idx);
+    /* under load the GPU is not idle: the idle bit goes, the load's reasons come */
+    *clocksEventReasons = load ? (g.clocks_event_reasons & ~1ULL) | (load & ~(1ULL << 63))
+                               : g.clocks_event_reasons;
     return NVML_SUCCESS;
 }
 

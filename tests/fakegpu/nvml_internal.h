@@ -70,6 +70,9 @@ int fg_monitor_field(const fg_gpu *g, nvmlFieldValue_t *v);
             return rc_;                                                         \
     } while (0)
 
+/* gpu.N.perf.throttle_under_load while the fake libcuda runs a kernel on GPU idx (nvml.c) */
+unsigned long long fg_load_reasons(unsigned int idx);
+
 #pragma GCC visibility pop
 
 #endif

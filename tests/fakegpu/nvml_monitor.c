@@ -154,6 +154,11 @@ nvmlReturn_t nvmlDeviceGetClockInfo(nvmlDevice_t device, nvmlClockType_t type, u
     if (g.clock_mhz[type] < 0)
         return NVML_ERROR_NOT_SUPPORTED;   /* -1: the dump had no value */
     *clock = (unsigned int)g.clock_mhz[type];
+    /* running a kernel (the fake libcuda says so): graphics and SM clocks at their maximum,
+     * or at half of it while gpu.N.perf.throttle_under_load holds them down */
+    unsigned long long load = fg_load_reasons(idx);
+    if (load && (type == NVML_CLOCK_GRAPHICS || type == NVML_CLOCK_SM) && g.clock_max_mhz[type] > 0)
+        *clock = (unsigned int)g.clock_max_mhz[type] / ((load & ~(1ULL << 63)) ? 2 : 1);
     return NVML_SUCCESS;
 }
 

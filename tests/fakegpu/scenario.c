@@ -177,6 +177,14 @@ static void gpu_defaults(fg_gpu *g, unsigned int n)
     g->mem_temp_c = 40;
     g->mem_temp_max_c = 95;
     g->remap_hist[0] = 2560;
+    /* Speeds of a healthy H100 SXM5 as a simple kernel measures them (below the datasheet's
+     * peaks: 3.35 TB/s HBM3, 67 TFLOPS FP32, 450 GB/s NVLink per direction, 64 GB/s PCIe 5.0
+     * x16 per direction). */
+    g->hbm_gbps = 3000.0;
+    g->h2d_gbps = g->d2h_gbps = 50.0;
+    g->gflops = 55000.0;
+    g->peer_gbps = 370.0;
+    g->sm_count = 132;
 }
 
 /* ------------------------------------------------------------- MIG devices */
@@ -483,7 +491,7 @@ static int parse_string(const char *v, char *dst, size_t cap, perr *e)
 
 enum ktype { K_STR, K_U32, K_U64, K_INT, K_BOOL, K_SECONDS, K_ECC, K_ECC_PENDING,
              K_PROCS, K_UNSUP, K_UUID, K_PCI, K_GPROCS, K_ENUM, K_CC, K_GI_IDS, K_LINKS,
-             K_FABRIC, K_FUUID, K_HIST };
+             K_FABRIC, K_FUUID, K_HIST, K_STUCK, K_GBPS, K_REASONS };
 
 /* Named values of the K_ENUM keys, the numbers nvml.h gives them (gkey.cap
  * picks the table). */
@@ -617,6 +625,15 @@ static const gkey gpu_keys[] = {
     {"fabric.health_mask", K_U32, G(fabric_health_mask), 0, 0, U32MAX},
     {"fabric.health_summary", K_INT, G(fabric_health_summary), 0, -1, 3},
     {"remap.histogram", K_HIST, 0, 0, 0, 0},
+    /* the deep level (cuda_deep.c) */
+    {"mem.stuck_bits", K_STUCK, 0, 0, 0, 0},
+    {"perf.hbm_gbps", K_GBPS, G(hbm_gbps), 0, 0, 0},
+    {"perf.h2d_gbps", K_GBPS, G(h2d_gbps), 0, 0, 0},
+    {"perf.d2h_gbps", K_GBPS, G(d2h_gbps), 0, 0, 0},
+    {"perf.gflops", K_GBPS, G(gflops), 0, 0, 0},
+    {"perf.throttle_under_load", K_REASONS, 0, 0, 0, 0},
+    {"nvlink.peer_gbps", K_GBPS, G(peer_gbps), 0, 0, 0},
+    {"cuda.sm_count", K_U32, G(sm_count), 0, 1, 4096},
 };
 
 /* gpu.N.nvlink.L.KEY / gpu.N.nvlink.*.KEY: one link's error counter, or every link's. */
@@ -725,6 +742,88 @@ static int parse_gi_ids(const char *v, fg_gpu *g, perr *e)
     return 0;
 }
 
+/* "ADDR:BIT[=V][,...]": bytes of the GPU's memory (offset from its start, decimal or 0x hex)
+ * whose bit BIT (0..7) reads V (default 1) whatever was written. */
+static int parse_stuck(const char *v, fg_gpu *g, perr *e)
+{
+    unsigned int n = 0;
+    const char *p = v;
+    while (*p) {
+        char item[64], *colon, *eq;
+        size_t len = strcspn(p, ",");
+        long long addr, bit, val = 1;
+        perr ignore;
+        if (n == FG_MAX_STUCK || len == 0 || len >= sizeof item)
+            return fail(e, "bad mem.stuck_bits '%s' (expected up to 16 ADDR:BIT[=0|1], comma-separated)", v);
+        memcpy(item, p, len);
+        item[len] = '\0';
+        colon = strchr(item, ':');
+        if (!colon)
+            return fail(e, "bad mem.stuck_bits '%s' (expected ADDR:BIT[=0|1])", v);
+        *colon = '\0';
+        eq = strchr(colon + 1, '=');
+        if (eq)
+            *eq = '\0';
+        if (parse_ll(item, 0, 1LL << 44, &addr, &ignore) || parse_ll(colon + 1, 0, 7, &bit, &ignore) ||
+            (eq && parse_ll(eq + 1, 0, 1, &val, &ignore)))
+            return fail(e, "bad mem.stuck_bits '%s' (ADDR a byte offset, BIT 0..7, V 0 or 1)", v);
+        g->stuck_addr[n] = (unsigned long long)addr;
+        g->stuck_bit[n] = (unsigned char)bit;
+        g->stuck_value[n] = (unsigned char)val;
+        n++;
+        p += len;
+        if (*p == ',' && *++p == '\0')
+            return fail(e, "bad mem.stuck_bits '%s' (trailing comma)", v);
+    }
+    g->nstuck = n;
+    return 0;
+}
+
+/* A speed in GB/s or GFLOP/s: a positive finite number. */
+static int parse_rate(const char *v, double *out, perr *e)
+{
+    errno = 0;
+    char *end;
+    double d = strtod(v, &end);
+    if (*v == '\0' || *end != '\0' || errno == ERANGE || !isfinite(d) || d <= 0 || d > 1e9)
+        return fail(e, "bad rate '%s' (a positive number, GB/s or GFLOP/s)", v);
+    *out = d;
+    return 0;
+}
+
+/* Clocks event reasons: a mask (0x28) or names as nvml.h has them (sw_thermal,hw_slowdown). */
+static int parse_reasons(const char *v, fg_gpu *g, perr *e)
+{
+    static const enum_name names[] = {
+        {"gpu_idle", 0x1}, {"applications_clocks_setting", 0x2}, {"sw_power_cap", 0x4},
+        {"hw_slowdown", 0x8}, {"sync_boost", 0x10}, {"sw_thermal", 0x20}, {"hw_thermal", 0x40},
+        {"hw_power_brake", 0x80}, {"display_clock_setting", 0x100}, {NULL, 0}};
+    long long x;
+    perr ignore;
+    if (parse_ll(v, 0, LLONG_MAX, &x, &ignore) == 0) {
+        g->throttle_under_load = (unsigned long long)x;
+        return 0;
+    }
+    unsigned long long mask = 0;
+    const char *p = v;
+    while (*p) {
+        size_t len = strcspn(p, ",");
+        const enum_name *n;
+        for (n = names; n->name; n++)
+            if (strlen(n->name) == len && strncmp(n->name, p, len) == 0)
+                break;
+        if (!n->name)
+            return fail(e, "bad perf.throttle_under_load '%s' (a mask, or names: sw_power_cap, "
+                           "hw_slowdown, sw_thermal, hw_thermal, hw_power_brake, ...)", v);
+        mask |= (unsigned long long)n->value;
+        p += len;
+        if (*p == ',')
+            p++;
+    }
+    g->throttle_under_load = mask;
+    return 0;
+}
+
 /* "MAJOR.MINOR", e.g. 9.0 or 12.1 */
 static int parse_cc(const char *v, fg_gpu *g, perr *e)
 {
@@ -826,6 +925,12 @@ static int apply_gpu_key(fg_gpu *g, const gkey *k, const char *v, perr *e)
         memcpy(g->remap_hist, h, sizeof h);
         return 0;
     }
+    case K_STUCK:
+        return parse_stuck(v, g, e);
+    case K_GBPS:
+        return parse_rate(v, (double *)(void *)(base + k->off), e);
+    case K_REASONS:
+        return parse_reasons(v, g, e);
     case K_ECC_PENDING:
         if (strcmp(v, "enabled") == 0)
             g->ecc_pending = FG_ECC_ENABLED;

@@ -25,6 +25,7 @@
 #define FG_VBIOS_LEN 32          /* == NVML_DEVICE_VBIOS_VERSION_BUFFER_SIZE */
 #define FG_MAX_MIG 7             /* gpu.N.mig.instances: at most 7 MIG devices per GPU */
 #define FG_MAX_LINKS 36          /* == NVML_NVLINK_MAX_LINKS */
+#define FG_MAX_STUCK 16          /* entries in gpu.N.mem.stuck_bits */
 
 /* NVML queries that gpu.N.unsupported can switch off, one bit each. */
 enum fg_func {
@@ -130,6 +131,14 @@ typedef struct {
     unsigned char fabric_cluster_uuid[16];
     unsigned int pcie_replay, mem_temp_c, mem_temp_max_c;
     unsigned int remap_hist[5];         /* max, high, partial, low, none */
+    /* The deep level (cuda_deep.c): stuck memory bits and the speeds the fake's device timeline
+     * follows, so a measured figure is what the scenario says. */
+    unsigned long long stuck_addr[FG_MAX_STUCK];  /* byte offset in the GPU's memory */
+    unsigned char stuck_bit[FG_MAX_STUCK], stuck_value[FG_MAX_STUCK];
+    unsigned int nstuck;
+    double hbm_gbps, h2d_gbps, d2h_gbps, gflops, peer_gbps;
+    unsigned long long throttle_under_load;       /* clocks event reasons while a kernel runs */
+    unsigned int sm_count;                        /* CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT */
 } fg_gpu;
 
 typedef struct {

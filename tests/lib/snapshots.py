@@ -11,6 +11,7 @@ from healthcheck.config import Config
 from healthcheck.model import (Action, Baseline, GpuBaseline, GpuProcess, GpuSnapshot, JobContext,
                                KernelLogRead, Mode, NodeSnapshot, ProbeResult, ProbeStatus,
                                Severity, SxidEvent, XidEvent)
+from healthcheck.deepmodel import DcgmRead, DcgmResult, DeepGpu, DeepPeer, DeepRun, MemError
 from healthcheck.netmodel import IbPort, NetworkRead, PortBaseline
 from tests.lib.percheck import per_check
 
@@ -31,8 +32,31 @@ HEALTHY = GpuSnapshot(index=0, uuid="GPU-0", serial="1650522003800", pci_bus_id=
 NODE = NodeSnapshot(host="n", gpus=(HEALTHY,), sysfs_gpus=(), selected=(0,),
                     probes=(ProbeResult(0, ProbeStatus.OK),))
 
+_DEEP_OK = dict(hbm_read_gbps=3000.0, hbm_copy_gbps=3000.0, h2d_gbps=50.0, d2h_gbps=50.0, gflops=55000.0)
+
+
+def _deep(**fields):
+    return DeepRun(gpus=(DeepGpu(0, "ok", **{**_DEEP_OK, **fields}),))
+
+
 # check id -> (snapshot change, mode, expected severity, expected action)
 FAULTS = {
+    "deep.run": (dict(deep=DeepRun(gpus=(DeepGpu(0, "error", cu_result=214, cu_name="CUDA_ERROR_ECC_UNCORRECTABLE"),))),
+                 Mode.NODE, Severity.FAIL, Action.RESET),
+    "deep.memory": (dict(deep=_deep(mem_errors=1, mem_pass="address in address",
+                                    mem_records=(MemError(8, 0x7f0000000008, 8, 9),))),
+                    Mode.NODE, Severity.FAIL, Action.RMA),
+    "deep.hbm": (dict(gpu=dict(name="NVIDIA H100 80GB HBM3"), deep=_deep(hbm_read_gbps=1000.0)), Mode.NODE, Severity.FAIL, Action.RESET),
+    "deep.pcie": (dict(deep=_deep(h2d_gbps=5.0)), Mode.NODE, Severity.FAIL, Action.RESET),
+    "deep.compute": (dict(gpu=dict(name="NVIDIA H100 80GB HBM3"), deep=_deep(gflops=10000.0)), Mode.NODE, Severity.FAIL, Action.RESET),
+    "deep.throttle": (dict(deep=_deep(load_reasons=0x40)), Mode.NODE, Severity.WARN, Action.NONE),
+    "deep.nvlink_peer": (dict(gpu=dict(name="NVIDIA H100 80GB HBM3"), deep=_deep()._replace(peers=(DeepPeer(0, 1, 50.0),))),
+                         Mode.NODE, Severity.FAIL, Action.RESET),
+    "deep.peers": (dict(deep=_deep()._replace(peer_detail="killed")), Mode.NODE, Severity.UNKNOWN, Action.NONE),
+    "dcgm.diag": (dict(dcgm=DcgmRead(diag=(DcgmResult(0, "Memory", "fail", "DCGM: memory error"),), diag_ran=True)),
+                  Mode.NODE, Severity.FAIL, Action.RESET),
+    "dcgm.health": (dict(dcgm=DcgmRead(health=(DcgmResult(0, "NVLink", "warn", "link errors"),), health_ran=True)),
+                    Mode.NODE, Severity.WARN, Action.NONE),
     "nvml.init": (dict(nvml_error="DRIVER_NOT_LOADED", gpus=()), Mode.NODE, Severity.FAIL, Action.DRAIN),
     "gpu.count": (dict(sysfs_gpus=("a", "b")), Mode.NODE, Severity.FAIL, Action.REBOOT),
     "gpu.lost": (dict(gpu=dict(lost="GPU_IS_LOST")), Mode.NODE, Severity.FAIL, Action.REBOOT),

@@ -96,5 +96,5 @@ def test_prolog_level_comes_from_the_command_line_else_the_jobs_spank_choice_els
 def test_what_the_plugin_runs_takes_the_fast_path_with_its_level():
     args = _fast_args(["--prolog", "--level", "full"])
     assert args is not None and args.prolog and args.level == "full"
-    assert _fast_args(["--prolog", "--level", "deep"]) is None  # argparse says what is wrong
+    assert _fast_args(["--prolog", "--level", "bogus"]) is None  # argparse says what is wrong
     assert _fast_args(["--prolog"]).level is None

@@ -9,6 +9,8 @@ import re
 
 import pytest
 
+from tests.lib.snapshots import catalogue_cases
+
 from healthcheck.act.metrics import empty_state, render, update_state
 from healthcheck.act.state import baseline_from_json, baseline_to_json
 from healthcheck.checks import CATALOGUE, CheckContext, run_checks
@@ -216,3 +218,8 @@ def test_ib_port_state_metrics_follow_the_naming_rules():
 
 def test_ib_errors_verdict_of_a_healthy_network_is_pass():
     assert verdict_of(network_findings(snap(port()), Mode.EPILOG)) == verdict_of([])
+
+
+# test_<stem>_healthy_snapshot_passes and test_<stem>_fault_is_found_with_severity_and_action
+# for each network check, on its case in tests/lib/snapshots.FAULTS
+globals().update(catalogue_cases("network"))

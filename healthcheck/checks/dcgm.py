@@ -1,0 +1,66 @@
+"""What DCGM said (read/dcgm.py), as findings: each `dcgmi diag` test per GPU, and each
+`dcgmi health` incident.  dcgmi missing, hanging or unreadable is unknown, never a drain."""
+
+from __future__ import annotations
+
+from typing import Iterator
+
+from ..model import Action, Finding, NodeSnapshot, Severity
+from .registry import CheckContext, finding as _f, node_check
+
+SEVERITY = {"warn": Severity.WARN, "fail": Severity.FAIL}
+
+
+def _name(node: NodeSnapshot, gpu: object) -> str:
+    if not isinstance(gpu, int):
+        return "node"
+    g = node.gpu(gpu)
+    from .registry import label
+
+    return label(g) if g is not None else f"GPU {gpu}"
+
+
+@node_check("dcgm.diag", severity=Severity.FAIL, action=Action.RESET, threshold_key="dcgm.level")
+def check_dcgm_diag(node: NodeSnapshot, ctx: CheckContext) -> Iterator[Finding]:
+    """A `dcgmi diag -r dcgm.level` test (--level deep) that warned or failed, in DCGM's words.
+
+    DCGM's own verdict: fail drains (reset; DCGM's text says what to do next), warn warns.  The
+    GPU id is DCGM's, which is NVML's index on a node where DCGM sees every GPU.
+    nvidia-smi equivalent: none; `dcgmi diag -r 2`.
+    """
+    read = node.dcgm
+    if read is None or not (read.diag_ran or read.diag_error):
+        return
+    if read.diag_error:
+        yield _f("dcgm.diag", Severity.UNKNOWN, None, f"DCGM diagnostic not judged: {read.diag_error}")
+        return
+    for r in read.diag:
+        severity = SEVERITY.get(r.status)
+        if severity is None:
+            continue
+        gpu = node.gpu(r.gpu) if r.gpu is not None else None
+        yield _f("dcgm.diag", severity, gpu, f"{_name(node, r.gpu)}: DCGM diagnostic {r.test}: "
+                 f"{r.status}" + (f": {r.text}" if r.text else ""), value=r.status, threshold="pass",
+                 action=Action.RESET if severity is Severity.FAIL else Action.NONE)
+
+
+@node_check("dcgm.health", severity=Severity.WARN)
+def check_dcgm_health(node: NodeSnapshot, ctx: CheckContext) -> Iterator[Finding]:
+    """An incident DCGM's health watch (`dcgmi health -c -j`) reports, in DCGM's words.
+
+    Warns, never drains: the watch is set and judged by the site's DCGM; the checks that read
+    the same counters here (ECC, NVLink, PCIe, Xid) make their own verdicts.
+    nvidia-smi equivalent: none; `dcgmi health -c`.
+    """
+    read = node.dcgm
+    if read is None or not (read.health_ran or read.health_error):
+        return
+    if read.health_error:
+        yield _f("dcgm.health", Severity.UNKNOWN, None, f"DCGM health not read: {read.health_error}")
+        return
+    for r in read.health:
+        if r.status == "pass" or (r.test == "Overall Health" and len(read.health) > 1):
+            continue
+        gpu = node.gpu(r.gpu) if r.gpu is not None else None
+        yield _f("dcgm.health", Severity.WARN, gpu, f"{_name(node, r.gpu)}: DCGM health {r.test}: {r.text}",
+                 value=r.status, threshold="healthy")

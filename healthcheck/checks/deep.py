@@ -1,0 +1,310 @@
+"""--level deep, judged: what the on-device tests measured (read/deep.py), against the GPU's
+same-model siblings on the node and against a per-model floor (pure: no reader, no CUDA).
+
+Two judgements for every figure:
+- siblings: a GPU below `deep.sibling_ratio_warn` (0.85) of the median of the other GPUs of its
+  model on the node warns, below `deep.sibling_ratio_fail` (0.7) fails.  The siblings share the
+  node's host, PCIe topology, power and cooling, so the comparison needs no model table and
+  holds whatever the clocks, driver or load: 15 % is past the run-to-run noise of a bandwidth
+  kernel; 30 % is the "a third slower" GPU of DCGM#122 that every rank of a job waits for.
+- floors: below `deep.floor_fraction` (0.6) of the datasheet peak in FLOORS fails, so a node
+  whose GPUs are all slow (where the median is slow too) is still caught.  A simple kernel
+  reaches 80-90 % of the peak on a healthy GPU; 60 % leaves room for clocks and concurrency.
+  Host<->device copies are judged against the link's current generation and width:
+  `deep.pcie_fraction` (0.4) of its per-direction rate, because all GPUs copy at once and share
+  the host's memory and, on HGX boards, a PCIe switch per two GPUs.  Sites override a peak with
+  `deep.floors = ["MODEL:METRIC=VALUE"]`.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Callable, Dict, Iterator, Optional, Tuple
+
+from ..model import Action, Finding, GpuSnapshot, NodeSnapshot, Severity
+from .board import HW_SLOWDOWN_BITS
+from .registry import CheckContext, finding as _f, gpu_check, label, node_check
+
+if TYPE_CHECKING:  # imported where a deep run is judged, never on the prolog's path
+    from ..deepmodel import DeepGpu
+
+# Datasheet peaks per model (NVML's name): (HBM GB/s, FP32 GFLOP/s, NVLink GB/s per direction,
+# source).  The floor is deep.floor_fraction of the peak.  Models not here are judged against
+# their siblings only.
+FLOORS: Dict[str, Tuple[Optional[float], Optional[float], Optional[float], str]] = {
+    "NVIDIA H100 80GB HBM3": (3350.0, 67000.0, 450.0,
+                              "NVIDIA H100 Tensor Core GPU datasheet (H100 SXM: 3.35 TB/s, FP32 67 "
+                              "TFLOPS, NVLink 900 GB/s)"),
+    "NVIDIA H100 PCIe": (2000.0, 51000.0, 300.0,
+                         "NVIDIA H100 Tensor Core GPU datasheet (H100 PCIe: 2 TB/s, FP32 51 TFLOPS, "
+                         "NVLink bridge 600 GB/s)"),
+    "NVIDIA H100 NVL": (3900.0, 60000.0, 300.0,
+                        "NVIDIA H100 Tensor Core GPU datasheet (H100 NVL: 3.9 TB/s, FP32 60 "
+                        "TFLOPS, NVLink bridge 600 GB/s)"),
+    "NVIDIA H200": (4800.0, 67000.0, 450.0,
+                    "NVIDIA H200 Tensor Core GPU datasheet (H200 SXM: 4.8 TB/s, FP32 67 TFLOPS, "
+                    "NVLink 900 GB/s)"),
+    "NVIDIA A100-SXM4-80GB": (2039.0, 19500.0, 300.0,
+                              "NVIDIA A100 Tensor Core GPU datasheet (A100 80GB SXM: 2,039 GB/s, "
+                              "FP32 19.5 TFLOPS, NVLink 600 GB/s)"),
+    "NVIDIA A100-SXM4-40GB": (1555.0, 19500.0, 300.0,
+                              "NVIDIA A100 Tensor Core GPU datasheet (A100 40GB: 1,555 GB/s, FP32 "
+                              "19.5 TFLOPS, NVLink 600 GB/s)"),
+    "NVIDIA A100 80GB PCIe": (1935.0, 19500.0, 300.0,
+                              "NVIDIA A100 Tensor Core GPU datasheet (A100 80GB PCIe: 1,935 GB/s, "
+                              "FP32 19.5 TFLOPS)"),
+    "NVIDIA L40S": (864.0, 91600.0, None,
+                    "NVIDIA L40S datasheet (864 GB/s GDDR6, FP32 91.6 TFLOPS; no NVLink)"),
+    "Tesla V100-SXM2-32GB": (900.0, 15700.0, 150.0,
+                             "NVIDIA Tesla V100 datasheet (SXM2: 900 GB/s, FP32 15.7 TFLOPS, "
+                             "NVLink 300 GB/s)"),
+}
+METRIC_COLUMN = {"hbm_gbps": 0, "gflops": 1, "nvlink_gbps": 2}
+# PCIe per-lane rate per direction after encoding, GB/s (PCI-SIG: 2.5/5 GT/s 8b/10b, 8/16/32/64
+# GT/s 128b/130b; Gen6 FLIT mode counted as Gen5 doubled).
+PCIE_LANE_GBPS = {1: 0.25, 2: 0.5, 3: 0.985, 4: 1.969, 5: 3.938, 6: 7.877}
+SW_POWER_CAP = 0x4
+THROTTLE_BITS = {**HW_SLOWDOWN_BITS, SW_POWER_CAP: "SW_POWER_CAP"}
+FATAL_CUDA = {214: "ECC uncorrectable", 220: "NVLink uncorrectable", 226: "contained error"}
+
+
+def deep_of(node: NodeSnapshot, index: int) -> Optional["DeepGpu"]:
+    if node.deep is None:
+        return None
+    return next((d for d in node.deep.gpus if d.index == index), None)
+
+
+def peak(model: Optional[str], metric: str, floors: Tuple[str, ...]) -> Tuple[Optional[float], str]:
+    """The datasheet peak of a model's metric and its source; a site's deep.floors wins."""
+    for entry in floors:
+        name, _, rest = entry.rpartition(":")
+        key, _, value = rest.partition("=")
+        if name.strip() == model and key.strip() == metric:
+            return float(value), "site config deep.floors"
+    row = FLOORS.get(model or "")
+    if row is None:
+        return None, ""
+    cell = row[METRIC_COLUMN[metric]]
+    return (float(cell) if isinstance(cell, (int, float)) else None), row[3]
+
+
+def figure(value: float, unit: str) -> str:
+    return f"{value:,.0f} {unit}"
+
+
+def judge_figure(check: str, what: str, unit: str, gpu: GpuSnapshot, node: NodeSnapshot,
+                 ctx: CheckContext, value_of: Callable[["DeepGpu"], Optional[float]],
+                 floor: Optional[float], floor_words: str) -> Iterator[Finding]:
+    """One figure of one GPU against its siblings' median and its floor: one finding at most."""
+    mine = deep_of(node, gpu.index)
+    value = value_of(mine) if mine is not None else None
+    if value is None or node.deep is None:
+        return
+    models = {g.index: g.name for g in node.gpus}
+    siblings = [v for d in node.deep.gpus if d.index != gpu.index and models.get(d.index) == gpu.name
+                for v in (value_of(d),) if v is not None]
+    cfg = ctx.config.deep
+    severity: Optional[Severity] = None
+    parts = []
+    if siblings:
+        import statistics
+
+        median = statistics.median(siblings)
+        ratio = value / median if median > 0 else 1.0
+        if ratio < cfg.sibling_ratio_warn:
+            severity = Severity.FAIL if ratio < cfg.sibling_ratio_fail else Severity.WARN
+            limit = cfg.sibling_ratio_fail if severity is Severity.FAIL else cfg.sibling_ratio_warn
+            parts.append(f"{ratio:.0%} of its {len(siblings)} siblings' median {figure(median, unit)} "
+                         f"(limit {limit:.0%})".replace("%", " %"))
+    if floor is not None and value < floor:
+        severity = Severity.FAIL
+        parts.append(f"below its floor {figure(floor, unit)} ({floor_words})")
+    if severity is None:
+        return
+    action = Action.RESET if severity is Severity.FAIL else Action.NONE
+    hint = "; reset the GPU and rerun --level deep, RMA if it stays slow" if action is Action.RESET else ""
+    yield _f(check, severity, gpu, f"{label(gpu)}: {what} {figure(value, unit)}, {'; '.join(parts)}{hint}",
+             value=round(value, 1), threshold=round(floor, 1) if floor is not None and not siblings else (
+                 cfg.sibling_ratio_fail if severity is Severity.FAIL else cfg.sibling_ratio_warn),
+             action=action)
+
+
+def datasheet_floor(gpu: GpuSnapshot, metric: str, ctx: CheckContext) -> Tuple[Optional[float], str]:
+    value, source = peak(gpu.name, metric, ctx.config.deep.floors)
+    if value is None:
+        return None, ""
+    share = ctx.config.deep.floor_fraction
+    return share * value, f"{share:.0%} of the peak {value:,.0f}, {source}".replace("%", " %")
+
+
+@gpu_check("deep.run", severity=Severity.FAIL, action=Action.RESET, threshold_key="deep.timeout_s")
+def check_deep_run(gpu: GpuSnapshot, node: NodeSnapshot, ctx: CheckContext) -> Iterator[Finding]:
+    """The deep tests could not run to their end on the GPU.
+
+    Unknown (never a drain) when the child timed out, crashed or a CUDA call failed: that may be
+    our kernels, a deadline too short for the board, or the driver.  Fails (reset) only on the
+    CUDA errors that name the hardware: 214 ECC uncorrectable, 220 NVLink uncorrectable, 226
+    contained (CUDA driver API reference, CUresult).
+    nvidia-smi equivalent: none (dcgmi diag -r 3 comes closest).
+    """
+    mine = deep_of(node, gpu.index)
+    if mine is None or mine.status == "ok":
+        return
+    if mine.cu_result in FATAL_CUDA:
+        yield _f("deep.run", Severity.FAIL, gpu,
+                 f"{label(gpu)}: deep test failed: {mine.detail} ({FATAL_CUDA[mine.cu_result]}); "
+                 f"reset the GPU", value=mine.cu_name, threshold="ok", action=Action.RESET)
+        return
+    yield _f("deep.run", Severity.UNKNOWN, gpu, f"{label(gpu)}: deep test did not finish ({mine.status}): "
+             f"{mine.detail}", value=mine.cu_name or mine.status, threshold="ok")
+
+
+@gpu_check("deep.memory", severity=Severity.FAIL, action=Action.RMA)
+def check_deep_memory(gpu: GpuSnapshot, node: NodeSnapshot, ctx: CheckContext) -> Iterator[Finding]:
+    """GPU memory returned a word other than the one written, in a test compared on the device.
+
+    Address in address (each word holds its address, then its complement: catches addressing
+    faults) and moving inversions with a pattern and its complement (catches stuck and coupled
+    bits) over `probe.full_fraction` of free memory.  Any failing word fails the GPU with action
+    rma: ECC did not correct it, so a job would have read it.  The message names the first
+    failing word's offset and device address and the bits that differ.
+    nvidia-smi equivalent: none (dcgmi diag -r 3, "Memory" / "Memtest", comes closest).
+    """
+    mine = deep_of(node, gpu.index)
+    if mine is None or not mine.mem_errors:
+        return
+    first = mine.mem_records[0] if mine.mem_records else None
+    where = ""
+    if first is not None:
+        diff = first.expected ^ first.actual
+        bits = [b for b in range(64) if diff >> b & 1]
+        named = ", ".join(f"byte offset {first.offset + b // 8:#x} bit {b % 8}" for b in bits[:4])
+        where = (f"; first at offset {first.offset:#x} (device address {first.address:#x}): expected "
+                 f"{first.expected:#018x}, read {first.actual:#018x} ({named})")
+    yield _f("deep.memory", Severity.FAIL, gpu,
+             f"{label(gpu)}: memory test {mine.mem_pass}: {mine.mem_errors} word(s) wrong of "
+             f"{mine.mem_bytes // (1 << 20):,} MiB{where}; RMA the GPU",
+             value=mine.mem_errors, threshold=0, action=Action.RMA)
+
+
+@gpu_check("deep.hbm", severity=Severity.FAIL, action=Action.RESET,
+           threshold_key="deep.sibling_ratio_fail")
+def check_deep_hbm(gpu: GpuSnapshot, node: NodeSnapshot, ctx: CheckContext) -> Iterator[Finding]:
+    """HBM read or copy bandwidth below the GPU's siblings' median or its model's floor.
+
+    Thresholds and sources: the module docstring (siblings 0.85 / 0.7; floor 0.6 of the datasheet
+    peak in FLOORS).  Copy counts the bytes read and written.
+    nvidia-smi equivalent: none (dcgmi diag -r 3, "Memory Bandwidth", comes closest).
+    """
+    floor, words = datasheet_floor(gpu, "hbm_gbps", ctx)
+    yield from judge_figure("deep.hbm", "HBM read", "GB/s", gpu, node, ctx,
+                            lambda d: d.hbm_read_gbps, floor, words)
+    yield from judge_figure("deep.hbm", "HBM copy", "GB/s", gpu, node, ctx,
+                            lambda d: d.hbm_copy_gbps, floor, words)
+
+
+@gpu_check("deep.pcie", severity=Severity.FAIL, action=Action.RESET, threshold_key="deep.pcie_fraction")
+def check_deep_pcie(gpu: GpuSnapshot, node: NodeSnapshot, ctx: CheckContext) -> Iterator[Finding]:
+    """Host<->device bandwidth (pinned memory) below the siblings' median or the link's rate.
+
+    The floor is `deep.pcie_fraction` (0.4) of what the link's current generation and width
+    carry per direction (PCI-SIG rates after encoding): a link trained down is judged by
+    pcie.width_degraded / the PCIe checks, this one catches a link that trained fine but
+    carries less.
+    nvidia-smi equivalent: none (dcgmi diag -r 2, "PCIe", comes closest).
+    """
+    floor, words = None, ""
+    lane = PCIE_LANE_GBPS.get(gpu.pcie_gen_current or 0)
+    if lane and gpu.pcie_width_current:
+        share = ctx.config.deep.pcie_fraction
+        rate = lane * gpu.pcie_width_current
+        floor = share * rate
+        words = (f"{share:.0%} of the link's {rate:,.0f} GB/s at Gen{gpu.pcie_gen_current} "
+                 f"x{gpu.pcie_width_current}").replace("%", " %")
+    yield from judge_figure("deep.pcie", "host-to-device", "GB/s", gpu, node, ctx,
+                            lambda d: d.h2d_gbps, floor, words)
+    yield from judge_figure("deep.pcie", "device-to-host", "GB/s", gpu, node, ctx,
+                            lambda d: d.d2h_gbps, floor, words)
+
+
+@gpu_check("deep.compute", severity=Severity.FAIL, action=Action.RESET,
+           threshold_key="deep.sibling_ratio_fail")
+def check_deep_compute(gpu: GpuSnapshot, node: NodeSnapshot, ctx: CheckContext) -> Iterator[Finding]:
+    """FP32 FMA throughput below the GPU's siblings' median or its model's floor.
+
+    Thresholds and sources: the module docstring (FP32 peaks from the datasheets in FLOORS).
+    nvidia-smi equivalent: none (dcgmi diag -r 3, "Targeted Stress", comes closest).
+    """
+    floor, words = datasheet_floor(gpu, "gflops", ctx)
+    yield from judge_figure("deep.compute", "FP32 FMA", "GFLOP/s", gpu, node, ctx,
+                            lambda d: d.gflops, floor, words)
+
+
+@gpu_check("deep.throttle", severity=Severity.WARN)
+def check_deep_throttle(gpu: GpuSnapshot, node: NodeSnapshot, ctx: CheckContext) -> Iterator[Finding]:
+    """The GPU held its clocks down while the FMA kernel ran: named with NVML's reason.
+
+    Warns on the hardware and thermal reasons (HW_SLOWDOWN, SW_THERMAL, HW_THERMAL,
+    HW_POWER_BRAKE: NVML API reference, "Clocks Event Reasons") seen under load, with the lowest
+    SM clock read and the maximum.  SW_POWER_CAP alone is info: a GPU at its power limit under a
+    full FMA load is working as designed.  Not a drain: cooling and power are the site's.
+    nvidia-smi equivalent: `nvidia-smi -q -d PERFORMANCE` while a job runs.
+    """
+    mine = deep_of(node, gpu.index)
+    if mine is None or not mine.load_reasons:
+        return
+    active = [name for bit, name in THROTTLE_BITS.items() if mine.load_reasons & bit]
+    if not active:
+        return
+    clocks = ""
+    if mine.sm_clock_mhz is not None:
+        clocks = f", SM clock {mine.sm_clock_mhz} MHz" + (
+            f" of {mine.sm_clock_max_mhz} MHz" if mine.sm_clock_max_mhz else "")
+    severity = Severity.WARN if any(n != "SW_POWER_CAP" for n in active) else Severity.INFO
+    yield _f("deep.throttle", severity, gpu,
+             f"{label(gpu)}: under load clocks held down by {', '.join(active)}{clocks}; check "
+             f"cooling and power", value=",".join(active), threshold="HW_SLOWDOWN, SW_THERMAL, "
+             "HW_THERMAL or HW_POWER_BRAKE")
+
+
+@gpu_check("deep.nvlink_peer", severity=Severity.FAIL, action=Action.RESET,
+           threshold_key="deep.sibling_ratio_fail")
+def check_deep_nvlink_peer(gpu: GpuSnapshot, node: NodeSnapshot, ctx: CheckContext) -> Iterator[Finding]:
+    """Peer copy bandwidth from this GPU to the next over NVLink below its siblings' or the floor.
+
+    The ring 0->1->...->0 of the GPUs under test that have NVLink (cuMemcpyPeer after
+    cuCtxEnablePeerAccess); the floor is deep.floor_fraction of the datasheet's NVLink rate per
+    direction (FLOORS).  An NVLink up but slow shows here, not in the link state.
+    nvidia-smi equivalent: none (`nvidia-smi nvlink -s` gives the link speed, not the copy).
+    """
+    if node.deep is None or not node.deep.peers:
+        return
+    out = {p.src: p.gbps for p in node.deep.peers}
+    if gpu.index not in out:
+        return
+    floor, words = datasheet_floor(gpu, "nvlink_gbps", ctx)
+    by_index = {p.src: p for p in node.deep.peers}
+    pair = by_index[gpu.index]
+    if pair.gbps is None:
+        yield _f("deep.nvlink_peer", Severity.UNKNOWN, gpu,
+                 f"{label(gpu)}: peer copy to GPU {pair.dst} not measured: {pair.detail}")
+        return
+    from ..deepmodel import DeepGpu
+
+    fake = node.deep._replace(gpus=tuple(DeepGpu(p.src, "ok", hbm_read_gbps=p.gbps)
+                                         for p in node.deep.peers if p.gbps is not None))
+    yield from judge_figure("deep.nvlink_peer", f"peer copy to GPU {pair.dst}", "GB/s", gpu,
+                            node._replace(deep=fake), ctx, lambda d: d.hbm_read_gbps, floor, words)
+
+
+@node_check("deep.peers", severity=Severity.UNKNOWN)
+def check_deep_peers(node: NodeSnapshot, ctx: CheckContext) -> Iterator[Finding]:
+    """The peer test could not run although two or more GPUs with NVLink were under test.
+
+    Unknown, never a drain: the per-GPU deep tests have judged the GPUs already.
+    nvidia-smi equivalent: none.
+    """
+    deep = node.deep
+    if deep is None or not deep.peer_detail or deep.peer_detail.startswith("fewer than"):
+        return
+    yield _f("deep.peers", Severity.UNKNOWN, None, f"NVLink peer test did not finish: {deep.peer_detail}")
+

@@ -1,0 +1,78 @@
+"""What the deep level measured (read/deep.py writes these, checks/deep.py judges them).
+
+A leaf beside model.py: records only, so checks/ may import it without importing a reader.
+"""
+
+from __future__ import annotations
+
+from typing import Optional, Tuple
+
+from .records import NamedTuple
+
+
+class MemError(NamedTuple):
+    """One failing 64-bit word of the memory test, as the device reported it."""
+
+    offset: int  # byte offset of the word in the tested buffer
+    address: int  # its device address
+    expected: int
+    actual: int
+
+
+class DeepGpu(NamedTuple):
+    """The deep tests of one GPU.  A figure is None when its test did not run."""
+
+    index: int  # type: ignore[assignment]  # NVML index
+    status: str  # "ok", "error" (a CUDA call failed), "timeout", "crashed", "not_run"
+    detail: str = ""
+    cu_result: Optional[int] = None
+    cu_name: Optional[str] = None
+    mem_bytes: int = 0  # bytes the memory test covered
+    mem_errors: int = 0  # failing words in the first pass that failed
+    mem_pass: Optional[str] = None  # that pass
+    mem_records: Tuple[MemError, ...] = ()  # the first few failing words
+    hbm_read_gbps: Optional[float] = None
+    hbm_copy_gbps: Optional[float] = None  # bytes read + bytes written, per second
+    h2d_gbps: Optional[float] = None  # pinned host memory to the GPU
+    d2h_gbps: Optional[float] = None
+    gflops: Optional[float] = None  # FP32 FMA
+    sm_clock_mhz: Optional[int] = None  # the lowest SM clock NVML gave while the FMA ran
+    sm_clock_max_mhz: Optional[int] = None
+    load_reasons: Optional[int] = None  # clocks event reasons seen while the FMA ran (OR)
+    times: Tuple[Tuple[str, float], ...] = ()  # (test, seconds on the device)
+    duration_s: float = 0.0  # wall time of the child
+
+
+class DeepPeer(NamedTuple):
+    """One peer copy between two GPUs (NVML indices) over NVLink."""
+
+    src: int
+    dst: int
+    gbps: Optional[float] = None
+    detail: str = ""
+
+
+class DeepRun(NamedTuple):
+    gpus: Tuple[DeepGpu, ...] = ()
+    peers: Tuple[DeepPeer, ...] = ()
+    peer_detail: Optional[str] = None  # why the peer test did not run, where it did not
+
+
+class DcgmResult(NamedTuple):
+    """One result dcgmi reported: a diagnostic test on a GPU, or a health watch's incident."""
+
+    gpu: Optional[int]  # DCGM's GPU id (NVML's index on a node DCGM sees whole); None: not one GPU
+    test: str  # "Memory", "PCIe", "Diagnostic", or the health system ("NVLink", "Memory", ...)
+    status: str  # "pass", "warn", "fail", "skip"
+    text: str = ""  # DCGM's own words
+
+
+class DcgmRead(NamedTuple):
+    """What `dcgmi diag` and `dcgmi health` said this run (read/dcgm.py)."""
+
+    diag: Tuple[DcgmResult, ...] = ()
+    health: Tuple[DcgmResult, ...] = ()
+    diag_error: Optional[str] = None  # dcgmi diag missing, hung, failed or unreadable: unknown
+    health_error: Optional[str] = None
+    diag_ran: bool = False
+    health_ran: bool = False

@@ -1,0 +1,495 @@
+/*
+ * fakegpu libcuda.so.1, the deep level: modules, kernel launches, events, pinned host memory,
+ * peer access and peer copies, and the device attributes a launch is sized by.
+ *
+ * cuModuleLoadData takes the PTX text the package ships; cuModuleGetFunction finds an entry
+ * the PTX declares (".entry NAME(") and this file knows; cuLaunchKernel runs the host build of
+ * the same source (deep_kernels.cu through cuda_shim.h) over host copies of the allocations
+ * its pointer arguments name, so the kernels' addressing and compare logic run for real, on
+ * the fake's memory, stuck bits included (gpu.N.mem.stuck_bits).  A kernel touching more than
+ * FG_KERNEL_MAX_BYTES fails with CUDA_ERROR_LAUNCH_OUT_OF_RESOURCES: give deep scenarios
+ * small GPUs (gpu.N.memory.total_mib).  hc_fma runs its first block only: the full grid is
+ * billions of FMAs, seconds per GPU on a host; its figure comes from the timeline.
+ *
+ * Time: one device timeline per process, in simulated seconds.  Each launch and copy moves it
+ * on by what the scenario says the work takes (bytes / gpu.N.perf.hbm_gbps, flops /
+ * perf.gflops, bytes / perf.h2d_gbps, d2h_gbps or nvlink.peer_gbps); cuEventRecord stamps it
+ * and cuEventElapsedTime subtracts, so a measured figure is what the scenario says, whatever
+ * the host's speed, and nothing sleeps.
+ *
+ * Load: from an hc_fma launch until a synchronize (cuEventSynchronize, a cuEventQuery that
+ * finds the work done, cuCtxSynchronize), the GPU is busy: the fake NVML, in the same
+ * process, then adds gpu.N.perf.throttle_under_load to its clocks event reasons (it asks
+ * fakegpu_load_reasons below).
+ */
+#define _GNU_SOURCE
+#include <math.h>   /* fmaf, for the kernels: outside the hidden block below */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "cuda_internal.h"
+
+#pragma GCC visibility push(hidden)
+#include "cuda_shim.h"
+__thread hc_dim3 threadIdx, blockIdx, blockDim, gridDim;
+#include "../../healthcheck/read/ptx/deep_kernels.cu"
+#pragma GCC visibility pop
+
+#define FG_KERNEL_MAX_BYTES (2ULL << 30)
+#define MAX_PTR_ARGS 4
+
+typedef struct CUmod_st {
+    char *image;                /* the PTX text, NUL-terminated */
+} *CUmodule;
+
+typedef struct CUevent_st {
+    double at;                  /* device timeline, seconds */
+    int recorded;
+} *CUevent;
+
+enum { P_PTR, P_U64, P_U32, P_F32 };
+
+struct kernel {
+    const char *name;
+    int nparams;
+    int kind[6];
+};
+
+static const struct kernel kernels[] = {
+    {"hc_addr_write", 4, {P_PTR, P_U64, P_U64, P_U64}},
+    {"hc_addr_check", 5, {P_PTR, P_U64, P_U64, P_U64, P_PTR}},
+    {"hc_mi_fill", 3, {P_PTR, P_U64, P_U64}},
+    {"hc_mi_step", 6, {P_PTR, P_U64, P_U64, P_U64, P_U32, P_PTR}},
+    {"hc_read", 3, {P_PTR, P_U64, P_PTR}},
+    {"hc_copy", 3, {P_PTR, P_PTR, P_U64}},
+    {"hc_fma", 3, {P_PTR, P_U32, P_F32}},
+};
+#define NKERNELS (sizeof kernels / sizeof kernels[0])
+
+typedef const struct kernel *CUfunction;
+
+enum {
+    CUDA_ERROR_INVALID_IMAGE = 200,
+    CUDA_ERROR_INVALID_HANDLE = 400,
+    CUDA_ERROR_NOT_FOUND = 500,
+    CUDA_ERROR_NOT_READY = 600,
+    CUDA_ERROR_LAUNCH_OUT_OF_RESOURCES = 701,
+    CUDA_ERROR_PEER_ACCESS_ALREADY_ENABLED = 704,
+    CUDA_ERROR_PEER_ACCESS_UNSUPPORTED = 217,
+};
+
+static double timeline;                         /* seconds (lock held) */
+static int loaded[FG_MAX_GPUS];                 /* an hc_fma launch not yet synchronized */
+static unsigned char peer_on[FG_MAX_GPUS][FG_MAX_GPUS];
+
+static void advance(double seconds)
+{
+    timeline += seconds;
+}
+
+static double rate(double gbps)
+{
+    return gbps > 0 ? gbps * 1e9 : 1e9;
+}
+
+void fg_account_copy(int gpu, size_t n, int dir)
+{
+    const fg_gpu *g = &scn->gpu[gpu];
+    advance((double)n / rate(dir ? g->d2h_gbps : g->h2d_gbps));
+}
+
+void fg_work_done(void)
+{
+    memset(loaded, 0, sizeof loaded);
+}
+
+void fg_apply_stuck(const struct alloc *a, size_t off, unsigned char *dst, size_t n)
+{
+    const fg_gpu *g = &scn->gpu[a->gpu];
+    for (unsigned int i = 0; i < g->nstuck; i++) {
+        unsigned long long at = g->stuck_addr[i];
+        if (at < a->fb_off + off || at - a->fb_off - off >= n)
+            continue;
+        unsigned char *b = dst + (at - a->fb_off - off);
+        unsigned char bit = (unsigned char)(1u << g->stuck_bit[i]);
+        *b = g->stuck_value[i] ? (unsigned char)(*b | bit) : (unsigned char)(*b & ~bit);
+    }
+}
+
+/* The clocks event reasons a GPU (scenario index) adds while it runs a kernel: for the fake
+ * NVML in the same process (dlsym through dlopen(RTLD_NOLOAD)). */
+EXPORT unsigned long long fakegpu_load_reasons(int gpu)
+{
+    pthread_mutex_lock(&lock);
+    unsigned long long r = 0;
+    if (scn && gpu >= 0 && gpu < (int)scn->ngpus && loaded[gpu])
+        r = scn->gpu[gpu].throttle_under_load | 1ULL << 63;   /* bit 63: "under load" */
+    pthread_mutex_unlock(&lock);
+    return r;
+}
+
+/* ----------------------------------------------------------------- modules */
+
+EXPORT CUresult cuModuleLoadData(CUmodule *module, const void *image)
+{
+    if (!module || !image)
+        return CUDA_ERROR_INVALID_VALUE;
+    pthread_mutex_lock(&lock);
+    int gpu;
+    CUresult rc = current_gpu(&gpu);
+    pthread_mutex_unlock(&lock);
+    if (rc != CUDA_SUCCESS)
+        return rc;
+    const char *text = image;
+    /* PTX is text with a .version and a .target line; anything else is not an image we know */
+    if (!strstr(text, ".version ") || !strstr(text, ".target "))
+        return CUDA_ERROR_INVALID_IMAGE;
+    CUmodule m = calloc(1, sizeof *m);
+    if (!m || !(m->image = strdup(text))) {
+        free(m);
+        return CUDA_ERROR_OUT_OF_MEMORY;
+    }
+    *module = m;
+    return CUDA_SUCCESS;
+}
+
+EXPORT CUresult cuModuleUnload(CUmodule module)
+{
+    if (!module)
+        return CUDA_ERROR_INVALID_HANDLE;
+    free(module->image);
+    free(module);
+    return CUDA_SUCCESS;
+}
+
+EXPORT CUresult cuModuleGetFunction(CUfunction *hfunc, CUmodule module, const char *name)
+{
+    if (!hfunc || !module || !name)
+        return CUDA_ERROR_INVALID_VALUE;
+    char decl[96];
+    snprintf(decl, sizeof decl, ".entry %s(", name);
+    if (!strstr(module->image, decl))
+        return CUDA_ERROR_NOT_FOUND;
+    for (size_t i = 0; i < NKERNELS; i++)
+        if (strcmp(kernels[i].name, name) == 0) {
+            *hfunc = &kernels[i];
+            return CUDA_SUCCESS;
+        }
+    return CUDA_ERROR_NOT_FOUND;      /* declared in the PTX, but no host build of it here */
+}
+
+/* ---------------------------------------------------------------- launches */
+
+struct staged {
+    struct alloc *a;
+    unsigned char *flat;        /* the whole allocation, as the kernel sees it */
+};
+
+/* Write a kernel's view of an allocation back: a 64 KiB chunk that holds one 4-byte pattern
+ * again goes back to costing nothing. */
+static CUresult unstage(struct staged *s)
+{
+    struct alloc *a = s->a;
+    CUresult rc = CUDA_SUCCESS;
+    for (size_t c = 0; c < a->nchunks; c++) {
+        unsigned char *p = s->flat + c * CHUNK;
+        size_t len = chunk_len(a, c);
+        if (len >= 4 && len % 4 == 0 && memcmp(p, p + 4, len - 4) == 0) {
+            free(a->data[c]);
+            a->data[c] = NULL;
+            memcpy(&a->fill[c], p, 4);
+        } else if (materialise(a, c) == 0) {
+            memcpy(a->data[c], p, len);
+        } else {
+            rc = CUDA_ERROR_OUT_OF_MEMORY;
+        }
+    }
+    free(s->flat);
+    return rc;
+}
+
+static void run_grid(const struct kernel *k, unsigned int gx, unsigned int bx, void *const *arg)
+{
+    gridDim = (hc_dim3){gx, 1, 1};
+    blockDim = (hc_dim3){bx, 1, 1};
+    unsigned int blocks = strcmp(k->name, "hc_fma") == 0 ? 1 : gx;
+    for (unsigned int b = 0; b < blocks; b++)
+        for (unsigned int t = 0; t < bx; t++) {
+            blockIdx = (hc_dim3){b, 0, 0};
+            threadIdx = (hc_dim3){t, 0, 0};
+#define U64(i) (*(const u64 *)arg[i])
+#define U32(i) (*(const unsigned int *)arg[i])
+#define PTR(i, T) ((T *)arg[i])
+            switch (k - kernels) {
+            case 0: hc_addr_write(PTR(0, u64), U64(1), U64(2), U64(3)); break;
+            case 1: hc_addr_check(PTR(0, u64), U64(1), U64(2), U64(3), PTR(4, u64)); break;
+            case 2: hc_mi_fill(PTR(0, u64), U64(1), U64(2)); break;
+            case 3: hc_mi_step(PTR(0, u64), U64(1), U64(2), U64(3), U32(4), PTR(5, u64)); break;
+            case 4: hc_read(PTR(0, u64), U64(1), PTR(2, u64)); break;
+            case 5: hc_copy(PTR(0, u64), PTR(1, u64), U64(2)); break;
+            case 6: hc_fma(PTR(0, float), U32(1), *(const float *)arg[2]); break;
+            }
+#undef U64
+#undef U32
+#undef PTR
+        }
+}
+
+/* Seconds the launch takes on the device timeline, from the scenario's speeds. */
+static double launch_seconds(const struct kernel *k, const fg_gpu *g, unsigned int gx,
+                             unsigned int bx, void *const *arg)
+{
+    double words = k->kind[1] == P_U64 ? (double)*(const u64 *)arg[1] : 0;
+    switch (k - kernels) {
+    case 3: /* hc_mi_step: each word read and written */
+        return 16.0 * words / rate(g->hbm_gbps);
+    case 5: /* hc_copy: n words read, n written */
+        return 16.0 * (double)*(const u64 *)arg[2] / rate(g->hbm_gbps);
+    case 6: /* hc_fma: 8 FMAs (16 flops) per iteration per thread */
+        return 16.0 * (double)gx * bx * *(const unsigned int *)arg[1] / rate(g->gflops);
+    default:
+        return 8.0 * words / rate(g->hbm_gbps);
+    }
+}
+
+EXPORT CUresult cuLaunchKernel(CUfunction f, unsigned int gx, unsigned int gy, unsigned int gz,
+                               unsigned int bx, unsigned int by, unsigned int bz,
+                               unsigned int shared, void *stream, void **params, void **extra)
+{
+    (void)stream;
+    int known = 0;
+    for (size_t i = 0; i < NKERNELS; i++)
+        known |= f == &kernels[i];
+    if (!known)
+        return CUDA_ERROR_INVALID_HANDLE;
+    if (!params || extra || gx == 0 || bx == 0 || gy != 1 || gz != 1 || by != 1 || bz != 1 ||
+        bx > 1024 || shared)
+        return CUDA_ERROR_INVALID_VALUE;
+    pthread_mutex_lock(&lock);
+    int gpu;
+    CUresult rc = current_gpu(&gpu);
+    struct staged staged[MAX_PTR_ARGS];
+    int nstaged = 0;
+    void *arg[6];
+    unsigned long long total = 0;
+    for (int i = 0; rc == CUDA_SUCCESS && i < f->nparams; i++) {
+        arg[i] = params[i];
+        if (f->kind[i] != P_PTR)
+            continue;
+        CUdeviceptr p = *(const CUdeviceptr *)params[i];
+        struct alloc *a = find_range(p, 1);
+        if (!a || a->gpu != gpu) {
+            rc = CUDA_ERROR_INVALID_VALUE;  /* a real GPU would fault: 700, illegal address */
+            break;
+        }
+        int s;
+        for (s = 0; s < nstaged && staged[s].a != a; s++)
+            ;
+        if (s == nstaged) {
+            total += a->size;
+            if (total > FG_KERNEL_MAX_BYTES) {
+                rc = CUDA_ERROR_LAUNCH_OUT_OF_RESOURCES;
+                break;
+            }
+            staged[s].a = a;
+            if (!(staged[s].flat = malloc(a->size))) {
+                rc = CUDA_ERROR_OUT_OF_MEMORY;
+                break;
+            }
+            dev_read(a, 0, staged[s].flat, a->size);
+            nstaged++;
+        }
+        /* the kernel gets a pointer to a host pointer, as CUDA passes a device pointer */
+        static __thread unsigned char *host[6];
+        host[i] = staged[s].flat + (p - a->base);
+        arg[i] = &host[i];
+    }
+    if (rc == CUDA_SUCCESS) {
+        /* arg[i] of a pointer parameter points to the host pointer; run_grid wants the pointer */
+        void *direct[6];
+        for (int i = 0; i < f->nparams; i++)
+            direct[i] = f->kind[i] == P_PTR ? *(void **)arg[i] : arg[i];
+        run_grid(f, gx, bx, direct);
+        advance(launch_seconds(f, &scn->gpu[gpu], gx, bx, direct));
+        if (f == &kernels[6])
+            loaded[gpu] = 1;
+    }
+    for (int s = 0; s < nstaged; s++) {
+        CUresult u = unstage(&staged[s]);
+        if (rc == CUDA_SUCCESS)
+            rc = u;
+    }
+    pthread_mutex_unlock(&lock);
+    return rc;
+}
+
+/* ------------------------------------------------------------------ events */
+
+EXPORT CUresult cuEventCreate(CUevent *ev, unsigned int flags)
+{
+    (void)flags;
+    if (!ev)
+        return CUDA_ERROR_INVALID_VALUE;
+    if (!(*ev = calloc(1, sizeof **ev)))
+        return CUDA_ERROR_OUT_OF_MEMORY;
+    return CUDA_SUCCESS;
+}
+
+EXPORT CUresult cuEventRecord(CUevent ev, void *stream)
+{
+    (void)stream;
+    if (!ev)
+        return CUDA_ERROR_INVALID_HANDLE;
+    pthread_mutex_lock(&lock);
+    ev->at = timeline;
+    ev->recorded = 1;
+    pthread_mutex_unlock(&lock);
+    return CUDA_SUCCESS;
+}
+
+EXPORT CUresult cuEventQuery(CUevent ev)
+{
+    if (!ev)
+        return CUDA_ERROR_INVALID_HANDLE;
+    pthread_mutex_lock(&lock);
+    fg_work_done();                 /* the fake's work is done by the time anyone asks */
+    pthread_mutex_unlock(&lock);
+    return CUDA_SUCCESS;
+}
+
+EXPORT CUresult cuEventSynchronize(CUevent ev)
+{
+    return cuEventQuery(ev);
+}
+
+EXPORT CUresult cuEventElapsedTime(float *ms, CUevent start, CUevent end)
+{
+    if (!ms)
+        return CUDA_ERROR_INVALID_VALUE;
+    if (!start || !end || !start->recorded || !end->recorded)
+        return CUDA_ERROR_INVALID_HANDLE;
+    *ms = (float)((end->at - start->at) * 1000.0);
+    return CUDA_SUCCESS;
+}
+
+EXPORT CUresult cuEventDestroy_v2(CUevent ev)
+{
+    if (!ev)
+        return CUDA_ERROR_INVALID_HANDLE;
+    free(ev);
+    return CUDA_SUCCESS;
+}
+
+EXPORT CUresult cuEventDestroy(CUevent ev)
+{
+    return cuEventDestroy_v2(ev);
+}
+
+/* ------------------------------------------------------- pinned host memory */
+
+EXPORT CUresult cuMemHostAlloc(void **pp, size_t bytesize, unsigned int flags)
+{
+    (void)flags;
+    if (!pp || bytesize == 0)
+        return CUDA_ERROR_INVALID_VALUE;
+    if (posix_memalign(pp, 4096, bytesize))
+        return CUDA_ERROR_OUT_OF_MEMORY;
+    return CUDA_SUCCESS;
+}
+
+EXPORT CUresult cuMemFreeHost(void *p)
+{
+    free(p);
+    return CUDA_SUCCESS;
+}
+
+/* ----------------------------------------------------- attributes and peers */
+
+enum { ATTR_MULTIPROCESSOR_COUNT = 16, ATTR_CC_MAJOR = 75, ATTR_CC_MINOR = 76 };
+
+EXPORT CUresult cuDeviceGetAttribute(int *pi, int attrib, CUdevice dev)
+{
+    if (!pi)
+        return CUDA_ERROR_INVALID_VALUE;
+    pthread_mutex_lock(&lock);
+    int gpu;
+    CUresult rc = device_lookup(dev, NULL, &gpu);
+    if (rc == CUDA_SUCCESS) {
+        const fg_gpu *g = &scn->gpu[gpu];
+        if (attrib == ATTR_MULTIPROCESSOR_COUNT)
+            *pi = (int)g->sm_count;
+        else if (attrib == ATTR_CC_MAJOR)
+            *pi = (int)g->cc_major;
+        else if (attrib == ATTR_CC_MINOR)
+            *pi = (int)g->cc_minor;
+        else
+            rc = CUDA_ERROR_INVALID_VALUE;  /* documented: only these three */
+    }
+    pthread_mutex_unlock(&lock);
+    return rc;
+}
+
+/* Peers over NVLink: two GPUs that both have links. */
+EXPORT CUresult cuDeviceCanAccessPeer(int *can, CUdevice dev, CUdevice peer)
+{
+    if (!can)
+        return CUDA_ERROR_INVALID_VALUE;
+    pthread_mutex_lock(&lock);
+    int a, b;
+    CUresult rc = device_lookup(dev, NULL, &a);
+    if (rc == CUDA_SUCCESS)
+        rc = device_lookup(peer, NULL, &b);
+    if (rc == CUDA_SUCCESS)
+        *can = a != b && scn->gpu[a].nvlink_links > 0 && scn->gpu[b].nvlink_links > 0;
+    pthread_mutex_unlock(&lock);
+    return rc;
+}
+
+EXPORT CUresult cuCtxEnablePeerAccess(CUcontext peer, unsigned int flags)
+{
+    pthread_mutex_lock(&lock);
+    int me, other = peer ? ctx_index(peer) : -1;
+    CUresult rc = current_gpu(&me);
+    if (rc == CUDA_SUCCESS && (flags || other < 0 || ctxs[other].refs == 0))
+        rc = flags ? CUDA_ERROR_INVALID_VALUE : CUDA_ERROR_INVALID_CONTEXT;
+    if (rc == CUDA_SUCCESS && (other == me || !scn->gpu[me].nvlink_links || !scn->gpu[other].nvlink_links))
+        rc = CUDA_ERROR_PEER_ACCESS_UNSUPPORTED;
+    if (rc == CUDA_SUCCESS && peer_on[me][other])
+        rc = CUDA_ERROR_PEER_ACCESS_ALREADY_ENABLED;
+    if (rc == CUDA_SUCCESS)
+        peer_on[me][other] = 1;
+    pthread_mutex_unlock(&lock);
+    return rc;
+}
+
+/* A copy between two GPUs' memory: at nvlink.peer_gbps (the slower side's) with peer access
+ * enabled, else staged through the host at the PCIe rates. */
+EXPORT CUresult cuMemcpyPeer(CUdeviceptr dst, CUcontext dst_ctx, CUdeviceptr src,
+                             CUcontext src_ctx, size_t n)
+{
+    pthread_mutex_lock(&lock);
+    int dg = dst_ctx ? ctx_index(dst_ctx) : -1, sg = src_ctx ? ctx_index(src_ctx) : -1;
+    CUresult rc = initialised ? CUDA_SUCCESS : CUDA_ERROR_NOT_INITIALIZED;
+    struct alloc *da = NULL, *sa = NULL;
+    if (rc == CUDA_SUCCESS && (dg < 0 || sg < 0 || !ctxs[dg].refs || !ctxs[sg].refs))
+        rc = CUDA_ERROR_INVALID_CONTEXT;
+    if (rc == CUDA_SUCCESS && n && (!(da = find_range(dst, n)) || !(sa = find_range(src, n)) ||
+                                    da->gpu != dg || sa->gpu != sg))
+        rc = CUDA_ERROR_INVALID_VALUE;
+    unsigned char *tmp = NULL;
+    if (rc == CUDA_SUCCESS && n && !(tmp = malloc(n)))
+        rc = CUDA_ERROR_OUT_OF_MEMORY;
+    if (rc == CUDA_SUCCESS && n) {
+        dev_read(sa, (size_t)(src - sa->base), tmp, n);
+        rc = dev_write(da, (size_t)(dst - da->base), tmp, n);
+        const fg_gpu *s = &scn->gpu[sg], *d = &scn->gpu[dg];
+        if (peer_on[sg][dg] || peer_on[dg][sg])
+            advance((double)n / rate(s->peer_gbps < d->peer_gbps ? s->peer_gbps : d->peer_gbps));
+        else
+            advance((double)n / rate(s->d2h_gbps) + (double)n / rate(d->h2d_gbps));
+    }
+    free(tmp);
+    pthread_mutex_unlock(&lock);
+    return rc;
+}

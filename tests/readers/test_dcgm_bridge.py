@@ -1,0 +1,113 @@
+"""The DCGM bridge against real dcgmi outputs (tests/fixtures/dcgm/, SOURCES.md) and fake
+dcgmi programs that hang or print garbage: unknown, never a drain."""
+
+from __future__ import annotations
+
+import os
+import stat
+from pathlib import Path
+
+from healthcheck.checks import CheckContext, run_checks
+from healthcheck.config import Config, DcgmConfig
+from healthcheck.model import GpuSnapshot, Mode, NodeSnapshot
+from healthcheck.read.dcgm import parse_diag, parse_health, read_dcgm
+
+FIX = Path(__file__).resolve().parents[1] / "fixtures" / "dcgm"
+
+
+def fixture(name: str) -> str:
+    return (FIX / name).read_text()
+
+
+def dcgm_findings(read):
+    node = NodeSnapshot(host="h", gpus=tuple(GpuSnapshot(i, uuid=f"GPU-{i}") for i in range(8)), dcgm=read)
+    findings, crashes = run_checks(node, CheckContext(Config(), Mode.NODE, level="deep"))
+    assert not crashes
+    return [f for f in findings if f.check.startswith("dcgm.")]
+
+
+def test_dcgm_diag_3_1_json_all_pass_maps_every_test_of_every_gpu():
+    # the raw string of DCGM's own test: a warning line, a tab indent, null entries
+    results, error = parse_diag(fixture("NVIDIA-DCGM__JsonResultTests__real-output-dcgm-3.1.0-8gpu.txt"))
+    assert error is None
+    assert {r.gpu for r in results} == set(range(8))
+    assert {r.status for r in results} == {"pass"}
+    assert "Denylist" in {r.test for r in results}
+    from healthcheck.deepmodel import DcgmRead
+
+    assert dcgm_findings(DcgmRead(diag=results, diag_ran=True)) == []
+
+
+def test_dcgm_diag_r3_skip_and_r2_pass_are_not_findings():
+    for name in ("virtualclient__DCGMIDiag_r2_results.json", "virtualclient__DCGMIDiag_r3_results.json"):
+        results, error = parse_diag(fixture(name))
+        assert error is None, name
+        assert results and {r.status for r in results} <= {"pass", "skip"}
+    results, _ = parse_diag(fixture("virtualclient__DCGMIDiag_r3_results.json"))
+    assert any("gigaflops" in r.text for r in results)
+
+
+def test_dcgm_diag_fail_and_warn_become_findings_with_gpu_test_and_dcgms_text():
+    text = fixture("virtualclient__DCGMIDiag_r2_results.json").replace(
+        '"status" : "Pass"', '"status" : "Fail"', 1)
+    results, error = parse_diag(text)
+    from healthcheck.deepmodel import DcgmRead, DcgmResult
+
+    results = results + (DcgmResult(3, "PCIe", "warn", "GPU 3 PCIe bandwidth low"),)
+    found = dcgm_findings(DcgmRead(diag=results, diag_ran=True))
+    fail = [f for f in found if f.severity.value == "fail"]
+    assert fail and fail[0].action.value == "reset" and "Denylist" in fail[0].message
+    warn = [f for f in found if f.severity.value == "warn"]
+    assert warn[0].gpu == 3 and "PCIe" in warn[0].message and "bandwidth low" in warn[0].message
+
+
+def test_dcgm_health_healthy_is_no_finding():
+    results, error = parse_health(fixture("virtualclient__DCGMIHealthCheckResults.json"))
+    assert error is None and [r.status for r in results] == ["pass"]
+
+
+def test_dcgm_garbage_output_is_unknown_never_a_drain():
+    from healthcheck.deepmodel import DcgmRead
+
+    for text in ("", "Error: unable to connect to host engine", "{", '{"DCGM GPU Diagnostic": 3}'):
+        results, error = parse_diag(text)
+        assert results == () and error
+        found = dcgm_findings(DcgmRead(diag_error=error, diag_ran=True))
+        assert [f.severity.value for f in found] == ["unknown"]
+        assert not any(f.drains for f in found)
+
+
+def fake_dcgmi(tmp_path: Path, body: str) -> str:
+    path = tmp_path / "dcgmi"
+    path.write_text("#!/bin/sh\n" + body)
+    path.chmod(path.stat().st_mode | stat.S_IXUSR)
+    return str(path)
+
+
+def test_dcgm_hanging_dcgmi_ends_by_the_deadline_as_unknown(tmp_path):
+    config = Config(dcgmi=fake_dcgmi(tmp_path, "exec sleep 600\n"),
+                    dcgm=DcgmConfig(enabled="true", timeout_s=0.5, health_timeout_s=0.5))
+    read = read_dcgm(config, diag=True)
+    assert read is not None
+    assert "did not finish within 0.5 s" in (read.diag_error or "")
+    assert "did not finish within 0.5 s" in (read.health_error or "")
+    found = dcgm_findings(read)
+    assert {f.severity.value for f in found} == {"unknown"}
+
+
+def test_dcgm_missing_dcgmi_is_unknown_when_enabled_and_silent_on_auto(tmp_path):
+    missing = str(tmp_path / "no-dcgmi")
+    assert read_dcgm(Config(dcgmi=missing, dcgm=DcgmConfig(enabled="auto")), diag=True) is None
+    read = read_dcgm(Config(dcgmi=missing, dcgm=DcgmConfig(enabled="true")), diag=True)
+    assert read is not None and "dcgmi not found" in (read.diag_error or "")
+    assert {f.severity.value for f in dcgm_findings(read)} == {"unknown"}
+
+
+def test_dcgm_real_output_through_a_fake_dcgmi(tmp_path):
+    diag = FIX / "NVIDIA-DCGM__JsonResultTests__real-output-dcgm-3.1.0-8gpu.txt"
+    health = FIX / "virtualclient__DCGMIHealthCheckResults.json"
+    script = f'case "$1" in diag) cat "{diag}"; exit 0;; health) cat "{health}";; esac\n'
+    read = read_dcgm(Config(dcgmi=fake_dcgmi(tmp_path, script), dcgm=DcgmConfig(enabled="true")), diag=True)
+    assert read is not None and read.diag_error is None and read.health_error is None
+    assert len(read.diag) > 8 and dcgm_findings(read) == []
+    assert os.path.exists(diag)
