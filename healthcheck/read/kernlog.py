@@ -273,11 +273,21 @@ def _variant(event: XidEvent) -> str:
     return ""
 
 
+GroupKey = Tuple[str, Optional[int], str]
+
+
+def group_key(event: XidEvent) -> GroupKey:
+    """What makes two lines the same event: GPU, Xid and, for 144-150, Fatal or Nonfatal.
+    aggregate() merges by it and an acknowledgement matches by it (decide.xidack), so a
+    Fatal line never passes for an acknowledged Nonfatal one."""
+    return (event.pci, event.xid, _variant(event))
+
+
 def aggregate(events: Iterable[XidEvent]) -> Aggregate:
     """One event per (GPU, Xid), in order of first appearance, in memory bounded by the
     number of pairs (at most MAX_GROUPS) whatever the number of lines (pure).  A GPU's
     (re-)initialisation line (REINIT) drops the Xids it logged before: a reset dealt with them."""
-    groups: Dict[Tuple[str, Optional[int], str], _Group] = {}
+    groups: Dict[GroupKey, _Group] = {}
     lines = dropped = 0
     for event in events:
         if event.xid == REINIT:
@@ -286,7 +296,7 @@ def aggregate(events: Iterable[XidEvent]) -> Aggregate:
                 del groups[key]
             continue
         lines += 1
-        key = (event.pci, event.xid, _variant(event))
+        key = group_key(event)
         group = groups.get(key)
         if group is not None:
             group.add(event)
@@ -429,4 +439,24 @@ def boot_wallclock(proc_root: str = "/proc") -> Optional[float]:
     except (OSError, ValueError, IndexError):
         return None
     return None
+
+
+class BootId(NamedTuple):
+    """Which boot this is: the kernel's random boot_id, and btime for dated log lines."""
+
+    boot_id: Optional[str] = None
+    btime: Optional[float] = None
+
+
+def current_boot(proc_root: str = "/proc") -> BootId:
+    """This boot's identity.  `/proc/sys/kernel/random/boot_id` is a random UUID the kernel
+    draws once per boot; btime (/proc/stat) is boot time in epoch seconds, which moves with
+    an NTP step or a VM resume, so it must not tell one boot from another."""
+    boot_id: Optional[str] = None
+    try:
+        with open(os.path.join(proc_root, "sys", "kernel", "random", "boot_id"), "rb") as handle:
+            boot_id = handle.read(64).decode("ascii", "replace").strip() or None
+    except OSError:
+        boot_id = None
+    return BootId(boot_id, boot_wallclock(proc_root))
 
