@@ -17,7 +17,8 @@ until the log rotates (Azure/azurehpc#648).
 Only the kernel's own lines count: any user can write "NVRM: Xid ... 79" with `logger`, which
 would drain the node.  /dev/kmsg records count only with facility 0 (kern; a user's write to
 /dev/kmsg gets facility user); syslog and journal lines only when their program is `kernel`
-(`host kernel: ...`); dmesg lines are the kernel ring buffer.  A plain-text syslog file cannot
+(`host kernel: ...`); dmesg lines are the kernel ring buffer; lines that state their facility
+(`dmesg --decode`'s "kern  :err   : ", Talos's "host: kern: warning: [ISO]: ") only with `kern`.  A plain-text syslog file cannot
 tell `logger -t kernel` from the kernel: /dev/kmsg (the default) or `journalctl -k` output can.
 
 Any user can also make the driver log Xid 31 as often as they like (a page fault in their own
@@ -66,6 +67,7 @@ class _Patterns(NamedTuple):
     decode: "re.Pattern[str]"
     program: "re.Pattern[str]"
     stamp: "re.Pattern[str]"
+    forwarded: "re.Pattern[str]"
 
 
 @functools.lru_cache(maxsize=1)
@@ -86,6 +88,11 @@ def patterns() -> _Patterns:
         program=re.compile(r"^(?:\S+\s+)?kernel:\s?"),
         # dmesg's stamps ("[ 12.5]", "[Wed Jul 31 23:14:18 2024]"), whatever follows on the line
         stamp=re.compile(r"^\s*\[(?:\s*\d+\.\d+|[A-Z][a-z]{2} [A-Z][a-z]{2} [ \d]\d \d\d:\d\d:\d\d \d{4})\]"),
+        # kmsg forwarded with its facility stated (Talos `talosctl dmesg`, siderolabs/pkgs#792):
+        # "HOST: kern: warning: [2023-08-18T13:36:47.378241465Z]: MESSAGE", level padded
+        forwarded=re.compile(r"^(?:\S+:\s+)?(?P<facility>[a-z0-9]+):\s+(?P<level>[a-z]+):\s+"
+                             r"\[(?P<date>\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d(?:\.\d+)?(?:Z|[+-]\d\d:?\d\d)?)\]:\s?"
+                             r"(?P<msg>.*)$", re.DOTALL),
     )
 
 
@@ -116,6 +123,11 @@ def _from_kernel(line: str, year: int) -> Optional[Tuple[str, Optional[float], O
         if decoded["facility"] != "kern":
             return None
         return _stamp(line[decoded.end():], year)
+    forwarded = p.forwarded.match(line) if ": [" in line[:160] else None
+    if forwarded:  # the format states the facility: only the kernel's counts, never `user`
+        if forwarded["facility"] != "kern":
+            return None
+        return _iso(forwarded["date"], forwarded["msg"])
     msg, mono, wall, seq = _stamp(line, year)
     if p.stamp.match(line):
         return msg, mono, wall, seq  # dmesg prints the kernel ring buffer only
@@ -146,14 +158,7 @@ def _stamp(line: str, year: int) -> Tuple[str, Optional[float], Optional[float],
             return m["msg"], None, None, None
     m = p.iso.match(line)
     if m:
-        try:
-            # dmesg --time-format iso writes a comma before the microseconds
-            stamp = datetime.datetime.fromisoformat(m["date"].replace("Z", "+00:00").replace(",", "."))
-            if stamp.tzinfo is None:
-                return m["msg"], None, time.mktime(stamp.timetuple()), None
-            return m["msg"], None, stamp.timestamp(), None
-        except (ValueError, OverflowError):
-            return m["msg"], None, None, None
+        return _iso(m["date"], m["msg"])
     m = p.syslog.match(line)
     if m:
         month = MONTHS.get(m["mon"].lower())
@@ -169,6 +174,19 @@ def _stamp(line: str, year: int) -> Tuple[str, Optional[float], Optional[float],
         except (ValueError, OverflowError):
             return m["msg"], None, None, None
     return line, None, None, None
+
+
+def _iso(date: str, msg: str) -> Tuple[str, Optional[float], Optional[float], Optional[int]]:
+    """An ISO 8601 stamp as epoch seconds; Python before 3.11 takes at most 6 decimals."""
+    # dmesg --time-format iso writes a comma before the microseconds; Talos nanoseconds
+    date = re.sub(r"([.,]\d{6})\d+", r"\1", date.replace("Z", "+00:00").replace(",", "."))
+    try:
+        stamp = datetime.datetime.fromisoformat(date)
+        if stamp.tzinfo is None:
+            return msg, None, time.mktime(stamp.timetuple()), None
+        return msg, None, stamp.timestamp(), None
+    except (ValueError, OverflowError):
+        return msg, None, None, None
 
 
 def parse_lines(lines: Iterable[str], year: Optional[int] = None) -> List[XidEvent]:
