@@ -85,12 +85,8 @@ class Slurm:
 
                 raise ScontrolError(["scontrol", "show", "nodes"], f"node {node} not in the output")
             if replace_slurm_reason and this.drained and (this.reason or "").startswith(SLURM_OWN_REASONS):
-                noted = self._note_our_drain(store, node, reason, counters, events)
-                try:
-                    self.ctl.set_reason(node, reason)
-                except DoorError:
-                    self._unnote(store, noted, node, events)
-                    raise
+                self._as_ours(store, node, reason, counters, events,
+                              lambda: self.ctl.set_reason(node, reason))
                 events.append(LogEvent("drain", CRIT, f"drained {node}: {reason} (replacing Slurm's "
                                                       f"{this.reason!r} left by our pending drain)",
                                        fields, Outcome.APPLIED))
@@ -113,15 +109,8 @@ class Slurm:
                 message = f"{node} is already drained by gpu-healthcheck ({this.reason})"
                 events.append(LogEvent("drain", NOTICE, message, fields, Outcome.KEPT))
                 return NodeAction("none", reason, detail=message, outcome=Outcome.ALREADY_OURS)
-            # The note goes first: a run killed between the drain and the note (SIGKILL at the
-            # prolog's timeout) must not leave our drain looking like an admin's, or the admin's
-            # resume would acknowledge nothing and the next run drain the node again.
-            noted = self._note_our_drain(store, node, reason, counters, events)
-            try:
-                self.ctl.drain(node, reason)
-            except DoorError:
-                self._unnote(store, noted, node, events)
-                raise
+            noted = self._as_ours(store, node, reason, counters, events,
+                                  lambda: self.ctl.drain(node, reason))
             stepped_back = self._hold_budget(node, reason, events, fields)
             if stepped_back is not None:
                 self._unnote(store, noted, node, events)
@@ -133,6 +122,20 @@ class Slurm:
             self.admin_comment(job_id, reason, events)
         return NodeAction("drain", reason, outcome=Outcome.APPLIED)
 
+    def _as_ours(self, store: StateStore, node: str, reason: str, counters: Tuple[Tuple[str, int], ...],
+                 events: List[LogEvent], change: Callable[[], None]) -> bool:
+        """Note the drain as ours, then make the change that drains.  The note goes first: a
+        run killed between the two (SIGKILL at the prolog's timeout) must not leave our drain
+        looking like an admin's, or the admin's resume would acknowledge nothing and the next
+        run drain the node again.  A change that fails takes the note with it."""
+        noted = self._note_our_drain(store, node, reason, counters, events)
+        try:
+            change()
+        except DoorError:
+            self._unnote(store, noted, node, events)
+            raise
+        return noted
+
     def _note_our_drain(self, store: StateStore, node: str, reason: str,
                         counters: Tuple[Tuple[str, int], ...], events: List[LogEvent]) -> bool:
         """Note the drain as ours (OurDrain), with where the kernel log stands: a later run tells
@@ -142,26 +145,16 @@ class Slurm:
 
         note = OurDrain(node=node, reason=reason, drained_at=time.time(), volatile_ecc=counters,
                         position=position_now(self.config.kernel_log))
-        try:
-            write_our_drain(store, note)
-        except OSError as exc:
-            events.append(LogEvent("error", ERR, f"cannot note the drain of {node} as ours in "
-                                                 f"{store.state_dir}: {exc}; an admin's resume of it "
-                                                 f"will not acknowledge its Xids (gpu-healthcheck --ack "
-                                                 f"does)"))
-            return False
-        return True
+        return _stored(events, ERR, lambda: write_our_drain(store, note),
+                       f"cannot note the drain of {node} as ours in {store.state_dir}: {{exc}}; an "
+                       f"admin's resume of it will not acknowledge its Xids (gpu-healthcheck --ack does)")
 
     def _unnote(self, store: StateStore, noted: bool, node: str, events: List[LogEvent]) -> None:
         """The drain did not go in (or stepped back): the note written before it goes."""
-        if not noted:
-            return
-        try:
-            clear_our_drain(store)
-        except OSError as exc:
-            events.append(LogEvent("error", ERR, f"cannot remove the note of a drain of {node} that "
-                                                 f"did not go in ({store.state_dir}: {exc}); the next "
-                                                 f"resume of {node} acknowledges its Xids"))
+        if noted:
+            _stored(events, ERR, lambda: clear_our_drain(store),
+                    f"cannot remove the note of a drain of {node} that did not go in "
+                    f"({store.state_dir}: {{exc}}); the next resume of {node} acknowledges its Xids")
 
     def _keep_pending(self, store: StateStore, node: str, reason: str, mode: Mode,
                       job_id: Optional[str], events: List[LogEvent], fields: Dict[str, str],
@@ -294,21 +287,14 @@ class Slurm:
             return None
         if this.drained:
             if is_ours(this.reason):
-                try:
-                    write_our_drain(store, ours._replace(position=seen))
-                except OSError as exc:
-                    events.append(LogEvent("error", WARNING, f"cannot note in {store.state_dir} that "
-                                                             f"{node} is still drained by us ({exc}); "
-                                                             f"its resume deals with the Xids up to "
-                                                             f"an earlier point"))
+                _stored(events, WARNING, lambda: write_our_drain(store, ours._replace(position=seen)),
+                        f"cannot note in {store.state_dir} that {node} is still drained by us "
+                        f"({{exc}}); its resume deals with the Xids up to an earlier point")
             return None
         upto = ours.position or seen  # a note from before positions were kept: the resume seen now
-        try:
-            clear_our_drain(store)
-        except OSError as exc:
-            events.append(LogEvent("error", WARNING, f"cannot remove the note of our drain of {node} "
-                                                     f"({store.state_dir}: {exc}); the next run "
-                                                     f"acknowledges the same Xids again"))
+        _stored(events, WARNING, lambda: clear_our_drain(store),
+                f"cannot remove the note of our drain of {node} ({store.state_dir}: {{exc}}); the "
+                f"next run acknowledges the same Xids again")
         events.append(LogEvent("resume", NOTICE, f"{node} was resumed by an admin after our drain "
                                                  f"({ours.reason}); the Xids logged while it was "
                                                  f"drained count as dealt with, later ones count",
@@ -358,3 +344,15 @@ def report_only(node: str, reason: Optional[str], mode: Mode, events: List[LogEv
     message = f"report_only: would {effect} {node}: {reason}"
     events.append(LogEvent("drain", WARNING, message, fields, Outcome.REPORT_ONLY))
     return NodeAction("none", reason, dry_run=True, detail=message, outcome=Outcome.REPORT_ONLY)
+
+
+def _stored(events: List[LogEvent], severity: int, write: Callable[[], None], failure: str) -> bool:
+    """One change to the state store; an OSError is logged (`failure` with {exc}), never
+    swallowed.  Whether it was made."""
+    try:
+        write()
+    except OSError as exc:
+        events.append(LogEvent("error", severity, failure.replace("{exc}", str(exc))))
+        return False
+    return True
+
