@@ -30,6 +30,7 @@ FAULTS = {
     "nvml.init": (dict(nvml_error="DRIVER_NOT_LOADED", gpus=()), Mode.NODE, Severity.FAIL, Action.DRAIN),
     "gpu.count": (dict(sysfs_gpus=("a", "b")), Mode.NODE, Severity.FAIL, Action.REBOOT),
     "gpu.lost": (dict(gpu=dict(lost="GPU_IS_LOST")), Mode.NODE, Severity.FAIL, Action.REBOOT),
+    "nvml.query": (dict(gpu=dict(query_errors=(("EccMode", "CORRUPTED_INFOROM"),))), Mode.NODE, Severity.FAIL, Action.DRAIN),
     "ecc.mode": (dict(gpu=dict(ecc_mode_current=False, ecc_mode_pending=False)), Mode.NODE, Severity.WARN, Action.NONE),
     "ecc.volatile_uncorrected": (dict(gpu=dict(ecc_volatile_uncorrected=2)), Mode.NODE, Severity.FAIL, Action.RESET),
     "ecc.volatile_corrected": (dict(gpu=dict(ecc_volatile_corrected=1001)), Mode.NODE, Severity.WARN, Action.NONE),
