@@ -92,7 +92,7 @@ def check_gpu_lost(gpu: GpuSnapshot, node: NodeSnapshot, ctx: CheckContext) -> I
 CORRUPTED_INFOROM = "CORRUPTED_INFOROM"
 
 
-@gpu_check("nvml.query", severity=Severity.UNKNOWN, action=Action.NONE)
+@gpu_check("nvml.query", severity=Severity.FAIL, action=Action.DRAIN)
 def check_nvml_query(gpu: GpuSnapshot, node: NodeSnapshot, ctx: CheckContext) -> Iterator[Finding]:
     """An NVML query that failed on this GPU with an error other than "not supported".
 
