@@ -183,6 +183,9 @@ class XidEvent(NamedTuple):
     last_seq: Optional[int] = None
     samples: Tuple[str, ...] = ()  # up to kernlog.MAX_SAMPLES distinct messages, first first
     last_message: Optional[str] = None  # the last line's message (Xid 154: the action now)
+    # Xid 13: how many "SM Warp Exception" lines named each (GPC, TPC), as (("GPC 8, TPC 5", 2),
+    # ...), at most kernlog.MAX_UNITS units: NVIDIA advises a diagnostic when one repeats
+    units: Tuple[Tuple[str, int], ...] = ()
 
 
 class SxidEvent(NamedTuple):

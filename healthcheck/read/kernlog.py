@@ -104,6 +104,7 @@ MONTHS.update({"mär": 3, "mai": 5, "okt": 10, "dez": 12, "janv": 1, "févr": 2,
 MAX_LINE = 8192  # longer lines are cut: an NVRM line is a few hundred bytes
 FALLEN_LOOKBACK = 4  # lines between "The NVIDIA GPU X" and "fallen off the bus"
 MAX_SAMPLES = 3  # messages kept per GPU and Xid
+MAX_UNITS = 8  # (GPC, TPC) units tallied per GPU for Xid 13
 MAX_GROUPS = 4096  # distinct (GPU, Xid) pairs kept; real nodes have a handful
 MAX_SXID_LINES = 4096  # NVSwitch SXid lines kept per read (4 switches, a few lines per error)
 # A kernel ring buffer is a few MiB; a syslog file can be GBs.  At ~100 MB/s of NVRM-free
@@ -250,27 +251,46 @@ def _clean(msg: str) -> str:
     return printable(msg[start if start >= 0 else 0:], 512)
 
 
+# Xid 13 "Graphics SM Warp Exception on (GPC 8, TPC 5, SM 0): ...": one per faulting SM and
+# incident; its companions (SM Global Exception, ESR) repeat the unit, so only these count.
+_XID13_UNIT = r"Warp Exception on \(GPC (?P<gpc>\d+), TPC (?P<tpc>\d+)"  # compiled by re on first use
+
+
+def _unit(event: XidEvent) -> Optional[str]:
+    """The (GPC, TPC) an Xid 13 Warp Exception line names, else None (pure)."""
+    if event.xid != 13:
+        return None
+    m = re.search(_XID13_UNIT, event.message)
+    return f"GPC {m['gpc']}, TPC {m['tpc']}" if m else None
+
+
 class _Group:
     """The running tally of one GPU and Xid while aggregate() streams (local to it)."""
 
-    __slots__ = ("first", "last", "count", "samples")
+    __slots__ = ("first", "last", "count", "samples", "units")
 
     def __init__(self, first: XidEvent) -> None:
         self.first = first
         self.last = first
-        self.count = 1
-        self.samples = [first.message]
+        self.count = 0
+        self.samples: List[str] = []
+        self.units: Dict[str, int] = {}
+        self.add(first)
 
     def add(self, event: XidEvent) -> None:
         self.last = event
         self.count += 1
         if len(self.samples) < MAX_SAMPLES and event.message not in self.samples:
             self.samples.append(event.message)
+        unit = _unit(event)
+        if unit is not None and (unit in self.units or len(self.units) < MAX_UNITS):
+            self.units[unit] = self.units.get(unit, 0) + 1
 
     def event(self) -> XidEvent:
         return self.first._replace(occurrences=self.count, last_monotonic_s=self.last.monotonic_s,
                                    last_wallclock=self.last.wallclock, last_seq=self.last.seq,
-                                   samples=tuple(self.samples), last_message=self.last.message)
+                                   samples=tuple(self.samples), last_message=self.last.message,
+                                   units=tuple(self.units.items()))
 
 
 class Aggregate(NamedTuple):
