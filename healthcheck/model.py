@@ -173,6 +173,9 @@ class XidEvent(NamedTuple):
     last_seq: Optional[int] = None
     samples: Tuple[str, ...] = ()  # up to kernlog.MAX_SAMPLES distinct messages, first first
     last_message: Optional[str] = None  # the last line's message (Xid 154: the action now)
+    # Xid 13: how many "SM Warp Exception" lines named each (GPC, TPC), as (("GPC 8, TPC 5", 2),
+    # ...), at most kernlog.MAX_UNITS units: NVIDIA advises a diagnostic when one repeats
+    units: Tuple[Tuple[str, int], ...] = ()
 
 
 class SxidEvent(NamedTuple):
@@ -464,8 +467,9 @@ class PendingDrain(NamedTuple):
 class XidAck(NamedTuple):
     """Up to where one GPU's Xids are dealt with (an admin's --ack, or the resume of our drain).
 
-    Xids logged after `position` count again.  `boot` is the boot (btime) it belongs to: after
-    a reboot the kernel log starts over and the ack no longer applies.  `count` is how many
+    Xids logged after `position` count again.  `boot_id` is the boot it belongs to
+    (/proc/sys/kernel/random/boot_id): after a reboot the kernel log starts over and the ack no
+    longer applies.  `boot` (btime) is all that files from before boot_id hold.  `count` is how many
     acknowledgements dealt with a failing Xid on this GPU, over its life: past
     `xid_escalate_after` a new one escalates instead of asking for another reset."""
 
@@ -475,6 +479,7 @@ class XidAck(NamedTuple):
     boot: Optional[float] = None
     count: int = 0  # type: ignore[assignment]  # tuple.count is never used here
     by: str = "ack"  # "ack" (gpu-healthcheck --ack) | "resume" (an admin resumed our drain)
+    boot_id: Optional[str] = None
 
 
 class OurDrain(NamedTuple):
@@ -487,6 +492,9 @@ class OurDrain(NamedTuple):
     # when we drained: a GPU reset (or driver reload) starts these counters over, which deals
     # with that GPU's Xids even where the kernel log shows no init line
     volatile_ecc: Tuple[Tuple[str, int], ...] = ()
+    # where the kernel log stood the last time a run saw the node drained by us (the drain's
+    # own run first): an admin's resume deals with the Xids up to here, never with later ones
+    position: Optional[KernelLogPosition] = None
 
 
 MPS_DAEMON = "nvidia-cuda-mps-server"

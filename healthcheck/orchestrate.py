@@ -51,7 +51,8 @@ def run(request: RunRequest, config: Config, node_name: Optional[str] = None) ->
         probe_cap = lambda: probe_cap_s(ends_at, time.monotonic(), slurm.unanswered(), config)  # noqa: E731
     if plan.changes_node:
         slurm.apply_pending(store, node, events)
-    resumed_by_admin = plan.health_check and plan.changes_node and slurm.admin_resumed(store, node, events)
+    # an admin's resume of our drain deals with the Xids up to where it was last seen drained
+    resumed_upto = slurm.admin_resumed(store, node, events) if plan.health_check and plan.changes_node else None
 
     inputs = NodeInputs(baseline=store.read_baseline, acks=lambda: read_acks(store),
                         listpids=slurm.listpids, probe_cap=probe_cap)
@@ -59,8 +60,8 @@ def run(request: RunRequest, config: Config, node_name: Optional[str] = None) ->
     if plan.health_check and plan.changes_node:
         from .act.xidack import acknowledge_resets, acknowledge_xids
 
-        snapshot = (acknowledge_xids(snapshot, config, store, events, None, by="resume")
-                    if resumed_by_admin else acknowledge_resets(snapshot, config, store, node, events))
+        snapshot = (acknowledge_xids(snapshot, config, store, events, None, by="resume", upto=resumed_upto)
+                    if resumed_upto else acknowledge_resets(snapshot, config, store, node, events))
     findings, crashes, verdict = judge(snapshot, config, mode, request.level, selected, plan.only_gpus)
     job_id = snapshot.job.job_id if snapshot.job else None
     reason = drain_reason(findings, snapshot.gpus, mode, job_id)

@@ -28,8 +28,8 @@ from typing import Any, Callable, Dict, List, Mapping, Optional, Sequence, Tuple
 from ..config import Config
 from ..decide.verdict import (DrainDecision, NodeState, decide_drain, gpu_nodes, is_ours,
                               may_resume, refused_comment, refused_reason)
-from ..model import (CRIT, ERR, INFO, NOTICE, WARNING, DoorError, Finding, LogEvent, Mode, NodeAction,
-                     NodeSnapshot, OurDrain, Outcome, PendingDrain)
+from ..model import (CRIT, ERR, INFO, NOTICE, WARNING, DoorError, Finding, KernelLogPosition, LogEvent,
+                     Mode, NodeAction, NodeSnapshot, OurDrain, Outcome, PendingDrain)
 from ..text import iso_utc
 from .state import StateStore, clear_our_drain, read_our_drain, write_our_drain
 
@@ -85,8 +85,8 @@ class Slurm:
 
                 raise ScontrolError(["scontrol", "show", "nodes"], f"node {node} not in the output")
             if replace_slurm_reason and this.drained and (this.reason or "").startswith(SLURM_OWN_REASONS):
-                self.ctl.set_reason(node, reason)
-                _note_our_drain(store, node, reason, counters)
+                self._as_ours(store, node, reason, counters, events,
+                              lambda: self.ctl.set_reason(node, reason))
                 events.append(LogEvent("drain", CRIT, f"drained {node}: {reason} (replacing Slurm's "
                                                       f"{this.reason!r} left by our pending drain)",
                                        fields, Outcome.APPLIED))
@@ -105,21 +105,56 @@ class Slurm:
                                        fields, Outcome.KEPT))
                 return NodeAction("none", reason, detail=message, outcome=Outcome.ADMIN_OWNED)
             if decision is DrainDecision.ALREADY_OURS:
-                _note_our_drain(store, node, this.reason or reason, counters)
+                self._note_our_drain(store, node, this.reason or reason, counters, events)
                 message = f"{node} is already drained by gpu-healthcheck ({this.reason})"
                 events.append(LogEvent("drain", NOTICE, message, fields, Outcome.KEPT))
                 return NodeAction("none", reason, detail=message, outcome=Outcome.ALREADY_OURS)
-            self.ctl.drain(node, reason)
+            noted = self._as_ours(store, node, reason, counters, events,
+                                  lambda: self.ctl.drain(node, reason))
             stepped_back = self._hold_budget(node, reason, events, fields)
             if stepped_back is not None:
+                self._unnote(store, noted, node, events)
                 return stepped_back
         except DoorError as exc:
             return self._keep_pending(store, node, reason, mode, job_id, events, fields, exc)
         events.append(LogEvent("drain", CRIT, f"drained {node}: {reason}", fields, Outcome.APPLIED))
-        _note_our_drain(store, node, reason, counters)
         if job_id:
             self.admin_comment(job_id, reason, events)
         return NodeAction("drain", reason, outcome=Outcome.APPLIED)
+
+    def _as_ours(self, store: StateStore, node: str, reason: str, counters: Tuple[Tuple[str, int], ...],
+                 events: List[LogEvent], change: Callable[[], None]) -> bool:
+        """Note the drain as ours, then make the change that drains.  The note goes first: a
+        run killed between the two (SIGKILL at the prolog's timeout) must not leave our drain
+        looking like an admin's, or the admin's resume would acknowledge nothing and the next
+        run drain the node again.  A change that fails takes the note with it."""
+        noted = self._note_our_drain(store, node, reason, counters, events)
+        try:
+            change()
+        except DoorError:
+            self._unnote(store, noted, node, events)
+            raise
+        return noted
+
+    def _note_our_drain(self, store: StateStore, node: str, reason: str,
+                        counters: Tuple[Tuple[str, int], ...], events: List[LogEvent]) -> bool:
+        """Note the drain as ours (OurDrain), with where the kernel log stands: a later run tells
+        by it that an admin resumed it, or reset a GPU, and so dealt with the Xids up to here.
+        False (and an error logged) when the note cannot be written: the drain still goes in."""
+        from ..read.kernlog import position_now
+
+        note = OurDrain(node=node, reason=reason, drained_at=time.time(), volatile_ecc=counters,
+                        position=position_now(self.config.kernel_log))
+        return _stored(events, ERR, lambda: write_our_drain(store, note),
+                       f"cannot note the drain of {node} as ours in {store.state_dir}: {{exc}}; an "
+                       f"admin's resume of it will not acknowledge its Xids (gpu-healthcheck --ack does)")
+
+    def _unnote(self, store: StateStore, noted: bool, node: str, events: List[LogEvent]) -> None:
+        """The drain did not go in (or stepped back): the note written before it goes."""
+        if noted:
+            _stored(events, ERR, lambda: clear_our_drain(store),
+                    f"cannot remove the note of a drain of {node} that did not go in "
+                    f"({store.state_dir}: {{exc}}); the next resume of {node} acknowledges its Xids")
 
     def _keep_pending(self, store: StateStore, node: str, reason: str, mode: Mode,
                       job_id: Optional[str], events: List[LogEvent], fields: Dict[str, str],
@@ -228,24 +263,43 @@ class Slurm:
 
     # --- resuming ----------------------------------------------------------------------
 
-    def admin_resumed(self, store: StateStore, node: str, events: List[LogEvent]) -> bool:
+    def admin_resumed(self, store: StateStore, node: str,
+                      events: List[LogEvent]) -> Optional[KernelLogPosition]:
         """Whether the node we drained is back in service: an admin resumed it, and so dealt with
-        what drained it.  Asks scontrol only when we hold a note of our drain (OurDrain)."""
+        what drained it.  Returns the kernel-log position the resume deals with Xids up to (the
+        last one at which a run saw the node still drained by us), else None.  Asks scontrol
+        only when we hold a note of our drain (OurDrain).
+
+        Not the log's end now: an Xid logged after the resume and before this run (a new Xid 119
+        once the admin reset the GPU) is not the admin's to have dealt with."""
+        from ..read.kernlog import position_now
+
         ours = read_our_drain(store)
         if ours is None or ours.node != node:
-            return False
+            return None
+        seen = position_now(self.config.kernel_log)  # before asking: drained at least up to here
         try:
             this, _ = self.node(node)
         except DoorError as exc:
             events.append(LogEvent("error", WARNING, f"cannot tell whether {node} was resumed: {exc}"))
-            return False
-        if this is None or this.drained:
-            return False
-        clear_our_drain(store)
+            return None
+        if this is None:
+            return None
+        if this.drained:
+            if is_ours(this.reason):
+                _stored(events, WARNING, lambda: write_our_drain(store, ours._replace(position=seen)),
+                        f"cannot note in {store.state_dir} that {node} is still drained by us "
+                        f"({{exc}}); its resume deals with the Xids up to an earlier point")
+            return None
+        upto = ours.position or seen  # a note from before positions were kept: the resume seen now
+        _stored(events, WARNING, lambda: clear_our_drain(store),
+                f"cannot remove the note of our drain of {node} ({store.state_dir}: {{exc}}); the "
+                f"next run acknowledges the same Xids again")
         events.append(LogEvent("resume", NOTICE, f"{node} was resumed by an admin after our drain "
-                                                 f"({ours.reason}); the Xids seen so far count as "
-                                                 f"dealt with", {}, Outcome.ACKNOWLEDGED))
-        return True
+                                                 f"({ours.reason}); the Xids logged while it was "
+                                                 f"drained count as dealt with, later ones count",
+                               {}, Outcome.ACKNOWLEDGED))
+        return upto
 
     def maybe_resume(self, store: StateStore, node: str, findings: Sequence[Finding],
                      snapshot: NodeSnapshot, events: List[LogEvent], fields: Dict[str, str],
@@ -292,12 +346,13 @@ def report_only(node: str, reason: Optional[str], mode: Mode, events: List[LogEv
     return NodeAction("none", reason, dry_run=True, detail=message, outcome=Outcome.REPORT_ONLY)
 
 
-def _note_our_drain(store: StateStore, node: str, reason: str,
-                    counters: Tuple[Tuple[str, int], ...] = ()) -> None:
-    """So that a later run can tell an admin resumed it, or reset a GPU (its volatile ECC
-    counters start over), and so dealt with its Xids."""
+def _stored(events: List[LogEvent], severity: int, write: Callable[[], None], failure: str) -> bool:
+    """One change to the state store; an OSError is logged (`failure` with {exc}), never
+    swallowed.  Whether it was made."""
     try:
-        write_our_drain(store, OurDrain(node=node, reason=reason, drained_at=time.time(),
-                                        volatile_ecc=counters))
-    except OSError:
-        pass  # costs only the automatic acknowledgement; the drain itself stands
+        write()
+    except OSError as exc:
+        events.append(LogEvent("error", severity, failure.replace("{exc}", str(exc))))
+        return False
+    return True
+

@@ -201,6 +201,8 @@ def read_our_drain(store: "StateStore") -> Optional[OurDrain]:
             return None
         data = dict(_check_fields(OurDrain, json.loads(raw.decode("utf-8"))))
         data["volatile_ecc"] = tuple((str(p), int(n)) for p, n in data.get("volatile_ecc") or ())
+        if data.get("position") is not None:  # a note from before 0.x has none
+            data["position"] = KernelLogPosition(**_check_fields(KernelLogPosition, data["position"]))
         return OurDrain(**data)
     except (OSError, ValueError, TypeError):
         return None  # an unreadable note only costs the automatic acknowledgement

@@ -15,10 +15,12 @@ import time
 from typing import List, Optional, Sequence, Tuple
 
 from ..config import Config
-from ..decide.xidack import acknowledge, counters_started_over, gpu_pcis
-from ..model import ERR, NOTICE, LogEvent, Mode, NodeSnapshot, Outcome, UsageError, XidEvent
+from ..decide.xidack import (acknowledge, counters_started_over, gpu_pcis, position_key, unacknowledged,
+                             window_after)
+from ..model import (ERR, NOTICE, WARNING, KernelLogPosition, LogEvent, Mode, NodeSnapshot, Outcome, UsageError,
+                     XidAck, XidEvent)
 from ..pci import kernel_pci
-from ..read.kernlog import boot_wallclock, position_now, read_kernel_log
+from ..read.kernlog import current_boot, group_key, position_now, read_kernel_log
 from .state import StateStore, read_acks, read_our_drain, write_acks, write_our_drain
 
 
@@ -28,9 +30,12 @@ def _xid_list(events: Sequence[XidEvent]) -> str:
 
 
 def acknowledge_xids(snapshot: NodeSnapshot, config: Config, store: StateStore,
-                     events: List[LogEvent], gpus: Optional[Tuple[int, ...]], by: str) -> NodeSnapshot:
+                     events: List[LogEvent], gpus: Optional[Tuple[int, ...]], by: str,
+                     upto: Optional[KernelLogPosition] = None) -> NodeSnapshot:
     """Record that the Xids in the snapshot's kernel log, on these GPUs (None: all), are dealt
-    with; returns the snapshot without them.  `by`: "ack" (--ack), "resume" or "reset"."""
+    with; returns the snapshot without them.  `by`: "ack" (--ack), "resume" or "reset".
+    `upto`: dealt with up to this position only (a resume: what was logged while the node was
+    drained), and what came after it still counts; None: up to the end of this run's read."""
     log = snapshot.kernel_log
     if gpus is None:
         pcis = gpu_pcis(snapshot.gpus, log.events)
@@ -38,19 +43,27 @@ def acknowledge_xids(snapshot: NodeSnapshot, config: Config, store: StateStore,
         pcis = tuple(p for p in (kernel_pci(g.pci_bus_id) for g in snapshot.gpus
                                  if g.index in gpus and g.pci_bus_id) if p)
     stored, _ = read_acks(store)
-    acks = acknowledge(stored, pcis, log.events, log.end or position_now(config.kernel_log),
-                       boot_wallclock(), time.time(), by)
+    mine = [e for e in log.events if e.pci in pcis]
+    kept = tuple(e for e in log.events if e.pci not in pcis)
+    if upto is not None:
+        # what the kernel logged after `upto` still counts, as after any acknowledgement
+        later = read_kernel_log(config.kernel_log, window_after(upto)).events
+        marks = {p: XidAck(pci=p, position=upto, acked_at=0.0) for p in pcis}
+        kept = unacknowledged(log.events, marks, {position_key(upto): later})
+        mine = [e for e in mine if not any(group_key(k) == group_key(e) and k.occurrences >= e.occurrences
+                                           for k in kept)]
+    acks = acknowledge(stored, pcis, mine, upto or log.end or position_now(config.kernel_log),
+                       current_boot(), time.time(), by)
     try:
         write_acks(store, acks)
     except OSError as exc:
         events.append(LogEvent("error", ERR, f"cannot record the Xid acknowledgement in "
                                              f"{store.state_dir}: {exc}; the Xids still count"))
         return snapshot
-    dealt = [e for e in log.events if e.pci in pcis]
-    if dealt:
-        events.append(LogEvent("resume", NOTICE, "Xids acknowledged (" + by + "): " + _xid_list(dealt),
+    if mine:
+        events.append(LogEvent("resume", NOTICE, "Xids acknowledged (" + by + "): " + _xid_list(mine),
                                {}, Outcome.ACKNOWLEDGED))
-    return snapshot._replace(kernel_log=log._replace(events=tuple(e for e in log.events if e.pci not in pcis)),
+    return snapshot._replace(kernel_log=log._replace(events=kept),
                              xid_ack_counts=tuple(sorted((p, a.count) for p, a in acks.items())))
 
 
@@ -76,8 +89,10 @@ def acknowledge_resets(snapshot: NodeSnapshot, config: Config, store: StateStore
     try:
         write_our_drain(store, ours._replace(volatile_ecc=tuple(
             (p, now.get(p, 0) if p in reset else n) for p, n in ours.volatile_ecc)))
-    except OSError:
-        pass  # the next run acknowledges the same reset again: harmless
+    except OSError as exc:  # the next run acknowledges the same reset again: harmless, but said
+        events.append(LogEvent("error", WARNING, f"cannot update the note of our drain in "
+                                                 f"{store.state_dir}: {exc}; the next run "
+                                                 f"acknowledges the same reset again"))
     return snapshot
 
 

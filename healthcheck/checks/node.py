@@ -94,3 +94,32 @@ def check_gpu_lost(gpu: GpuSnapshot, node: NodeSnapshot, ctx: CheckContext) -> I
     yield _f("gpu.lost", Severity.FAIL, gpu, message, value=gpu.lost,
              action=Action.REBOOT if gpu.lost == "GPU_IS_LOST" else Action.RESET)
 
+
+CORRUPTED_INFOROM = "CORRUPTED_INFOROM"
+
+
+@gpu_check("nvml.query", severity=Severity.FAIL, action=Action.DRAIN)
+def check_nvml_query(gpu: GpuSnapshot, node: NodeSnapshot, ctx: CheckContext) -> Iterator[Finding]:
+    """An NVML query that failed on this GPU with an error other than "not supported".
+
+    The field it reads (ECC counters, remapped rows, memory, processes, ...) is then not
+    known, and a check that finds it None would pass the GPU: say so instead (unknown, never a
+    drain).  CORRUPTED_INFOROM is a fault of its own: the InfoROM holds the board's ECC and
+    page-retirement records, and nvml.h documents the error as "infoROM is corrupted";
+    nvidia-smi prints "WARNING: infoROM is corrupted at gpu ...".  NVIDIA's remedy is a person:
+    reflash the InfoROM, else RMA.  Fail, drain.
+    nvidia-smi equivalent: `nvidia-smi -q` showing "Unknown Error" or "infoROM is corrupted".
+    """
+    failed = dict(gpu.query_errors)
+    for query, error in gpu.query_errors:
+        if error == CORRUPTED_INFOROM:
+            yield _f("nvml.query", Severity.FAIL, gpu,
+                     f"{label(gpu)}: NVML {query} answers CORRUPTED_INFOROM: the InfoROM is "
+                     f"corrupted; reflash it or RMA the GPU", value=f"{query}: {error}",
+                     action=Action.DRAIN)
+            return
+    for query, error in failed.items():
+        yield _f("nvml.query", Severity.UNKNOWN, gpu,
+                 f"{label(gpu)}: NVML {query} failed ({error}); what it reads is not checked",
+                 value=f"{query}: {error}")
+

@@ -1,14 +1,18 @@
 """Xid events from the kernel log, judged against NVIDIA's Xid catalogue.
 
-Source of every severity and action below: NVIDIA, "Xid Errors", "Analyzing Xid Errors with the
-Xid Catalog" (docs.nvidia.com/deploy/xid-errors/analyzing-xid-catalog.html), the catalogue's
-"Resolution Bucket (Immediate Action)" column and its "XID 144-150 Decode" sheet:
-RESTART_APP / IGNORE -> info (the application's fault, or nothing to do), RESET_GPU -> fail,
-reset the GPU, RESTART_BM -> fail, reboot (power-cycle) the node, RESTART_VM -> fail, reboot.
+Every code's bucket comes from one data file, xid_catalogue.csv beside this module: NVIDIA's own
+mapping of its Xid catalogue (Xid-Catalog.xlsx, last modified 2025-09-30,
+docs.nvidia.com/deploy/xid-errors/analyzing-xid-catalog.html, column "Resolution Bucket
+(Immediate Action)"), as NVIDIA's NVSentinel ships it (xid_catalogue.SOURCE.md).  Each bucket
+becomes a decision through BUCKET_DECISION, the one table below; the few codes where we decide
+otherwise are in OVERRIDES, each with its reason.  The file is read on the first Xid judged,
+never on the prolog path.
 """
 
 from __future__ import annotations
 
+import functools
+import os
 import re
 from typing import Dict, Iterator, List, Optional, Tuple
 
@@ -17,52 +21,58 @@ from ..records import NamedTuple
 from .registry import CheckContext, finding as _f, gpu_at, label, node_check
 
 INFO, WARN, FAIL = Severity.INFO, Severity.WARN, Severity.FAIL
-_APP = (INFO, Action.NONE)
-_RESET = (FAIL, Action.RESET)
+CATALOGUE_FILE = "xid_catalogue.csv"
+CATALOGUE_DATE = "2025-09-30"  # Xid-Catalog.xlsx's last modification, which the file follows
 
-# (severity, action, what it means), from the catalogue's immediate action
-XID_CATALOGUE: Dict[int, Tuple[Severity, Action, str]] = {
-    8: (*_APP, "GPU stopped processing: restart the application"),
-    13: (*_APP, "graphics engine exception, usually the application"),
-    31: (*_APP, "GPU memory page fault, usually the application"),
-    32: (*_APP, "invalid or corrupted push buffer stream, usually the application"),
-    43: (*_APP, "GPU stopped processing, usually the application"),
-    45: (*_APP, "preemptive cleanup after an earlier error"),
-    46: (*_RESET, "GPU stopped processing: reset the GPU"),
-    48: (*_RESET, "double-bit ECC error: reset the GPU"),
-    62: (*_RESET, "internal micro-controller halt: reset the GPU"),
-    63: (WARN, Action.NONE, "ECC page retirement or row remap recorded: watch"),
-    # the catalogue says RESET_GPU; CONTRACTS §4 makes a remap failure an RMA criterion
-    64: (FAIL, Action.RMA, "ECC page retirement or row remap failed: RMA the GPU"),
-    68: (*_APP, "video processor exception, usually the application"),
-    69: (*_APP, "graphics engine class error, usually the application"),
-    74: (*_RESET, "NVLink error: reset the GPU, or reboot"),
-    79: (FAIL, Action.REBOOT, "GPU has fallen off the bus: power-cycle the node"),
-    92: (WARN, Action.NONE, "high single-bit ECC error rate: watch"),
-    94: (WARN, Action.NONE, "contained ECC error: the application restarts, the GPU stays usable"),
-    95: (*_RESET, "uncontained ECC error: reset the GPU"),
-    109: (*_RESET, "context switch timeout: reset the GPU"),
-    110: (*_RESET, "security fault: reset the GPU"),
-    119: (*_RESET, "GSP RPC timeout: reset the GPU"),
-    120: (*_RESET, "GSP error: reset the GPU"),
-    121: (INFO, Action.NONE, "C2C link error, corrected"),
-    136: (*_RESET, "link training failed: reset the GPU"),
-    137: (INFO, Action.NONE, "NVLink privilege error"),
-    140: (*_RESET, "unrecovered ECC error: reset the GPU"),
-    143: (*_RESET, "GPU initialisation failure: reset the GPU"),
-    151: (FAIL, Action.REBOOT, "key rotation error: restart the VM"),
-    155: (*_RESET, "NVLink software-defined error: reset the GPU"),
-    156: (*_RESET, "resource retirement event: reset the GPU"),
-    157: (WARN, Action.NONE, "resource retirement failure: contact support if it recurs"),
-    158: (*_RESET, "GPU fatal timeout: reset the GPU"),
-    159: (WARN, Action.NONE, "CHI non-data error: check UVM"),
-    160: (INFO, Action.NONE, "channel retirement event"),
-    161: (INFO, Action.NONE, "channel retirement failure"),
+# NVSentinel's names for two of the catalogue's buckets (the second verbatim, typo and all)
+BUCKET_ALIASES = {"UNEXPECTED_ERR_REPORT_ISSUE": "CONTACT_SUPPORT",
+                  "Follow guidance as it aapplies to another Xid": "XID_154"}
+
+# The catalogue's bucket -> our decision: (severity, action, what it asks for).
+BUCKET_DECISION: Dict[str, Tuple[Severity, Action, str]] = {
+    # the application's fault (or nothing to do): the job hears of it, the node stays in service;
+    # repeated 13 on one GPC/TPC or repeated 31 warn (xid_verdict), as the catalogue advises
+    "RESTART_APP": (INFO, Action.NONE, "restart the application; the GPU is not at fault"),
+    "IGNORE": (INFO, Action.NONE, "informational, nothing to do"),
+    "RESET_GPU": (FAIL, Action.RESET, "reset the GPU"),
+    "RESTART_BM": (FAIL, Action.REBOOT, "reboot (power-cycle) the node"),
+    "RESTART_VM": (FAIL, Action.REBOOT, "restart the VM (reboot the node)"),
+    # the catalogue names no automatic fix: a person must look, so the node is drained
+    "CONTACT_SUPPORT": (FAIL, Action.DRAIN, "unexpected: a person must look (NVIDIA: contact "
+                                            "support)"),
+    "CHECK_MECHANICALS": (FAIL, Action.DRAIN, "a person must check the GPU's seating and "
+                                              "connections (auxiliary power)"),
+    "UPDATE_SWFW": (FAIL, Action.DRAIN, "a person must update the driver or firmware"),
+    # Xid 159: NVIDIA says reset the GPU when UVM is in use.  Every CUDA context opens
+    # /dev/nvidia-uvm (libcuda needs the nvidia-uvm module), so on a node that runs GPU jobs
+    # UVM is in use whenever an Xid can be logged: we take it as in use.
+    "CHECK_UVM": (FAIL, Action.RESET, "CHI non-data error with UVM in use: reset the GPU"),
+    # workflows: the line decides (xid_verdict); these are the decisions before it does
+    "WORKFLOW_XID_45": (INFO, Action.NONE, "preemptive cleanup after an earlier error"),
+    "WORKFLOW_XID_48": (FAIL, Action.RESET, "double-bit ECC error: reset the GPU"),
+    "WORKFLOW_NVLINK_ERR": (FAIL, Action.RESET, "NVLink error: reset the GPU, or reboot"),
+    # NVSentinel drains and resets a 144-150 line it cannot decode; so do we
+    "WORKFLOW_NVLINK5_ERR": (FAIL, Action.RESET, "NVLink5 error whose payload could not be "
+                                                 "decoded: reset the GPU"),
+    "XID_154": (FAIL, Action.DRAIN, "GPU recovery action changed (new action not in the line): "
+                                    "drain and check nvidia-smi -q"),
 }
+
+# Our deliberate differences from the catalogue, each with its reason.
+OVERRIDES: Dict[int, Tuple[Severity, Action, str]] = {
+    # catalogue: RESET_GPU.  A row-remap (or page-retirement) failure is NVIDIA's own RMA
+    # criterion (GPU Memory Error Management; CONTRACTS.md section 4): a reset will not fix it.
+    64: (FAIL, Action.RMA, "ECC page retirement or row remap failed: RMA the GPU"),
+}
+# Xid 13 on one (GPC, TPC), or Xid 31 on one GPU, this many times: the catalogue's investigatory
+# action is a diagnostic.  Warn until the deep level exists to escalate to.
+REPEATS_FOR_DIAGNOSTIC = 2
 NVLINK5_XIDS = {144: "SAW", 145: "RLW", 146: "TLW", 147: "TREX", 148: "NVLPW_CTRL", 149: "NETIR",
                 150: "MSE"}
 FALLEN_OFF_BUS = (FAIL, Action.REBOOT, "GPU has fallen off the bus: power-cycle the node")
-UNKNOWN_XID = (WARN, Action.NONE, "not in NVIDIA's Xid catalogue as we know it: look it up")
+UNKNOWN_XID = (WARN, Action.NONE, f"not in NVIDIA's Xid catalogue of {CATALOGUE_DATE}: look it up")
+# the catalogue's workflow for 48: "check SRAM Error Threshold flag ... If set RUN_FIELDDIAG"
+_SRAM_THRESHOLD = r"\bSRAM\b.*\bthreshold\b.*\bexceeded\b|\bthreshold\b.*\bexceeded\b.*\bSRAM\b"
 
 # "<UNIT> Fatal|Nonfatal XC<n> i<n> Link <L> (<intrinfo> <errorstatus> ...)" (driver 550+)
 # Patterns as text, compiled by re on first use (its cache): the prolog reads no kernel log.
@@ -97,16 +107,61 @@ def recovery_action_from_154(code: int, name: str) -> Tuple[Severity, Action, st
     return FAIL, Action.DRAIN, f"the driver asks for recovery action {code:#x} ({name or 'unnamed'})", False
 
 
+class CatalogueError(Exception):
+    """The catalogue data file is missing or malformed (a packaging bug, never a GPU fault)."""
+
+
+@functools.lru_cache(maxsize=1)  # a memo of a file the package ships: read once per process
+def catalogue(path: Optional[str] = None) -> Dict[int, Tuple[str, str]]:
+    """Code -> (mnemonic, bucket) from the catalogue data file, NVSentinel's names for the
+    buckets mapped to the catalogue's (BUCKET_ALIASES).  Lines are "code,mnemonic,bucket,
+    FATAL|NONFATAL"; a blank line or one starting with # is skipped."""
+    import csv
+
+    path = path or os.path.join(os.path.dirname(os.path.abspath(__file__)), CATALOGUE_FILE)
+    table: Dict[int, Tuple[str, str]] = {}
+    try:
+        with open(path, encoding="utf-8", newline="") as f:
+            for n, row in enumerate(csv.reader(f), 1):
+                if not row or row[0].lstrip().startswith("#"):
+                    continue
+                if len(row) != 4 or not row[0].strip().isdigit():
+                    raise CatalogueError(f"{path}: line {n}: expected code,mnemonic,bucket,"
+                                         f"FATAL|NONFATAL, got {row!r}")
+                bucket = row[2].strip()
+                table[int(row[0])] = (row[1].strip(), BUCKET_ALIASES.get(bucket, bucket))
+    except OSError as e:
+        raise CatalogueError(f"Xid catalogue {path} not readable: {e}") from e
+    if not table:
+        raise CatalogueError(f"Xid catalogue {path} holds no code")
+    return table
+
+
+def decision(code: int) -> Optional[Tuple[Severity, Action, str]]:
+    """The decision for an Xid code before its line is read: our override, else its bucket's;
+    None when the catalogue does not list it (or lists it under a bucket with no decision,
+    which tests/unit/test_xid_catalogue.py forbids)."""
+    if code in OVERRIDES:
+        return OVERRIDES[code]
+    entry = catalogue().get(code)
+    if entry is None or entry[1] not in BUCKET_DECISION:
+        return None
+    severity, action, what = BUCKET_DECISION[entry[1]]
+    return severity, action, f"{entry[0] or 'unnamed'}: {what}"
+
+
 def xid_verdict(event: XidEvent) -> XidVerdict:
-    """Severity, action and meaning of one Xid line, from the catalogue and its payload."""
+    """Severity, action and meaning of one Xid event (one line, or the lines kernlog.aggregate
+    merged), from the catalogue's bucket and the line's payload."""
     if event.xid is None:
         return XidVerdict(*FALLEN_OFF_BUS)
     code, text = event.xid, event.message
     if code in NVLINK5_XIDS:
         m = re.search(_NVLINK5, text, re.IGNORECASE)
         if m is None:
-            return XidVerdict(WARN, Action.NONE, f"NVLink5 {NVLINK5_XIDS[code]} error whose payload "
-                                                 f"could not be decoded: look it up")
+            return XidVerdict(FAIL, Action.RESET, f"NVLink5 {NVLINK5_XIDS[code]} error whose "
+                                                  f"payload could not be decoded: reset the GPU "
+                                                  f"(NVIDIA's NVSentinel drains it too)")
         where = f"{m['unit']} link {m['link']} (intrinfo {m['intr']}, error status {m['status']})"
         if m["sev"].lower() == "fatal":
             return XidVerdict(FAIL, Action.RESET, f"fatal NVLink5 error in {where}: reset the GPU")
@@ -116,15 +171,31 @@ def xid_verdict(event: XidEvent) -> XidVerdict:
         # aggregated: the last line of this GPU's Xid 154s carries the action that holds now
         m = re.search(_XID154, event.last_message or text, re.IGNORECASE)
         if m is None:
-            return XidVerdict(FAIL, Action.DRAIN, "GPU recovery action changed (new action not in "
-                                                  "the line): drain and check nvidia-smi -q")
+            return XidVerdict(*BUCKET_DECISION["XID_154"])
         return XidVerdict(*recovery_action_from_154(int(m["to"], 0), (m["to_name"] or "").strip()))
     if code == 45:
         m = re.search(_CAUSED_BY, text, re.IGNORECASE)
         if m:
             return XidVerdict(INFO, Action.NONE, f"preemptive cleanup caused by the earlier Xid "
                                                  f"{m['xid']}, which is judged on its own")
-    return XidVerdict(*XID_CATALOGUE.get(code, UNKNOWN_XID))
+    if code == 48 and any(re.search(_SRAM_THRESHOLD, line, re.IGNORECASE)
+                          for line in (text, *event.samples, event.last_message or "")):
+        return XidVerdict(FAIL, Action.RMA, "uncorrectable SRAM error with the SRAM error threshold "
+                                            "exceeded: run field diagnostics, RMA the GPU")
+    found = decision(code)
+    if found is None:
+        return XidVerdict(*UNKNOWN_XID)
+    severity, action, meaning = found
+    if severity is INFO and code == 13:
+        repeated = [(unit, n) for unit, n in event.units if n >= REPEATS_FOR_DIAGNOSTIC]
+        if repeated:
+            unit, n = max(repeated, key=lambda u: u[1])
+            return XidVerdict(WARN, Action.NONE, f"{meaning}; but repeated on {unit} ({n} times): "
+                                                 f"a diagnostic is advised")
+    if severity is INFO and code == 31 and event.occurrences >= REPEATS_FOR_DIAGNOSTIC:
+        return XidVerdict(WARN, Action.NONE, f"{meaning}; but repeated on this GPU "
+                                             f"({event.occurrences} times): a diagnostic is advised")
+    return XidVerdict(severity, action, meaning)
 
 
 def xid_severity(event: XidEvent) -> Tuple[Severity, Action, str]:
@@ -137,13 +208,16 @@ def xid_severity(event: XidEvent) -> Tuple[Severity, Action, str]:
 def check_xid(node: NodeSnapshot, ctx: CheckContext) -> Iterator[Finding]:
     """Every Xid the kernel logged in the window, with its severity from NVIDIA's catalogue.
 
-    Application Xids (8, 13, 31, 32, 43, 45, 68, 69) are info: the job's fault, not the GPU's;
-    45 "caused by previous Xid N" points at N, judged on its own.  RESET_GPU Xids (46, 48, 62,
-    74, 95, 109, 110, 119, 120, 136, 140, 143, 155, 156, 158) fail with a reset, 79 with a
-    reboot, 64 with RMA.  94 (contained ECC) warns, 95 (uncontained) fails.  NVLink5 Xids
-    144-150 are fatal or non-fatal by their decoded payload.  Xid 154 acts on the new recovery
-    action (reset, reboot, drain P2P), the GPU's latest 154 deciding: back to None clears it.
-    An Xid the catalogue does not list warns.  The window is the job's (epilog) or since boot
+    Each code's decision follows its bucket in NVIDIA's catalogue (BUCKET_DECISION): RESTART_APP
+    and IGNORE are info (the job's fault, or nothing to do), RESET_GPU and CHECK_UVM (159) fail
+    with a reset, RESTART_BM and RESTART_VM with a reboot, CONTACT_SUPPORT, CHECK_MECHANICALS
+    (54) and UPDATE_SWFW (78) with a drain: a person must look.  Xid 64 goes to RMA (OVERRIDES).
+    Workflows read the line: 45 "caused by previous Xid N" points at N; 48 with the SRAM error
+    threshold exceeded goes to RMA, else resets; 144-150 are fatal or non-fatal by their decoded
+    payload and reset when it cannot be decoded; 154 acts on the new recovery action (reset,
+    reboot, drain P2P), the GPU's latest 154 deciding: back to None clears it.  Xid 13 repeated
+    on one GPC/TPC and Xid 31 repeated on one GPU warn: a diagnostic is advised.  A code the
+    catalogue does not list warns.  The window is the job's (epilog) or since boot
     (by hand), so an old Xid does not keep a node drained until the log rotates; by hand, Xids
     an admin acknowledged (--ack, or resuming our drain) no longer count, and a GPU failing
     again after `xid_escalate_after` acknowledgements escalates to RMA.

@@ -17,6 +17,7 @@ from typing import Dict, Iterable, Mapping, Optional, Sequence, Tuple
 
 from ..model import GpuSnapshot, KernelLogPosition, KernelLogWindow, Severity, XidAck, XidEvent
 from ..pci import kernel_pci
+from ..read.kernlog import BootId, group_key
 
 PositionKey = Tuple[str, Optional[int], Optional[int], Optional[float], Optional[float]]
 
@@ -32,10 +33,19 @@ def window_after(position: KernelLogPosition) -> KernelLogWindow:
                            since_wallclock=position.wallclock)
 
 
-def live_acks(acks: Mapping[str, XidAck], boot: Optional[float]) -> Dict[str, XidAck]:
+def same_boot(ack: XidAck, boot: "BootId") -> bool:
+    """Whether the acknowledgement was made in this boot.  By boot_id, which only a reboot
+    changes.  An ack without one (written before boot_id was kept) is of an unknown boot: it
+    counts only where its btime is this boot's to within 2 s, as the version that wrote it
+    meant, and otherwise hides nothing (a stale position could hide a new boot's Xids)."""
+    if ack.boot_id is not None and boot.boot_id is not None:
+        return ack.boot_id == boot.boot_id
+    return ack.boot is not None and boot.btime is not None and abs(ack.boot - boot.btime) < 2.0
+
+
+def live_acks(acks: Mapping[str, XidAck], boot: "BootId") -> Dict[str, XidAck]:
     """The acknowledgements of this boot: after a reboot the kernel log starts over anyway."""
-    return {pci: a for pci, a in acks.items()
-            if a.boot is None or boot is None or abs(a.boot - boot) < 2.0}
+    return {pci: a for pci, a in acks.items() if same_boot(a, boot)}
 
 
 def unacknowledged(events: Sequence[XidEvent], acks: Mapping[str, XidAck],
@@ -49,7 +59,8 @@ def unacknowledged(events: Sequence[XidEvent], acks: Mapping[str, XidAck],
             kept.append(event)
             continue
         later = after.get(position_key(ack.position), ())
-        match = next((e for e in later if e.pci == event.pci and e.xid == event.xid), None)
+        key = group_key(event)  # kernlog.aggregate's key: a Fatal 145 is not a Nonfatal 145
+        match = next((e for e in later if group_key(e) == key), None)
         if match is not None:
             kept.append(match)  # counted from the acknowledgement on
     return tuple(kept)
@@ -62,15 +73,17 @@ def failing(events: Iterable[XidEvent], pci: str) -> bool:
 
 
 def acknowledge(acks: Mapping[str, XidAck], pcis: Iterable[str], events: Sequence[XidEvent],
-                position: KernelLogPosition, boot: Optional[float], now: float,
+                position: KernelLogPosition, boot: "Optional[BootId]", now: float,
                 by: str) -> Dict[str, XidAck]:
     """New acknowledgements at `position` for these GPUs.  The count grows only where a failing
     Xid was there to be dealt with (an --ack of a clean GPU proves nothing about it)."""
     result = dict(acks)
+    boot = boot or BootId()
     for pci in pcis:
         old = acks.get(pci)
         count = (old.count if old else 0) + (1 if failing(events, pci) else 0)
-        result[pci] = XidAck(pci=pci, position=position, acked_at=now, boot=boot, count=count, by=by)
+        result[pci] = XidAck(pci=pci, position=position, acked_at=now, boot=boot.btime, count=count,
+                             by=by, boot_id=boot.boot_id)
     return result
 
 

@@ -17,7 +17,8 @@ until the log rotates (Azure/azurehpc#648).
 Only the kernel's own lines count: any user can write "NVRM: Xid ... 79" with `logger`, which
 would drain the node.  /dev/kmsg records count only with facility 0 (kern; a user's write to
 /dev/kmsg gets facility user); syslog and journal lines only when their program is `kernel`
-(`host kernel: ...`); dmesg lines are the kernel ring buffer.  A plain-text syslog file cannot
+(`host kernel: ...`); dmesg lines are the kernel ring buffer; lines that state their facility
+(`dmesg --decode`'s "kern  :err   : ", Talos's "host: kern: warning: [ISO]: ") only with `kern`.  A plain-text syslog file cannot
 tell `logger -t kernel` from the kernel: /dev/kmsg (the default) or `journalctl -k` output can.
 
 Any user can also make the driver log Xid 31 as often as they like (a page fault in their own
@@ -66,6 +67,7 @@ class _Patterns(NamedTuple):
     decode: "re.Pattern[str]"
     program: "re.Pattern[str]"
     stamp: "re.Pattern[str]"
+    forwarded: "re.Pattern[str]"
 
 
 @functools.lru_cache(maxsize=1)
@@ -86,6 +88,11 @@ def patterns() -> _Patterns:
         program=re.compile(r"^(?:\S+\s+)?kernel:\s?"),
         # dmesg's stamps ("[ 12.5]", "[Wed Jul 31 23:14:18 2024]"), whatever follows on the line
         stamp=re.compile(r"^\s*\[(?:\s*\d+\.\d+|[A-Z][a-z]{2} [A-Z][a-z]{2} [ \d]\d \d\d:\d\d:\d\d \d{4})\]"),
+        # kmsg forwarded with its facility stated (Talos `talosctl dmesg`, siderolabs/pkgs#792):
+        # "HOST: kern: warning: [2023-08-18T13:36:47.378241465Z]: MESSAGE", level padded
+        forwarded=re.compile(r"^(?:\S+:\s+)?(?P<facility>[a-z0-9]+):\s+(?P<level>[a-z]+):\s+"
+                             r"\[(?P<date>\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d(?:\.\d+)?(?:Z|[+-]\d\d:?\d\d)?)\]:\s?"
+                             r"(?P<msg>.*)$", re.DOTALL),
     )
 
 
@@ -97,6 +104,7 @@ MONTHS.update({"mär": 3, "mai": 5, "okt": 10, "dez": 12, "janv": 1, "févr": 2,
 MAX_LINE = 8192  # longer lines are cut: an NVRM line is a few hundred bytes
 FALLEN_LOOKBACK = 4  # lines between "The NVIDIA GPU X" and "fallen off the bus"
 MAX_SAMPLES = 3  # messages kept per GPU and Xid
+MAX_UNITS = 8  # (GPC, TPC) units tallied per GPU for Xid 13
 MAX_GROUPS = 4096  # distinct (GPU, Xid) pairs kept; real nodes have a handful
 MAX_SXID_LINES = 4096  # NVSwitch SXid lines kept per read (4 switches, a few lines per error)
 # A kernel ring buffer is a few MiB; a syslog file can be GBs.  At ~100 MB/s of NVRM-free
@@ -116,6 +124,11 @@ def _from_kernel(line: str, year: int) -> Optional[Tuple[str, Optional[float], O
         if decoded["facility"] != "kern":
             return None
         return _stamp(line[decoded.end():], year)
+    forwarded = p.forwarded.match(line) if ": [" in line[:160] else None
+    if forwarded:  # the format states the facility: only the kernel's counts, never `user`
+        if forwarded["facility"] != "kern":
+            return None
+        return _iso(forwarded["date"], forwarded["msg"])
     msg, mono, wall, seq = _stamp(line, year)
     if p.stamp.match(line):
         return msg, mono, wall, seq  # dmesg prints the kernel ring buffer only
@@ -146,14 +159,7 @@ def _stamp(line: str, year: int) -> Tuple[str, Optional[float], Optional[float],
             return m["msg"], None, None, None
     m = p.iso.match(line)
     if m:
-        try:
-            # dmesg --time-format iso writes a comma before the microseconds
-            stamp = datetime.datetime.fromisoformat(m["date"].replace("Z", "+00:00").replace(",", "."))
-            if stamp.tzinfo is None:
-                return m["msg"], None, time.mktime(stamp.timetuple()), None
-            return m["msg"], None, stamp.timestamp(), None
-        except (ValueError, OverflowError):
-            return m["msg"], None, None, None
+        return _iso(m["date"], m["msg"])
     m = p.syslog.match(line)
     if m:
         month = MONTHS.get(m["mon"].lower())
@@ -169,6 +175,19 @@ def _stamp(line: str, year: int) -> Tuple[str, Optional[float], Optional[float],
         except (ValueError, OverflowError):
             return m["msg"], None, None, None
     return line, None, None, None
+
+
+def _iso(date: str, msg: str) -> Tuple[str, Optional[float], Optional[float], Optional[int]]:
+    """An ISO 8601 stamp as epoch seconds; Python before 3.11 takes at most 6 decimals."""
+    # dmesg --time-format iso writes a comma before the microseconds; Talos nanoseconds
+    date = re.sub(r"([.,]\d{6})\d+", r"\1", date.replace("Z", "+00:00").replace(",", "."))
+    try:
+        stamp = datetime.datetime.fromisoformat(date)
+        if stamp.tzinfo is None:
+            return msg, None, time.mktime(stamp.timetuple()), None
+        return msg, None, stamp.timestamp(), None
+    except (ValueError, OverflowError):
+        return msg, None, None, None
 
 
 def parse_lines(lines: Iterable[str], year: Optional[int] = None) -> List[XidEvent]:
@@ -232,27 +251,46 @@ def _clean(msg: str) -> str:
     return printable(msg[start if start >= 0 else 0:], 512)
 
 
+# Xid 13 "Graphics SM Warp Exception on (GPC 8, TPC 5, SM 0): ...": one per faulting SM and
+# incident; its companions (SM Global Exception, ESR) repeat the unit, so only these count.
+_XID13_UNIT = r"Warp Exception on \(GPC (?P<gpc>\d+), TPC (?P<tpc>\d+)"  # compiled by re on first use
+
+
+def _unit(event: XidEvent) -> Optional[str]:
+    """The (GPC, TPC) an Xid 13 Warp Exception line names, else None (pure)."""
+    if event.xid != 13:
+        return None
+    m = re.search(_XID13_UNIT, event.message)
+    return f"GPC {m['gpc']}, TPC {m['tpc']}" if m else None
+
+
 class _Group:
     """The running tally of one GPU and Xid while aggregate() streams (local to it)."""
 
-    __slots__ = ("first", "last", "count", "samples")
+    __slots__ = ("first", "last", "count", "samples", "units")
 
     def __init__(self, first: XidEvent) -> None:
         self.first = first
         self.last = first
-        self.count = 1
-        self.samples = [first.message]
+        self.count = 0
+        self.samples: List[str] = []
+        self.units: Dict[str, int] = {}
+        self.add(first)
 
     def add(self, event: XidEvent) -> None:
         self.last = event
         self.count += 1
         if len(self.samples) < MAX_SAMPLES and event.message not in self.samples:
             self.samples.append(event.message)
+        unit = _unit(event)
+        if unit is not None and (unit in self.units or len(self.units) < MAX_UNITS):
+            self.units[unit] = self.units.get(unit, 0) + 1
 
     def event(self) -> XidEvent:
         return self.first._replace(occurrences=self.count, last_monotonic_s=self.last.monotonic_s,
                                    last_wallclock=self.last.wallclock, last_seq=self.last.seq,
-                                   samples=tuple(self.samples), last_message=self.last.message)
+                                   samples=tuple(self.samples), last_message=self.last.message,
+                                   units=tuple(self.units.items()))
 
 
 class Aggregate(NamedTuple):
@@ -273,11 +311,21 @@ def _variant(event: XidEvent) -> str:
     return ""
 
 
+GroupKey = Tuple[str, Optional[int], str]
+
+
+def group_key(event: XidEvent) -> GroupKey:
+    """What makes two lines the same event: GPU, Xid and, for 144-150, Fatal or Nonfatal.
+    aggregate() merges by it and an acknowledgement matches by it (decide.xidack), so a
+    Fatal line never passes for an acknowledged Nonfatal one."""
+    return (event.pci, event.xid, _variant(event))
+
+
 def aggregate(events: Iterable[XidEvent]) -> Aggregate:
     """One event per (GPU, Xid), in order of first appearance, in memory bounded by the
     number of pairs (at most MAX_GROUPS) whatever the number of lines (pure).  A GPU's
     (re-)initialisation line (REINIT) drops the Xids it logged before: a reset dealt with them."""
-    groups: Dict[Tuple[str, Optional[int], str], _Group] = {}
+    groups: Dict[GroupKey, _Group] = {}
     lines = dropped = 0
     for event in events:
         if event.xid == REINIT:
@@ -286,7 +334,7 @@ def aggregate(events: Iterable[XidEvent]) -> Aggregate:
                 del groups[key]
             continue
         lines += 1
-        key = (event.pci, event.xid, _variant(event))
+        key = group_key(event)
         group = groups.get(key)
         if group is not None:
             group.add(event)
@@ -429,4 +477,24 @@ def boot_wallclock(proc_root: str = "/proc") -> Optional[float]:
     except (OSError, ValueError, IndexError):
         return None
     return None
+
+
+class BootId(NamedTuple):
+    """Which boot this is: the kernel's random boot_id, and btime for dated log lines."""
+
+    boot_id: Optional[str] = None
+    btime: Optional[float] = None
+
+
+def current_boot(proc_root: str = "/proc") -> BootId:
+    """This boot's identity.  `/proc/sys/kernel/random/boot_id` is a random UUID the kernel
+    draws once per boot; btime (/proc/stat) is boot time in epoch seconds, which moves with
+    an NTP step or a VM resume, so it must not tell one boot from another."""
+    boot_id: Optional[str] = None
+    try:
+        with open(os.path.join(proc_root, "sys", "kernel", "random", "boot_id"), "rb") as handle:
+            boot_id = handle.read(64).decode("ascii", "replace").strip() or None
+    except OSError:
+        boot_id = None
+    return BootId(boot_id, boot_wallclock(proc_root))
 

@@ -21,7 +21,7 @@ from ..model import (ERR, NOTICE, WARNING, Baseline, DoorError, GpuSnapshot, Job
 from ..netmodel import NetworkRead
 from ..pci import normalise_pci, nvml_form
 from ..records import NamedTuple
-from .kernlog import boot_wallclock, read_kernel_log
+from .kernlog import boot_wallclock, current_boot, read_kernel_log
 from .nvml import read_nvml
 from .slurmenv import job_from_env
 from .sysfs import read_driver_age, read_sysfs_gpus
@@ -238,7 +238,7 @@ def without_acknowledged(snapshot: NodeSnapshot, config: Config,
     stored, error = acks_read
     if error:
         events.append(LogEvent("error", ERR, f"{error}; every Xid since boot counts"))
-    acks = live_acks(stored, boot_wallclock())
+    acks = live_acks(stored, current_boot())
     counts = tuple(sorted((pci, a.count) for pci, a in stored.items()))
     log = snapshot.kernel_log
     if not acks or log.error:

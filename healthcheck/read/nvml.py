@@ -8,7 +8,9 @@ Errors are kept apart, never swallowed as "N/A" (a health checker that turns a l
 "healthy" is worse than none):
 - NOT_SUPPORTED / FUNCTION_NOT_FOUND: the field is None ("not available");
 - GPU_IS_LOST / RESET_REQUIRED / UNKNOWN: GpuSnapshot.lost names the error, the record is kept;
-- any other error on one query: GpuSnapshot.query_errors;
+- any other error on one query: GpuSnapshot.query_errors, which checks/node.py's `nvml.query`
+  reports (unknown; CORRUPTED_INFOROM fails);
+- a string that is not UTF-8 (a name or serial): decoded leniently, never an error;
 - NVML that cannot initialise: NvmlRead.error (a node fault).
 
 Each GPU is read in its own thread so that one GPU whose driver calls hang costs that GPU
@@ -95,6 +97,11 @@ class _GpuReader:
         """Call one NVML function; None when the GPU cannot answer it."""
         try:
             value = fn(*args)
+        except UnicodeDecodeError as exc:  # a string query's bytes were not UTF-8 (pynvml decodes)
+            if self.trace is not None:
+                self.trace.append((self._call(name, args), "UnicodeDecodeError"))
+            self.errors.append((name, f"not UTF-8: {exc.reason} at byte {exc.start}"))
+            return None
         except self.nvml.NVMLError as exc:
             code = getattr(exc, "value", None)
             outcome = error_name(exc)
@@ -128,9 +135,11 @@ class _GpuReader:
         handle = q("HandleByIndex", n.nvmlDeviceGetHandleByIndex, self.index)
         if handle is None:
             raise _GpuLost("NOT_FOUND")
-        f["uuid"] = _text(q("UUID", n.nvmlDeviceGetUUID, handle))
-        f["serial"] = _text(q("Serial", n.nvmlDeviceGetSerial, handle))
-        f["name"] = _text(q("Name", n.nvmlDeviceGetName, handle))
+        # the undecorated calls: pynvml decodes strings as strict UTF-8 and raises on a name or
+        # serial that is not (555.x drivers: pynvml#53, nvitop#127, gpustat#170); _text is lenient
+        f["uuid"] = _text(q("UUID", _raw(n.nvmlDeviceGetUUID), handle))
+        f["serial"] = _text(q("Serial", _raw(n.nvmlDeviceGetSerial), handle))
+        f["name"] = _text(q("Name", _raw(n.nvmlDeviceGetName), handle))
         pci = q("PciInfo", n.nvmlDeviceGetPciInfo, handle)
         if pci is not None:
             f["pci_bus_id"] = _text(pci.busId)
@@ -170,6 +179,8 @@ class _GpuReader:
         memory = q("MemoryInfo", n.nvmlDeviceGetMemoryInfo, handle, _MEMORY_V2)
         if memory is None:  # drivers before r510 have no _v2
             memory = q("MemoryInfo", n.nvmlDeviceGetMemoryInfo, handle)
+            if memory is not None:  # the v1 answer stands: v2's refusal was no fault
+                self.errors = [e for e in self.errors if e[0] != "MemoryInfo"]
         if memory is not None:
             f["memory_total_mib"] = int(memory.total) >> 20
             f["memory_used_mib"] = int(memory.used) >> 20
@@ -305,6 +316,12 @@ class _GpuReader:
 
     def snapshot(self) -> GpuSnapshot:
         return GpuSnapshot(**self.fields, query_errors=tuple(self.errors))
+
+
+def _raw(fn: Callable[..., Any]) -> Callable[..., Any]:
+    """pynvml's function without its convertStrBytes decorator (functools.wraps keeps it as
+    __wrapped__): the driver's bytes, for _text to decode leniently."""
+    return getattr(fn, "__wrapped__", fn)
 
 
 def _raise(exc: BaseException) -> None:

@@ -225,6 +225,8 @@ nvmlReturn_t fg_dev_begin(nvmlDevice_t device, int func, int args_ok, fg_gpu *g,
     fg_sleep(g->nvml_hang_s);   /* outside the lock: only this caller hangs */
     if (g->lost)
         return NVML_ERROR_GPU_IS_LOST;
+    if (func >= 0 && (g->failing >> func) & 1)
+        return g->failing_error ? (nvmlReturn_t)g->failing_error : NVML_ERROR_TIMEOUT;
     if (func >= 0 && (g->unsupported >> func) & 1)
         return NVML_ERROR_NOT_SUPPORTED;
     return NVML_SUCCESS;

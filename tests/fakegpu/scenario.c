@@ -442,7 +442,7 @@ static int parse_procs(const char *v, fg_proc *dst, unsigned int *count, perr *e
     return 0;
 }
 
-static int parse_unsupported(const char *v, fg_gpu *g, perr *e)
+static int parse_unsupported(const char *v, uint64_t *dst, perr *e)
 {
     uint64_t mask = 0;
     const char *p = v;
@@ -472,7 +472,7 @@ static int parse_unsupported(const char *v, fg_gpu *g, perr *e)
             return fail(e, "bad unsupported list '%s'", v);
         }
     }
-    g->unsupported = mask;
+    *dst = mask;
     return 0;
 }
 
@@ -565,7 +565,9 @@ static const gkey gpu_keys[] = {
     {"persistence_mode", K_BOOL, G(persistence_mode), 0, 0, 0},
     {"mig_mode", K_BOOL, G(mig_mode), 0, 0, 0},
     {"lost", K_BOOL, G(lost), 0, 0, 0},
-    {"unsupported", K_UNSUP, 0, 0, 0, 0},
+    {"unsupported", K_UNSUP, G(unsupported), 0, 0, 0},
+    {"failing", K_UNSUP, G(failing), 0, 0, 0},
+    {"failing.error", K_INT, G(failing_error), 0, 1, 999},
     {"nvml.hang_s", K_SECONDS, G(nvml_hang_s), 0, 0, 0},
     {"cuda.init_error", K_INT, G(cuda_init_error), 0, 0, INT_MAX},
     {"cuda.alloc_error", K_INT, G(cuda_alloc_error), 0, 0, INT_MAX},
@@ -860,7 +862,7 @@ static int apply_gpu_key(fg_gpu *g, const gkey *k, const char *v, perr *e)
     case K_GI_IDS:
         return parse_gi_ids(v, g, e);
     case K_UNSUP:
-        return parse_unsupported(v, g, e);
+        return parse_unsupported(v, (uint64_t *)(void *)(base + k->off), e);
     case K_U32:
         if (parse_ll(v, k->lo, k->hi, &x, e))
             return -1;

@@ -88,6 +88,8 @@ typedef struct {
     unsigned int pcie_gen_cur, pcie_gen_max, pcie_width_cur, pcie_width_max;
     int persistence_mode, mig_mode, lost;
     uint64_t unsupported;               /* bit (1 << enum fg_func) */
+    uint64_t failing;                   /* same bits: these return failing_error */
+    int failing_error;                  /* nvmlReturn_t; 0 = NVML_ERROR_TIMEOUT */
     double nvml_hang_s;
 
     int cuda_init_error, cuda_alloc_error, cuda_corrupt, cuda_crash;

@@ -41,6 +41,7 @@ def _deep(**fields):
 
 # check id -> (snapshot change, mode, expected severity, expected action)
 FAULTS = {
+    "nvml.query": (dict(gpu=dict(query_errors=(("EccMode", "CORRUPTED_INFOROM"),))), Mode.NODE, Severity.FAIL, Action.DRAIN),
     "deep.run": (dict(deep=DeepRun(gpus=(DeepGpu(0, "error", cu_result=214, cu_name="CUDA_ERROR_ECC_UNCORRECTABLE"),))),
                  Mode.NODE, Severity.FAIL, Action.RESET),
     "deep.memory": (dict(deep=_deep(mem_errors=1, mem_pass="address in address",
