@@ -453,50 +453,6 @@ class RunOutcome(NamedTuple):
     crashes: List[Any] = []  # checks.registry.CheckCrash
 
 
-# --- state kept in state_dir between runs (healthcheck.act.state stores them) -----------
-
-class PendingDrain(NamedTuple):
-    reason: str
-    node: str
-    mode: str
-    job_id: Optional[str]
-    created_at: float
-    admin_comment_job: Optional[str] = None
-
-
-class XidAck(NamedTuple):
-    """Up to where one GPU's Xids are dealt with (an admin's --ack, or the resume of our drain).
-
-    Xids logged after `position` count again.  `boot_id` is the boot it belongs to
-    (/proc/sys/kernel/random/boot_id): after a reboot the kernel log starts over and the ack no
-    longer applies.  `boot` (btime) is all that files from before boot_id hold.  `count` is how many
-    acknowledgements dealt with a failing Xid on this GPU, over its life: past
-    `xid_escalate_after` a new one escalates instead of asking for another reset."""
-
-    pci: str  # kernel form dddd:bb:dd
-    position: KernelLogPosition
-    acked_at: float
-    boot: Optional[float] = None
-    count: int = 0  # type: ignore[assignment]  # tuple.count is never used here
-    by: str = "ack"  # "ack" (gpu-healthcheck --ack) | "resume" (an admin resumed our drain)
-    boot_id: Optional[str] = None
-
-
-class OurDrain(NamedTuple):
-    """The drain we applied to this node, so that a later run can tell the admin resumed it."""
-
-    node: str
-    reason: str
-    drained_at: float
-    # (kernel PCI address, volatile ECC errors corrected + uncorrected) of each GPU that had any
-    # when we drained: a GPU reset (or driver reload) starts these counters over, which deals
-    # with that GPU's Xids even where the kernel log shows no init line
-    volatile_ecc: Tuple[Tuple[str, int], ...] = ()
-    # where the kernel log stood the last time a run saw the node drained by us (the drain's
-    # own run first): an admin's resume deals with the Xids up to here, never with later ones
-    position: Optional[KernelLogPosition] = None
-
-
 MPS_DAEMON = "nvidia-cuda-mps-server"
 
 

@@ -19,8 +19,8 @@ import os
 import time
 from typing import Any, Dict, List, Optional, Tuple
 
-from ..model import (ERR, Baseline, GpuBaseline, KernelLogPosition, LogEvent, NodeSnapshot, OurDrain,
-                     PendingDrain, XidAck)
+from ..model import ERR, Baseline, GpuBaseline, KernelLogPosition, LogEvent, NodeSnapshot
+from ..staterecords import OurDrain, PendingDrain, XidAck
 from ..netmodel import PortBaseline
 from ..safefile import SafeFileError, atomic_write, open_dir, read_file, unlink_file
 

@@ -17,8 +17,9 @@ from typing import List, Optional, Sequence, Tuple
 from ..config import Config
 from ..decide.xidack import (acknowledge, counters_started_over, gpu_pcis, position_key, unacknowledged,
                              window_after)
-from ..model import (ERR, NOTICE, WARNING, KernelLogPosition, LogEvent, Mode, NodeSnapshot, Outcome, UsageError,
-                     XidAck, XidEvent)
+from ..model import (ERR, NOTICE, WARNING, KernelLogPosition, LogEvent, Mode, NodeSnapshot,
+                     Outcome, UsageError, XidEvent)
+from ..staterecords import XidAck
 from ..pci import kernel_pci
 from ..read.kernlog import current_boot, group_key, position_now, read_kernel_log
 from .state import StateStore, read_acks, read_our_drain, write_acks, write_our_drain

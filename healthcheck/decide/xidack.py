@@ -15,7 +15,8 @@ from __future__ import annotations
 
 from typing import Dict, Iterable, Mapping, Optional, Sequence, Tuple
 
-from ..model import GpuSnapshot, KernelLogPosition, KernelLogWindow, Severity, XidAck, XidEvent
+from ..model import GpuSnapshot, KernelLogPosition, KernelLogWindow, Severity, XidEvent
+from ..staterecords import XidAck
 from ..pci import kernel_pci
 from ..read.kernlog import BootId, group_key
 

@@ -16,8 +16,10 @@ from typing import Any, Callable, Dict, List, Mapping, Optional, Tuple
 
 from ..config import Config
 from ..decide.budget import probe_timeout
-from ..model import (ERR, NOTICE, WARNING, Baseline, DoorError, GpuSnapshot, JobContext, KernelLogWindow, LogEvent,
-                     Mode, NodeSnapshot, ProbeResult, ProbeStatus, RunRequest, UsageError, XidAck)
+from ..model import (ERR, NOTICE, WARNING, Baseline, DoorError, GpuSnapshot, JobContext,
+                     KernelLogWindow, LogEvent, Mode, NodeSnapshot, ProbeResult, ProbeStatus,
+                     RunRequest, UsageError)
+from ..staterecords import XidAck
 from ..netmodel import NetworkRead
 from ..pci import normalise_pci, nvml_form
 from ..records import NamedTuple

@@ -12,8 +12,9 @@ from healthcheck.act.slurm import Slurm, report_only
 from healthcheck.act.state import StateStore, read_our_drain
 from healthcheck.config import Config, DrainConfig
 from healthcheck.decide.verdict import NodeState, drain_reason
-from healthcheck.model import (Action, DoorError, Finding, GpuSnapshot, LogEvent, Mode, NodeAction, NodeSnapshot,
-                               Outcome, PendingDrain, Severity)
+from healthcheck.model import (Action, DoorError, Finding, GpuSnapshot, LogEvent, Mode, NodeAction,
+                               NodeSnapshot, Outcome, Severity)
+from healthcheck.staterecords import PendingDrain
 
 from .slurmdoor import FakeDoor, stamp
 

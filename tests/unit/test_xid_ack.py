@@ -7,7 +7,8 @@ from __future__ import annotations
 from hypothesis import given, settings, strategies as st
 
 from healthcheck.decide.xidack import acknowledge, position_key, unacknowledged
-from healthcheck.model import KernelLogPosition, XidAck, XidEvent
+from healthcheck.model import KernelLogPosition, XidEvent
+from healthcheck.staterecords import XidAck
 from healthcheck.pci import kernel_pci
 
 GPU0 = "0000:18:00"  # the fake's GPU 0 (00000000:18:00.0)
