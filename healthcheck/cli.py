@@ -16,7 +16,7 @@ import os
 import signal
 import sys
 import time
-from typing import TYPE_CHECKING, List, Mapping, NoReturn, Optional, Sequence
+from typing import TYPE_CHECKING, Any, List, Mapping, NoReturn, Optional, Sequence, TextIO
 
 from . import __version__
 from .decide import exitcodes
@@ -304,6 +304,38 @@ def _stdout_to_devnull() -> None:
     os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
 
 
+class _ReaderMayLeave:
+    """stdout or stderr of the process, whose reader may leave (`--check-config | head -3`).
+
+    On EPIPE the stream's descriptor is pointed at /dev/null and the write is made again, so
+    the command runs on to its end and exits with the status it would have had: EPIPE changes
+    nothing but where the rest of the output goes (a prolog's status decides a job's fate, a
+    --check-config's whether a config is valid).  Every other attribute is the stream's own."""
+
+    def __init__(self, stream: TextIO) -> None:
+        self._stream = stream
+
+    def _reader_left(self) -> None:
+        os.dup2(os.open(os.devnull, os.O_WRONLY), self._stream.fileno())
+
+    def write(self, text: str) -> int:
+        try:
+            return self._stream.write(text)
+        except BrokenPipeError:
+            self._reader_left()
+            return self._stream.write(text)
+
+    def flush(self) -> None:
+        try:
+            self._stream.flush()
+        except BrokenPipeError:
+            self._reader_left()
+            self._stream.flush()
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._stream, name)
+
+
 def _ack(args: "argparse.Namespace") -> int:
     """--ack [--gpus LIST]: record that the Xids seen so far are dealt with."""
     from .act.xidack import ack
@@ -347,6 +379,12 @@ def entry(argv: Optional[Sequence[str]] = None) -> NoReturn:
     # passes over the objects that importing creates cost ~3 ms of every job start.
     started = time.monotonic()
     gc.disable()
+    # A reader that leaves early is quiet for every command (none prints a traceback for it);
+    # a stream closed at start (`>&-`) is None and stays so.
+    if sys.stdout is not None:
+        sys.stdout = _ReaderMayLeave(sys.stdout)  # type: ignore[assignment]
+    if sys.stderr is not None:
+        sys.stderr = _ReaderMayLeave(sys.stderr)  # type: ignore[assignment]
     leave(main(argv, started))
 
 
@@ -364,6 +402,8 @@ def leave(code: int) -> NoReturn:
     """
     atexit._run_exitfuncs()  # first: a handler may still write
     for stream in (sys.stdout, sys.stderr):
+        if stream is None:  # closed when we started (`>&-`): nothing was written to it
+            continue
         try:
             stream.flush()
         except (OSError, ValueError):  # ValueError: closed
