@@ -16,7 +16,7 @@ import os
 import signal
 import sys
 import time
-from typing import TYPE_CHECKING, Any, List, Mapping, NoReturn, Optional, Sequence, TextIO
+from typing import TYPE_CHECKING, Any, Collection, List, Mapping, NoReturn, Optional, Sequence, TextIO
 
 from . import __version__
 from .decide import exitcodes
@@ -101,7 +101,8 @@ def build_parser() -> "argparse.ArgumentParser":
     parser.add_argument("--level", choices=LEVELS, default=None,
                         help="CUDA probe size: quick (256 MiB, the default) or full (a share of "
                              "free memory); --prolog without it takes the job's "
-                             "--gpu-healthcheck= choice ($SPANK_GPU_HEALTHCHECK_LEVEL)")
+                             "--gpu-healthcheck= choice ($SPANK_GPU_HEALTHCHECK_LEVEL) where the "
+                             "config's job_levels allows it")
     return parser
 
 
@@ -131,15 +132,32 @@ def _fast_args(argv: List[str]) -> Optional["argparse.Namespace"]:
                            config=None, gpus=None, level=level)
 
 
-def _level(given: Optional[str], mode: "Mode", environ: Mapping[str, str]) -> str:
-    """--level, else (prolog only) the job's own choice, else quick."""
-    from .model import Mode
-
+def _level(given: Optional[str], mode: "Mode", environ: Mapping[str, str],
+           allowed: Collection[str] = LEVELS) -> str:
+    """--level, else (prolog only) the job's own choice where `allowed` (config job_levels)
+    has it, else quick."""
+    asked = _job_asks(given, mode, environ)
     if given:
         return given
-    if mode is Mode.PROLOG and environ.get(LEVEL_VAR) in LEVELS:
-        return environ[LEVEL_VAR]
-    return "quick"
+    return asked if asked in LEVELS and asked in allowed else "quick"
+
+
+def _job_asks(given: Optional[str], mode: "Mode", environ: Mapping[str, str]) -> Optional[str]:
+    """The level the job asked for, where it decides anything: a prolog without --level."""
+    from .model import Mode
+
+    return environ.get(LEVEL_VAR) if mode is Mode.PROLOG and not given else None
+
+
+def _level_refused(given: Optional[str], mode: "Mode", environ: Mapping[str, str],
+                   config: "Config") -> Optional[str]:
+    """Why the job's ask is not honoured (it runs quick), or None."""
+    asked = _job_asks(given, mode, environ)
+    if asked is None or asked in config.job_levels:
+        return None
+    why = (f"job_levels = {list(config.job_levels)} ({config.source or 'the default'}) does not "
+           f"allow it" if asked in LEVELS else f"not a level ({', '.join(LEVELS)})")
+    return f"the job asked for --gpu-healthcheck={asked} ({LEVEL_VAR}): {why}; running quick"
 
 
 def _parse_gpus(text: str) -> tuple:
@@ -191,7 +209,6 @@ def _main(args_list: List[str], started: float) -> int:
     from .model import Mode
 
     mode = Mode.NODE if args.node else Mode.PROLOG if args.prolog else Mode.EPILOG
-    args.level = _level(args.level, mode, os.environ)
     if args.act and mode is not Mode.NODE:
         raise UsageError("--act goes with --node (prolog and epilog always act)")
     if args.gpus and mode is not Mode.NODE:
@@ -244,9 +261,17 @@ def _run(mode: "Mode", args: "argparse.Namespace", gpus: Optional[tuple],
         # a broken config must not stop the checks that protect the next job
         config = Config(warnings=(f"config error: {exc}; running with built-in defaults",))
     loaded.append(config)
-    request = RunRequest(mode=mode, environ=os.environ, level=args.level, act=args.act, gpus=gpus,
+    refused = _level_refused(args.level, mode, os.environ, config)
+    level = _level(args.level, mode, os.environ, config.job_levels)
+    request = RunRequest(mode=mode, environ=os.environ, level=level, act=args.act, gpus=gpus,
                          started_monotonic=started)
     outcome = run(request, config)
+    if refused:
+        from .model import WARNING, LogEvent
+
+        job = os.environ.get("SLURM_JOB_ID")
+        outcome.events.append(LogEvent("error", WARNING, refused, {
+            "GPU_HEALTHCHECK_MODE": mode.value, **({"SLURM_JOB_ID": job} if job else {})}))
     try:
         if args.json:
             from .report.table import write_json

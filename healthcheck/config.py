@@ -109,6 +109,12 @@ class Config(NamedTuple):
     # A failing Xid on a GPU whose Xids were acknowledged (--ack, or resuming our drain) this
     # many times already escalates: RMA, never resumed automatically; resets do not help it.
     xid_escalate_after: int = 3
+    # The probe levels a job may ask for with --gpu-healthcheck= (SPANK_GPU_HEALTHCHECK_LEVEL in
+    # the prolog's environment).  Any user can put that variable there (a SPANK plugin of their
+    # own, their own plugstack.conf), so the prolog honours only these; another ask is logged
+    # and runs the default level.  A --level on the prolog's command line (the SPANK plugin's,
+    # bounded by its allow_full=) is the admin's, not the job's.
+    job_levels: Tuple[str, ...] = ("quick",)
     history_file: Optional[str] = None  # None: <state_dir>/history.jsonl
     history_max_bytes: int = 1 << 20
     metrics_file: Optional[str] = None  # node_exporter textfile, e.g. /var/lib/node_exporter/gpu_healthcheck.prom
@@ -134,6 +140,9 @@ _NON_NEGATIVE = {"xid_window_s", "history_max_bytes", "expected_gpus", "boot_gra
                  "memory_leaked_mib", "thermal_margin_c", "pcie_width_min", "expected_nvlinks",
                  "nvlink_errors_per_job", "pcie_replay_per_job"}
 _FRACTIONS = {"max_fraction", "full_fraction"}
+# The probe levels (cli.LEVELS): what a list of levels may hold.
+PROBE_LEVELS = ("quick", "full")
+_CHOICES: Dict[str, Tuple[str, ...]] = {"job_levels": PROBE_LEVELS}
 # Values that cannot be meant, refused at load rather than met at run time (a zero or infinite
 # deadline fails or hangs every check; a probe larger than any GPU fails every probe):
 # key -> (lowest, highest), both inclusive, and why.
@@ -185,6 +194,11 @@ def _coerce(path: str, key: str, annotation: str, value: Any) -> Any:
     if not ok:
         raise ConfigError(path, key, f"expected {_type_name(annotation)}, got {value!r}")
     leaf = key.rsplit(".", 1)[-1]
+    if leaf in _CHOICES:
+        wrong = [v for v in value if v not in _CHOICES[leaf]]
+        if wrong:
+            raise ConfigError(path, key, f"unknown value(s) {', '.join(map(repr, wrong))} "
+                                         f"(known: {', '.join(_CHOICES[leaf])})")
     if isinstance(value, float) and not math.isfinite(value):
         # TOML has nan and inf; a NaN deadline makes every comparison false (every GPU "lost")
         raise ConfigError(path, key, f"must be a finite number, got {value!r}")

@@ -241,6 +241,8 @@ def test_scripts_keep_the_prolog_and_the_plugin_adds_the_option_and_the_report(t
     with c.cluster:
         assert "Prolog=" in c.cluster.conf_path.read_text()
         c.scenario("gpu-c").write_text(SMALL)
+        config = c.wd / "config" / "gpu-c.toml"  # the script honours what job_levels allows
+        config.write_text('job_levels = ["quick", "full"]\n' + config.read_text())
         job = c.cluster.sbatch(["--gres=gpu:2", "-w", "gpu-c", "--gpu-healthcheck=full"],
                                "echo gpus=$SLURM_JOB_GPUS\n")
         c.cluster.wait_job(job, timeout=120)
