@@ -96,7 +96,13 @@ def test_spank_the_plugins_deadline_reaches_gpu_healthcheck_whose_probe_shrinks_
         job = c.cluster.sbatch(["--gres=gpu:1"], "echo ran\n")  # gpu-a first: its weight is lowest
         reason = c.wait_reason("gpu-a", timeout=90)
         assert "cuda.probe" in reason and f"prolog job={job}" in reason, reason
-        [prolog] = [r for r in _history(c, "gpu-a", job) if r["mode"] == "prolog"]
+        from tests.slurmcluster import _wait_until
+
+        def prologs():
+            return [r for r in _history(c, "gpu-a", job) if r["mode"] == "prolog"]
+
+        _wait_until(prologs, 30, what="the prolog's history line (written after the drain)")
+        [prolog] = prologs()
         assert not prolog.get("terminated"), prolog
         assert prolog["action"]["taken"] == "drain"
         log = (c.cluster.log_dir / "slurmd-gpu-a.log").read_text(errors="replace")
