@@ -16,7 +16,7 @@ import os
 import signal
 import sys
 import time
-from typing import TYPE_CHECKING, List, Mapping, NoReturn, Optional, Sequence
+from typing import TYPE_CHECKING, Any, Collection, List, Mapping, NoReturn, Optional, Sequence, TextIO
 
 from . import __version__
 from .decide import exitcodes
@@ -103,7 +103,8 @@ def build_parser() -> "argparse.ArgumentParser":
                              "free memory); deep adds the on-device memory, bandwidth and "
                              "compute tests (minutes; never in the default prolog) and dcgmi "
                              "diag where DCGM is installed; --prolog without it takes the job's "
-                             "--gpu-healthcheck= choice ($SPANK_GPU_HEALTHCHECK_LEVEL)")
+                             "--gpu-healthcheck= choice ($SPANK_GPU_HEALTHCHECK_LEVEL) where the "
+                             "config's job_levels allows it")
     return parser
 
 
@@ -133,15 +134,32 @@ def _fast_args(argv: List[str]) -> Optional["argparse.Namespace"]:
                            config=None, gpus=None, level=level)
 
 
-def _level(given: Optional[str], mode: "Mode", environ: Mapping[str, str]) -> str:
-    """--level, else (prolog only) the job's own choice, else quick."""
-    from .model import Mode
-
+def _level(given: Optional[str], mode: "Mode", environ: Mapping[str, str],
+           allowed: Collection[str] = LEVELS) -> str:
+    """--level, else (prolog only) the job's own choice where `allowed` (config job_levels)
+    has it, else quick."""
+    asked = _job_asks(given, mode, environ)
     if given:
         return given
-    if mode is Mode.PROLOG and environ.get(LEVEL_VAR) in LEVELS:
-        return environ[LEVEL_VAR]
-    return "quick"
+    return asked if asked in LEVELS and asked in allowed else "quick"
+
+
+def _job_asks(given: Optional[str], mode: "Mode", environ: Mapping[str, str]) -> Optional[str]:
+    """The level the job asked for, where it decides anything: a prolog without --level."""
+    from .model import Mode
+
+    return environ.get(LEVEL_VAR) if mode is Mode.PROLOG and not given else None
+
+
+def _level_refused(given: Optional[str], mode: "Mode", environ: Mapping[str, str],
+                   config: "Config") -> Optional[str]:
+    """Why the job's ask is not honoured (it runs quick), or None."""
+    asked = _job_asks(given, mode, environ)
+    if asked is None or asked in config.job_levels:
+        return None
+    why = (f"job_levels = {list(config.job_levels)} ({config.source or 'the default'}) does not "
+           f"allow it" if asked in LEVELS else f"not a level ({', '.join(LEVELS)})")
+    return f"the job asked for --gpu-healthcheck={asked} ({LEVEL_VAR}): {why}; running quick"
 
 
 def _parse_gpus(text: str) -> tuple:
@@ -193,7 +211,6 @@ def _main(args_list: List[str], started: float) -> int:
     from .model import Mode
 
     mode = Mode.NODE if args.node else Mode.PROLOG if args.prolog else Mode.EPILOG
-    args.level = _level(args.level, mode, os.environ)
     if args.act and mode is not Mode.NODE:
         raise UsageError("--act goes with --node (prolog and epilog always act)")
     if args.gpus and mode is not Mode.NODE:
@@ -246,9 +263,17 @@ def _run(mode: "Mode", args: "argparse.Namespace", gpus: Optional[tuple],
         # a broken config must not stop the checks that protect the next job
         config = Config(warnings=(f"config error: {exc}; running with built-in defaults",))
     loaded.append(config)
-    request = RunRequest(mode=mode, environ=os.environ, level=args.level, act=args.act, gpus=gpus,
+    refused = _level_refused(args.level, mode, os.environ, config)
+    level = _level(args.level, mode, os.environ, config.job_levels)
+    request = RunRequest(mode=mode, environ=os.environ, level=level, act=args.act, gpus=gpus,
                          started_monotonic=started)
     outcome = run(request, config)
+    if refused:
+        from .model import WARNING, LogEvent
+
+        job = os.environ.get("SLURM_JOB_ID")
+        outcome.events.append(LogEvent("error", WARNING, refused, {
+            "GPU_HEALTHCHECK_MODE": mode.value, **({"SLURM_JOB_ID": job} if job else {})}))
     try:
         if args.json:
             from .report.table import write_json
@@ -306,6 +331,38 @@ def _stdout_to_devnull() -> None:
     os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
 
 
+class _ReaderMayLeave:
+    """stdout or stderr of the process, whose reader may leave (`--check-config | head -3`).
+
+    On EPIPE the stream's descriptor is pointed at /dev/null and the write is made again, so
+    the command runs on to its end and exits with the status it would have had: EPIPE changes
+    nothing but where the rest of the output goes (a prolog's status decides a job's fate, a
+    --check-config's whether a config is valid).  Every other attribute is the stream's own."""
+
+    def __init__(self, stream: TextIO) -> None:
+        self._stream = stream
+
+    def _reader_left(self) -> None:
+        os.dup2(os.open(os.devnull, os.O_WRONLY), self._stream.fileno())
+
+    def write(self, text: str) -> int:
+        try:
+            return self._stream.write(text)
+        except BrokenPipeError:
+            self._reader_left()
+            return self._stream.write(text)
+
+    def flush(self) -> None:
+        try:
+            self._stream.flush()
+        except BrokenPipeError:
+            self._reader_left()
+            self._stream.flush()
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._stream, name)
+
+
 def _ack(args: "argparse.Namespace") -> int:
     """--ack [--gpus LIST]: record that the Xids seen so far are dealt with."""
     from .act.xidack import ack
@@ -349,6 +406,12 @@ def entry(argv: Optional[Sequence[str]] = None) -> NoReturn:
     # passes over the objects that importing creates cost ~3 ms of every job start.
     started = time.monotonic()
     gc.disable()
+    # A reader that leaves early is quiet for every command (none prints a traceback for it);
+    # a stream closed at start (`>&-`) is None and stays so.
+    if sys.stdout is not None:
+        sys.stdout = _ReaderMayLeave(sys.stdout)  # type: ignore[assignment]
+    if sys.stderr is not None:
+        sys.stderr = _ReaderMayLeave(sys.stderr)  # type: ignore[assignment]
     leave(main(argv, started))
 
 
@@ -366,6 +429,8 @@ def leave(code: int) -> NoReturn:
     """
     atexit._run_exitfuncs()  # first: a handler may still write
     for stream in (sys.stdout, sys.stderr):
+        if stream is None:  # closed when we started (`>&-`): nothing was written to it
+            continue
         try:
             stream.flush()
         except (OSError, ValueError):  # ValueError: closed

@@ -22,8 +22,9 @@ from __future__ import annotations
 import math
 import os
 import stat
-from typing import Any, Collection, Dict, FrozenSet, List, Mapping, Optional, Tuple, Union
+from typing import Any, Collection, Dict, FrozenSet, List, Mapping, Optional, Tuple
 
+from .configsections import DcgmConfig, DeepConfig, NetworkConfig  # noqa: F401  (re-exported)
 from .records import NamedTuple
 
 DEFAULT_CONFIG_PATH = "/etc/gpu-healthcheck/config.toml"
@@ -56,31 +57,6 @@ class ProbeConfig(NamedTuple):
     timeout_s: float = 30.0  # deadline for one GPU's probe child, from its start
 
 
-class DeepConfig(NamedTuple):
-    """--level deep (README, "The deep level"; checks/deep.py has the sources)."""
-
-    enabled: bool = True
-    timeout_s: float = 300.0  # deadline for one GPU's deep child (and for the peer child)
-    # A GPU below this share of its same-model siblings' median warns; below the second, fails.
-    sibling_ratio_warn: float = 0.85
-    sibling_ratio_fail: float = 0.7
-    floor_fraction: float = 0.6  # share of the datasheet peak (checks/deep.py FLOORS) below which it fails
-    pcie_fraction: float = 0.4  # share of the link's current gen x width rate, per direction
-    # site floors: "MODEL:METRIC=VALUE", METRIC one of hbm_gbps, gflops, nvlink_gbps (datasheet
-    # peaks the floor_fraction applies to), e.g. "NVIDIA H100 80GB HBM3:hbm_gbps=3350"
-    floors: Tuple[str, ...] = ()
-    bandwidth_mib: int = 1024  # each HBM bandwidth buffer
-
-
-class DcgmConfig(NamedTuple):
-    """The DCGM bridge (read/dcgm.py): `dcgmi diag` at --level deep, `dcgmi health` on --node."""
-
-    enabled: str = "auto"  # auto: where dcgmi is installed; true: missing dcgmi is unknown; false
-    level: int = 2  # dcgmi diag -r N
-    timeout_s: float = 1800.0  # dcgmi diag -r 2 takes minutes, -r 4 tens of minutes
-    health_timeout_s: float = 10.0
-
-
 class ChecksConfig(NamedTuple):
     disabled: Tuple[str, ...] = ()
 
@@ -104,31 +80,6 @@ class Thresholds(NamedTuple):
     # means a marginal link (see checks/fabric.py and checks/board.py for the sources).
     nvlink_errors_per_job: int = 100
     pcie_replay_per_job: int = 100
-
-
-class NetworkConfig(NamedTuple):
-    """[network]: the RDMA ports (checks/network.py; README "Network checks" gives each
-    default's source)."""
-
-    # The ports that must be up: a count, or names like ["mlx5_0:1", "mlx5_1:1"].  None: a
-    # port that is down only warns, except one that was up at the prolog and is down at the
-    # epilog, which fails.
-    expected_ports: Optional[Union[int, Tuple[str, ...]]] = None
-    # A port slower than this (Gb/s, the kernel's `rate`) warns; 0 = off (the comparison with
-    # the node's fastest port of the same HCA model still applies).
-    min_rate_gbps: float = 0.0
-    # GPUDirect RDMA expected (the nvidia_peermem module): "auto" where a port shares a PCIe
-    # switch with a GPU, "true" on every node with GPUs and RDMA ports, "false" never.
-    gpudirect: str = "auto"
-    # Growth during one job (epilog against the prolog's baseline) above which ib.errors fails.
-    # rdma-core's ibqueryerrors defaults (infiniband-diags/etc/error_thresholds: 10 each), except
-    # link_downed: one link-down breaks every connection over the port, so any fails.
-    symbol_error_per_job: int = 10
-    link_error_recovery_per_job: int = 10
-    link_downed_per_job: int = 0
-    port_rcv_errors_per_job: int = 10
-    local_link_integrity_errors_per_job: int = 10
-    excessive_buffer_overrun_errors_per_job: int = 10
 
 
 class Config(NamedTuple):
@@ -167,6 +118,12 @@ class Config(NamedTuple):
     # A failing Xid on a GPU whose Xids were acknowledged (--ack, or resuming our drain) this
     # many times already escalates: RMA, never resumed automatically; resets do not help it.
     xid_escalate_after: int = 3
+    # The probe levels a job may ask for with --gpu-healthcheck= (SPANK_GPU_HEALTHCHECK_LEVEL in
+    # the prolog's environment).  Any user can put that variable there (a SPANK plugin of their
+    # own, their own plugstack.conf), so the prolog honours only these; another ask is logged
+    # and runs the default level.  A --level on the prolog's command line (the SPANK plugin's,
+    # bounded by its allow_full=) is the admin's, not the job's.
+    job_levels: Tuple[str, ...] = ("quick",)
     history_file: Optional[str] = None  # None: <state_dir>/history.jsonl
     history_max_bytes: int = 1 << 20
     metrics_file: Optional[str] = None  # node_exporter textfile, e.g. /var/lib/node_exporter/gpu_healthcheck.prom
@@ -204,6 +161,9 @@ _FRACTIONS = {"max_fraction", "full_fraction", "sibling_ratio_warn", "sibling_ra
               "floor_fraction", "pcie_fraction"}
 DCGM_ENABLED = ("auto", "true", "false")
 DEEP_FLOOR_METRICS = ("hbm_gbps", "gflops", "nvlink_gbps")
+# The levels a job may ask for (cli.LEVELS; `job_levels`): what that list may hold.
+PROBE_LEVELS = ("quick", "full", "deep")
+_LIST_CHOICES: Dict[str, Tuple[str, ...]] = {"job_levels": PROBE_LEVELS}
 # Values that cannot be meant, refused at load rather than met at run time (a zero or infinite
 # deadline fails or hangs every check; a probe larger than any GPU fails every probe):
 # key -> (lowest, highest), both inclusive, and why.
@@ -277,6 +237,11 @@ def _coerce(path: str, key: str, annotation: str, value: Any) -> Any:
         raise AssertionError(f"unhandled annotation {annotation}")
     if not ok:
         raise ConfigError(path, key, f"expected {_type_name(annotation)}, got {value!r}")
+    if leaf in _LIST_CHOICES:
+        wrong = [v for v in value if v not in _LIST_CHOICES[leaf]]
+        if wrong:
+            raise ConfigError(path, key, f"unknown value(s) {', '.join(map(repr, wrong))} "
+                                         f"(known: {', '.join(_LIST_CHOICES[leaf])})")
     if isinstance(value, float) and not math.isfinite(value):
         # TOML has nan and inf; a NaN deadline makes every comparison false (every GPU "lost")
         raise ConfigError(path, key, f"must be a finite number, got {value!r}")

@@ -22,12 +22,12 @@ from typing import Callable, List, Optional, Tuple
 from .act.slurm import Slurm, report_only
 from .act.state import StateStore, read_acks
 from .config import Config
-from .decide.budget import fit_to_budget, probe_cap_s
+from .decide.budget import fit_to_budget, probe_cap_s, run_budget_s
 from .decide.exitcodes import run_exit
 from .decide.judge import judge
 from .decide.plan import Step, next_step, plan_run
 from .decide.verdict import drain_reason
-from .model import CRIT, Finding, LogEvent, Mode, NodeAction, RunOutcome, RunRequest
+from .model import CRIT, WARNING, Finding, LogEvent, Mode, NodeAction, RunOutcome, RunRequest
 from .read.node import NodeInputs, read_node
 from .report.document import build_report, finding_events
 
@@ -41,13 +41,17 @@ def run(request: RunRequest, config: Config, node_name: Optional[str] = None) ->
     node = node_name or config.node_name or environ.get("SLURMD_NODENAME") or host
     store = StateStore(config.state_dir)
     plan = plan_run(request, config)
-    if plan.health_check:
-        # Slurm kills HealthCheckProgram after 60 s, and a killed run drains nothing
-        config = fit_to_budget(config)
+    # Slurm kills HealthCheckProgram after 60 s, the SPANK plugin a prolog at its deadline, and
+    # a killed run drains nothing
+    budget_s, budget_problem = run_budget_s(plan.health_check, config, environ)
+    if budget_problem:
+        events.append(LogEvent("error", WARNING, budget_problem))
+    if budget_s is not None:
+        config = fit_to_budget(config, budget_s)
     slurm = Slurm(config, environ)
     probe_cap: Optional[Callable[[], float]] = None
-    if plan.health_check:
-        ends_at = (request.started_monotonic or t0) + config.act_budget_s
+    if budget_s is not None:
+        ends_at = (request.started_monotonic or t0) + budget_s
         probe_cap = lambda: probe_cap_s(ends_at, time.monotonic(), slurm.unanswered(), config)  # noqa: E731
     if plan.changes_node:
         slurm.apply_pending(store, node, events)

@@ -8,13 +8,16 @@
  * It only runs gpu-healthcheck and passes its result on; every judgement stays in Python:
  *   slurm_spank_job_prolog  ->  EXEC --prolog --level L   (non-zero: the job must not start here)
  *   slurm_spank_job_epilog  ->  EXEC --epilog             (non-zero: it drained the node)
- *   slurm_spank_task_exit   ->  EXEC --job-report         (a task exited non-zero: as the job's
- *                                                           user, into the task's own stderr)
+ *   slurm_spank_task_exit   ->  EXEC --job-report         (the first task of the step on this
+ *                                                           node that exits non-zero: as the job's
+ *                                                           user, into that task's own stderr)
  *   slurm_spank_task_init   ->  EXEC --job-report         (the first task of a requeued batch
  *                                                           job: why it was requeued)
  * and registers --gpu-healthcheck=quick|full for sbatch, srun and salloc; the choice reaches
  * the prolog as SPANK_GPU_HEALTHCHECK_LEVEL (spank job control environment), which both this
- * plugin and the Prolog= script read.
+ * plugin and the Prolog= script read.  The prolog and epilog get our deadline as
+ * GPU_HEALTHCHECK_DEADLINE_S, so gpu-healthcheck's own bounds shrink to end before it; the
+ * reports run with a clean environment (none of the job's LD_PRELOAD, PYTHONPATH or PATH).
  *
  * Failure rules: a problem of our own (EXEC missing, crashed, past its deadline) is logged to
  * slurmd's log and the job goes on; only EXEC's own non-zero exit fails a prolog or epilog, so
@@ -48,6 +51,8 @@ SPANK_PLUGIN(gpu_healthcheck, 1);
 #define DEFAULT_EXEC "/usr/bin/gpu-healthcheck"
 #define DEFAULT_PATH "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
 #define LEVEL_VAR "GPU_HEALTHCHECK_LEVEL" /* the prolog sees SPANK_GPU_HEALTHCHECK_LEVEL */
+#define DEADLINE_VAR "GPU_HEALTHCHECK_DEADLINE_S" /* prolog/epilog: seconds until our SIGTERM */
+#define CONFIG_VAR "GPU_HEALTHCHECK_CONFIG"      /* the reports take slurmd's, never the job's */
 #define REPORT_TIMEOUT_S 15                /* --job-report: a fast NVML read */
 #define UNBOUNDED_TIMEOUT_S 600            /* no PrologEpilogTimeout and no timeout= */
 #define MAX_TASKS 1024
@@ -66,6 +71,7 @@ static struct conf conf;
 static char requested[8];          /* --gpu-healthcheck value given on this command line */
 static int fd_socks[2] = {-1, -1}; /* task children pass their stderr back to slurmstepd */
 static int task_stderr[MAX_TASKS]; /* local task id -> its stderr (+1: 0 means none) */
+static int reported;               /* slurmstepd: the step's exit report has run on this node */
 
 /* slurmstepd (libslurmfull) exports its configuration; weak, so sbatch without it still loads */
 extern slurm_conf_t slurm_conf __attribute__((weak));
@@ -226,6 +232,7 @@ struct run {
 	int ngids;
 	int timeout_s;
 	int in_job;         /* slurmstepd of a job: its error() also lands in the job's stderr */
+	int pass_deadline;  /* put timeout_s into EXEC's environment as DEADLINE_VAR */
 };
 
 /* Our own failures go to slurmd's log; inside a job only at info level, which slurmstepd keeps
@@ -282,7 +289,13 @@ static enum outcome run_exec(const struct run *r, int *status)
 		if (r->envp)
 			execve(r->argv[0], r->argv, r->envp);
 		else {
+			char deadline[16];
+
 			setenv("PATH", DEFAULT_PATH, 0); /* slurmd gives prologs no PATH */
+			if (r->pass_deadline) {
+				snprintf(deadline, sizeof(deadline), "%d", r->timeout_s);
+				setenv(DEADLINE_VAR, deadline, 1);
+			}
 			execv(r->argv[0], r->argv);
 		}
 	fail:
@@ -384,7 +397,7 @@ static int run_script(const char *mode, const char *level)
 {
 	char arg_mode[16];
 	char *argv[5] = { conf.exec, arg_mode, NULL, NULL, NULL };
-	struct run r = { mode, argv, NULL, -1, (uid_t) -1, 0, NULL, 0, script_timeout(), 0 };
+	struct run r = { mode, argv, NULL, -1, (uid_t) -1, 0, NULL, 0, script_timeout(), 0, 1 };
 	int status = 0;
 
 	snprintf(arg_mode, sizeof(arg_mode), "--%s", mode);
@@ -498,19 +511,48 @@ int slurm_spank_job_epilog(spank_t sp, int ac, char **av)
 	return conf.run_epilog ? run_script("epilog", NULL) : 0;
 }
 
-/* The job's environment plus up to two NAME=VALUE entries; free() the array, not its strings. */
-static char **job_envp(char **env, char *extra1, char *extra2)
+/* Whether a NAME=VALUE of the job's environment goes into a report's: what names the job, its
+ * node and its GPUs, never what changes how a program runs (LD_PRELOAD, LD_LIBRARY_PATH,
+ * PYTHONPATH, PYTHONHOME, the job's PATH): the report is our Python, not the job's. */
+static int report_keeps(const char *entry)
 {
-	int n = 0;
+	static const char *const names[] = { "CUDA_VISIBLE_DEVICES", "GPU_DEVICE_ORDINAL", "HOME",
+					     "USER", "LOGNAME", "LANG", "LC_ALL", "TZ", NULL };
+	size_t len = strcspn(entry, "=");
+	int i;
+
+	if (!strncmp(entry, "SLURM_", 6) || !strncmp(entry, "SLURMD_", 7))
+		return entry[len] == '=';
+	for (i = 0; names[i]; i++)
+		if (len == strlen(names[i]) && !strncmp(entry, names[i], len) && entry[len] == '=')
+			return 1;
+	return 0;
+}
+
+/* A report's environment: the job's entries report_keeps() takes, our PATH, slurmd's
+ * GPU_HEALTHCHECK_CONFIG (if set) and `phase` (GPU_HEALTHCHECK_REPORT=...).  free() the
+ * array, not its strings. */
+static char **report_envp(char **env, char *phase)
+{
+	static char path[] = "PATH=" DEFAULT_PATH;
+	static char config[PATH_MAX + sizeof(CONFIG_VAR) + 1];
+	const char *own = getenv(CONFIG_VAR);
+	int n = 0, k = 0;
 	char **envp;
 
 	while (env[n])
 		n++;
-	envp = calloc(n + 3, sizeof(char *));
-	if (envp) {
-		memcpy(envp, env, n * sizeof(char *));
-		envp[n] = extra1;
-		envp[n + 1] = extra2;
+	envp = calloc(n + 4, sizeof(char *));
+	if (!envp)
+		return NULL;
+	for (n = 0; env[n]; n++)
+		if (report_keeps(env[n]))
+			envp[k++] = env[n];
+	envp[k++] = path;
+	envp[k++] = phase;
+	if (own && strlen(own) < PATH_MAX) {
+		snprintf(config, sizeof(config), "%s=%s", CONFIG_VAR, own);
+		envp[k++] = config;
 	}
 	return envp;
 }
@@ -563,10 +605,10 @@ int slurm_spank_task_init(spank_t sp, int ac, char **av)
 	    spank_get_item(sp, S_JOB_ENV, &env) == ESPANK_SUCCESS) {
 		char *argv[] = { conf.exec, "--job-report", NULL };
 		struct run r = { "job-report", argv, NULL, STDERR_FILENO, (uid_t) -1, 0, NULL, 0,
-				 REPORT_TIMEOUT_S, 1 };
+				 REPORT_TIMEOUT_S, 1, 0 };
 		int status;
 
-		r.envp = job_envp(env, "GPU_HEALTHCHECK_REPORT=requeued", NULL);
+		r.envp = report_envp(env, "GPU_HEALTHCHECK_REPORT=requeued");
 		if (r.envp)
 			run_exec(&r, &status);
 		free(r.envp);
@@ -621,11 +663,15 @@ int slurm_spank_task_exit(spank_t sp, int ac, char **av)
 		return 0;
 	fd = task_stderr[task] - 1;
 	task_stderr[task] = 0;
-	if (spank_get_item(sp, S_TASK_EXIT_STATUS, &wstatus) != ESPANK_SUCCESS ||
+	if (reported || spank_get_item(sp, S_TASK_EXIT_STATUS, &wstatus) != ESPANK_SUCCESS ||
 	    (WIFEXITED(wstatus) && WEXITSTATUS(wstatus) == 0)) {
-		close(fd); /* a task that succeeds pays nothing */
+		/* a task that succeeds pays nothing; nor does one failing after the first: the
+		 * report is about the node's GPUs, the same for every task of the step, and each
+		 * would hold the step (~0.16 s) */
+		close(fd);
 		return 0;
 	}
+	reported = 1;
 	if (spank_get_item(sp, S_JOB_UID, &uid) != ESPANK_SUCCESS ||
 	    spank_get_item(sp, S_JOB_GID, &gid) != ESPANK_SUCCESS ||
 	    spank_get_item(sp, S_JOB_ENV, &env) != ESPANK_SUCCESS) {
@@ -636,14 +682,14 @@ int slurm_spank_task_exit(spank_t sp, int ac, char **av)
 		gids = &gid;
 		ngids = 1;
 	}
-	envp = job_envp(env, "GPU_HEALTHCHECK_REPORT=task-exit", NULL);
+	envp = report_envp(env, "GPU_HEALTHCHECK_REPORT=task-exit");
 	if (!envp) {
 		close(fd);
 		return 0;
 	}
 	{
 		struct run r = { "job-report", argv, envp, fd, uid, gid, gids, ngids,
-				 REPORT_TIMEOUT_S, 1 };
+				 REPORT_TIMEOUT_S, 1, 0 };
 		run_exec(&r, &status); /* read-only: its result changes nothing */
 	}
 	free(envp);

@@ -1,17 +1,21 @@
 """Deadlines: how long each outside call of a run may take (pure).
 
 HealthCheckProgram (`--node --act`) must end within `act_budget_s`: Slurm kills it after 60 s,
-and a killed run drains nothing.  Each door gets a share of the budget, and the CUDA probe gets
+and a killed run drains nothing.  A prolog or epilog that the SPANK plugin runs must end before
+the plugin's own SIGTERM, which it passes as $GPU_HEALTHCHECK_DEADLINE_S (PrologEpilogTimeout
+less a margin, or its timeout=).  Each door gets a share of the budget, and the CUDA probe gets
 what is left once the calls after it are reserved.
 
-    config = fit_to_budget(config)                     # NVML and scontrol deadlines shrunk
+    budget_s, problem = run_budget_s(health_check, config, environ)   # None: unbounded
+    config = fit_to_budget(config, budget_s)           # NVML and scontrol deadlines shrunk
     cap = probe_cap_s(ends_at, now, scontrol_unanswered, config)
     timeout = probe_timeout(config, "full", largest_mib=81559, cap_s=cap)   # None: no time left
 """
 
 from __future__ import annotations
 
-from typing import Optional
+import math
+from typing import Mapping, Optional, Tuple
 
 from ..config import Config
 
@@ -21,12 +25,39 @@ from ..config import Config
 NVML_SHARE, SCONTROL_SHARE, MARGIN_S = 0.15, 0.15, 2.0
 # scontrol calls a run may still make after the probe: show nodes, then drain or resume
 CALLS_AFTER_PROBE = 2
+# The scontrol calls of one drain at most (act.slurm.Slurm.drain): show nodes, the drain, the
+# budget's two re-reads (act.scontrol.hold_budget, up to 3 s apart), then the job's AdminComment,
+# or, past the budget, the resume and the refused drain's note in the node's Comment.  The
+# README's and slurm.conf.example's worst cases count these (tests/unit/test_drain_calls.py).
+DRAIN_CALLS_MAX = 6
+# The SPANK plugin's deadline for a prolog or epilog, in seconds from its start.
+DEADLINE_VAR = "GPU_HEALTHCHECK_DEADLINE_S"
 
 
-def fit_to_budget(config: Config) -> Config:
-    """The config of a run that must end within `act_budget_s`: NVML and scontrol deadlines
-    shrunk to their shares of it."""
-    budget = config.act_budget_s
+def run_budget_s(health_check: bool, config: Config,
+                 environ: Mapping[str, str]) -> Tuple[Optional[float], Optional[str]]:
+    """(seconds the whole run must end within, or None: unbounded; a problem with the
+    plugin's deadline, or None).  `--node --act`: act_budget_s.  Otherwise the SPANK plugin's
+    $GPU_HEALTHCHECK_DEADLINE_S where it is set (a Prolog= script has none: slurmd's
+    PrologEpilogTimeout is not told to it)."""
+    if health_check:
+        return config.act_budget_s, None
+    raw = environ.get(DEADLINE_VAR)
+    if raw is None:
+        return None, None
+    try:
+        value = float(raw)
+    except ValueError:
+        value = math.nan
+    if not math.isfinite(value) or value <= 0:
+        return None, f"{DEADLINE_VAR}={raw!r} is not a number of seconds; ignored"
+    return value, None
+
+
+def fit_to_budget(config: Config, budget_s: Optional[float] = None) -> Config:
+    """The config of a run that must end within `budget_s` (default `act_budget_s`): NVML and
+    scontrol deadlines shrunk to their shares of it."""
+    budget = config.act_budget_s if budget_s is None else budget_s
     return config._replace(nvml_timeout_s=min(config.nvml_timeout_s, NVML_SHARE * budget),
                            scontrol_timeout_s=min(config.scontrol_timeout_s, SCONTROL_SHARE * budget))
 

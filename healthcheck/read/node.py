@@ -321,10 +321,13 @@ def probe(snapshot: NodeSnapshot, config: Config, level: str,
     largest_mib = max((g.memory_total_mib or 0) for g in snapshot.gpus if g.index in snapshot.selected)
     timeout_s = probe_timeout(config, level, largest_mib, cap_s)
     if timeout_s is None:
-        # nothing left of act_budget_s: not checked (unknown), never a drain
+        # nothing left of the run's budget (act_budget_s, or the SPANK plugin's deadline):
+        # not checked (unknown), never a drain
         return _with_devices(tuple(
             ProbeResult(t.index, ProbeStatus.NOT_RUN,
-                        detail=f"no time left within act_budget_s = {config.act_budget_s:g} s")
+                        detail=f"no time left within the run's budget (act_budget_s = "
+                               f"{config.act_budget_s:g} s under --node --act, else the SPANK "
+                               f"plugin's deadline)")
             for t in targets), targets) + tuple(skipped)
     return _with_devices(run_probes(targets, size, timeout_s), targets) + tuple(skipped)
 

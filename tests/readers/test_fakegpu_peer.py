@@ -8,7 +8,9 @@ and nvmlDeviceGetRemappedRows: all present in tests/fakegpu already, so no symbo
 (Its other checks would need nvmlDeviceGetApplicationsClock, nvmlDeviceGetVbiosVersion,
 nvmlDeviceGetEnforcedPowerLimit and nvmlDeviceGetUtilizationRates, which the fake lacks.)
 
-Skipped unless the peer venv exists (python3 -m tests.bench creates it: pip install gpucm).
+Skipped unless the peer venv exists (python3 -m tests.bench creates it: pip install gpucm),
+except under .ci/run, which makes it and sets GPU_HEALTHCHECK_REQUIRE_PEER=1: a skip there is a
+failure.
 """
 
 import os
@@ -18,8 +20,16 @@ import pytest
 
 from tests.bench.peer import peer_argv, peer_command
 
-pytestmark = pytest.mark.skipif(not peer_command().exists(),
-                                reason="gcm not installed (run python3 -m tests.bench once)")
+
+
+@pytest.fixture(autouse=True)
+def _peer_installed():
+    if peer_command().exists():
+        return
+    reason = "gcm not installed (run python3 -m tests.bench once)"
+    if os.environ.get("GPU_HEALTHCHECK_REQUIRE_PEER"):
+        pytest.fail(f"required by GPU_HEALTHCHECK_REQUIRE_PEER but {reason}")
+    pytest.skip(reason)
 
 
 def _gcm(tmp_path, fakegpu, scenario, gpus="0,1,2,3,4,5,6,7"):

@@ -196,12 +196,15 @@ def test_past_its_deadline_gpu_healthcheck_is_stopped_cleanly_and_the_job_runs(p
     is drained."""
     c = plugin_only
     c.scenario("gpu-a").write_text(HEALTHY + "gpu.*.cuda.hang_s = 60\n")
-    c.write_plugstack("timeout=3 run=prolog,epilog,report")
+    # a gpu-healthcheck that does not shrink to the deadline it is passed (an older one)
+    deaf = c.cluster.write_wrapper(c.wd / "exec-deaf", "/usr/bin/env", args=(
+        "-u", "GPU_HEALTHCHECK_DEADLINE_S", str(c.exec_wrapper)))
+    c.write_plugstack(f"exec={deaf} timeout=3 run=prolog,epilog,report")
     job = c.cluster.sbatch(["--gres=gpu:1", "-w", "gpu-a"], "echo ran\n")
     c.cluster.wait_job(job, timeout=90)
     assert c.cluster.job_output(job) == "ran\n"
     log = _wait_log(c, "gpu-a", "epilog: ")
-    assert f"gpu_healthcheck: prolog: {c.exec_wrapper} passed its deadline of 3 s; sending SIGTERM" in log
+    assert f"gpu_healthcheck: prolog: {deaf} passed its deadline of 3 s; sending SIGTERM" in log
     assert "prolog: gpu-healthcheck: prolog: terminated by SIGTERM" in log
     [prolog] = [r for r in _history(c, "gpu-a", job) if r["mode"] == "prolog"]
     assert prolog["terminated"] is True and prolog["action"]["taken"] == "none"
@@ -241,6 +244,8 @@ def test_scripts_keep_the_prolog_and_the_plugin_adds_the_option_and_the_report(t
     with c.cluster:
         assert "Prolog=" in c.cluster.conf_path.read_text()
         c.scenario("gpu-c").write_text(SMALL)
+        config = c.wd / "config" / "gpu-c.toml"  # the script honours what job_levels allows
+        config.write_text('job_levels = ["quick", "full"]\n' + config.read_text())
         job = c.cluster.sbatch(["--gres=gpu:2", "-w", "gpu-c", "--gpu-healthcheck=full"],
                                "echo gpus=$SLURM_JOB_GPUS\n")
         c.cluster.wait_job(job, timeout=120)

@@ -11,7 +11,7 @@ from typing import Dict
 
 import pytest
 
-from tests.gpucluster import HEALTHY, GpuCluster, pci, require_slurm, serial
+from tests.lib.gpucluster import HEALTHY, GpuCluster, pci, require_slurm, serial
 
 
 @pytest.fixture(scope="module")

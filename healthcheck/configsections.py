@@ -1,0 +1,59 @@
+"""The config sections of the newer subsystems (the deep level, DCGM, the network), in a leaf of
+their own so that config.py stays under 500 lines; config.py re-exports them.  Each key's
+meaning and default are documented beside it, as in config.py."""
+
+from __future__ import annotations
+
+from typing import Optional, Tuple, Union
+
+from .records import NamedTuple
+
+
+class DeepConfig(NamedTuple):
+    """--level deep (README, "The deep level"; checks/deep.py has the sources)."""
+
+    enabled: bool = True
+    timeout_s: float = 300.0  # deadline for one GPU's deep child (and for the peer child)
+    # A GPU below this share of its same-model siblings' median warns; below the second, fails.
+    sibling_ratio_warn: float = 0.85
+    sibling_ratio_fail: float = 0.7
+    floor_fraction: float = 0.6  # share of the datasheet peak (checks/deep.py FLOORS) below which it fails
+    pcie_fraction: float = 0.4  # share of the link's current gen x width rate, per direction
+    # site floors: "MODEL:METRIC=VALUE", METRIC one of hbm_gbps, gflops, nvlink_gbps (datasheet
+    # peaks the floor_fraction applies to), e.g. "NVIDIA H100 80GB HBM3:hbm_gbps=3350"
+    floors: Tuple[str, ...] = ()
+    bandwidth_mib: int = 1024  # each HBM bandwidth buffer
+
+
+class DcgmConfig(NamedTuple):
+    """The DCGM bridge (read/dcgm.py): `dcgmi diag` at --level deep, `dcgmi health` on --node."""
+
+    enabled: str = "auto"  # auto: where dcgmi is installed; true: missing dcgmi is unknown; false
+    level: int = 2  # dcgmi diag -r N
+    timeout_s: float = 1800.0  # dcgmi diag -r 2 takes minutes, -r 4 tens of minutes
+    health_timeout_s: float = 10.0
+
+
+class NetworkConfig(NamedTuple):
+    """[network]: the RDMA ports (checks/network.py; README "Network checks" gives each
+    default's source)."""
+
+    # The ports that must be up: a count, or names like ["mlx5_0:1", "mlx5_1:1"].  None: a
+    # port that is down only warns, except one that was up at the prolog and is down at the
+    # epilog, which fails.
+    expected_ports: Optional[Union[int, Tuple[str, ...]]] = None
+    # A port slower than this (Gb/s, the kernel's `rate`) warns; 0 = off (the comparison with
+    # the node's fastest port of the same HCA model still applies).
+    min_rate_gbps: float = 0.0
+    # GPUDirect RDMA expected (the nvidia_peermem module): "auto" where a port shares a PCIe
+    # switch with a GPU, "true" on every node with GPUs and RDMA ports, "false" never.
+    gpudirect: str = "auto"
+    # Growth during one job (epilog against the prolog's baseline) above which ib.errors fails.
+    # rdma-core's ibqueryerrors defaults (infiniband-diags/etc/error_thresholds: 10 each), except
+    # link_downed: one link-down breaks every connection over the port, so any fails.
+    symbol_error_per_job: int = 10
+    link_error_recovery_per_job: int = 10
+    link_downed_per_job: int = 0
+    port_rcv_errors_per_job: int = 10
+    local_link_integrity_errors_per_job: int = 10
+    excessive_buffer_overrun_errors_per_job: int = 10
