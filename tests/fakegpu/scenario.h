@@ -130,6 +130,9 @@ typedef struct {
     unsigned char fabric_cluster_uuid[16];
     unsigned int pcie_replay, mem_temp_c, mem_temp_max_c;
     unsigned int remap_hist[5];         /* max, high, partial, low, none */
+    /* read by the fake nvidia-smi only (nvidia_smi.c) */
+    int reset_fails;                    /* gpu.N.reset.fails: --gpu-reset fails on this GPU */
+    int fault_recurs;                   /* gpu.N.fault.recurs: a reset does not clear its faults */
 } fg_gpu;
 
 typedef struct {
@@ -138,6 +141,7 @@ typedef struct {
     int cuda_driver_version;
     int nvml_init_error;
     double nvml_init_hang_s;    /* nvmlInit* blocks this long */
+    char kernel_log[4096];      /* kernel_log: where the fake nvidia-smi writes the driver's lines */
     /* gpu[0..nfilled-1] hold their defaults and every gpu.* line; a GPU
      * past that (never enumerated: nfilled >= ngpus once parsed) gets its
      * defaults when a gpu.N line names it (filled[N]).  The array is 0.9 MiB:
