@@ -180,9 +180,10 @@ class Repairer:
             ledger.update_last(self.config.state_dir, key, outcome)
         self._log("still_failing", WARNING, f"{plan.action} did not fix it ({outcome}); it stays "
                                             f"drained", plan.action)
-        used = max(recent.items(), key=lambda kv: len(kv[1]), default=(None, []))
-        if used[0] is not None and rd.after_attempt(len(used[1]), self.config.repair, False) == rd.RMA:
-            return self.mark_rma(snapshot, used[0], len(used[1]), plan.trigger)
+        worst_gpu = max(recent, key=lambda i: len(recent[i]), default=None)
+        if worst_gpu is not None and rd.after_attempt(len(recent[worst_gpu]), self.config.repair,
+                                                      False) == rd.RMA:
+            return self.mark_rma(snapshot, worst_gpu, len(recent[worst_gpu]), plan.trigger)
         reason = drain_reason(findings, snapshot.gpus, Mode.NODE, None)
         if reason:
             try:
