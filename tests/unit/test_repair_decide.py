@@ -109,3 +109,17 @@ def test_repair_rma_reason_names_gpu_pci_serial_and_attempts_in_the_pinned_forma
 def test_repair_ledger_key_is_the_serial_else_the_uuid_and_safe_as_a_file_name():
     assert rd.ledger_key(GpuSnapshot(index=0, uuid="GPU-x", serial="1650 522/00")) == "1650_522_00"
     assert rd.ledger_key(GpuSnapshot(index=0, uuid="GPU-abc", serial=None)) == "GPU-abc"
+
+
+def test_repair_metrics_count_attempts_successes_and_rma_by_action():
+    from healthcheck.act.metrics import count_actions
+    from healthcheck.model import LogEvent
+
+    def ev(step, action):
+        return LogEvent("repair", 5, "x", {"GPU_HEALTHCHECK_REPAIR_STEP": step,
+                                           "GPU_HEALTHCHECK_REPAIR_ACTION": action})
+    counts = count_actions([ev("claimed", "reset"), ev("reset", "reset"), ev("resumed", "reset"),
+                            ev("reboot", "reboot"), ev("rma", "rma"), ev("skipped", "")])
+    assert (counts["repairs_attempted_reset"], counts["repairs_succeeded_reset"],
+            counts["repairs_attempted_reboot"], counts["repairs_succeeded_reboot"],
+            counts["gpus_marked_rma"]) == (1, 1, 1, 0, 1)
