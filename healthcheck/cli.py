@@ -74,6 +74,9 @@ def build_parser() -> "argparse.ArgumentParser":
     what = parser.add_mutually_exclusive_group(required=True)
     what.add_argument("--node", action="store_true", help="check this node (by hand, or as "
                       "HealthCheckProgram with --act)")
+    what.add_argument("--repair", action="store_true", help="repair this node if gpu-healthcheck "
+                      "drained it and it is idle: reset GPUs or ask Slurm for a reboot, prove "
+                      "it healthy with a full check, resume; escalate to rma (README: Repair)")
     what.add_argument("--prolog", action="store_true", help="Slurm Prolog: check the job's GPUs "
                       "before it starts; drain and requeue on a fault")
     what.add_argument("--epilog", action="store_true", help="Slurm Epilog: judge what changed "
@@ -130,7 +133,7 @@ def _fast_args(argv: List[str]) -> Optional["argparse.Namespace"]:
     return SimpleNamespace(node=modes[0] == "--node", prolog=modes[0] == "--prolog",  # type: ignore[return-value]
                            epilog=modes[0] == "--epilog", version=False, history=None,
                            cluster=False, list_checks=False, check_config=False, ack=False,
-                           job_report=False, json="--json" in argv, act="--act" in argv,
+                           job_report=False, repair=False, json="--json" in argv, act="--act" in argv,
                            config=None, gpus=None, level=level)
 
 
@@ -210,8 +213,10 @@ def _main(args_list: List[str], started: float) -> int:
         return job_report()
     from .model import Mode
 
+    if args.repair:
+        args.node, args.act = True, True
     mode = Mode.NODE if args.node else Mode.PROLOG if args.prolog else Mode.EPILOG
-    if args.act and mode is not Mode.NODE:
+    if args.act and mode is not Mode.NODE and not args.repair:
         raise UsageError("--act goes with --node (prolog and epilog always act)")
     if args.gpus and mode is not Mode.NODE:
         raise UsageError("--gpus goes with --node or --ack (prolog and epilog check the job's GPUs)")
@@ -266,7 +271,7 @@ def _run(mode: "Mode", args: "argparse.Namespace", gpus: Optional[tuple],
     refused = _level_refused(args.level, mode, os.environ, config)
     level = _level(args.level, mode, os.environ, config.job_levels)
     request = RunRequest(mode=mode, environ=os.environ, level=level, act=args.act, gpus=gpus,
-                         started_monotonic=started)
+                         started_monotonic=started, repair=args.repair)
     outcome = run(request, config)
     if refused:
         from .model import WARNING, LogEvent

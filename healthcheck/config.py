@@ -57,6 +57,23 @@ class ProbeConfig(NamedTuple):
     timeout_s: float = 30.0  # deadline for one GPU's probe child, from its start
 
 
+class RepairConfig(NamedTuple):
+    # The repair loop (README "Repair"): off unless a site turns it on; `--repair` runs it anyway.
+    enabled: bool = False
+    # The same GPU repaired this many times within window_s marks the node rma.
+    max_attempts: int = 2
+    window_s: float = 7 * 86400.0
+    # At most one repair attempt per node within this many seconds.
+    cooldown_s: float = 3600.0
+    # Nodes resetting or rebooting at once, cluster-wide (held like the drain budget).
+    max_concurrent: int = 1
+    # nvidia-bug-report.sh for the RMA evidence: its path (None: on PATH, else
+    # /usr/bin/nvidia-bug-report.sh; absent: the ledger alone), deadline and size cap.
+    bug_report: Optional[str] = None
+    bug_report_timeout_s: float = 300.0
+    bug_report_max_bytes: int = 64 << 20
+
+
 class ChecksConfig(NamedTuple):
     disabled: Tuple[str, ...] = ()
 
@@ -106,6 +123,8 @@ class Config(NamedTuple):
     # info, never a drain, until the entry is removed
     exclude_gpus: Tuple[str, ...] = ()
     dcgmi: Optional[str] = None  # None: found on PATH, else /usr/bin/dcgmi (the DCGM bridge)
+    nvidia_smi: Optional[str] = None  # None: found on PATH, else /usr/bin/nvidia-smi
+    nvidia_smi_timeout_s: float = 60.0  # deadline of one nvidia-smi call (a GPU reset)
     # `--node --act` (HealthCheckProgram, which Slurm kills after 60 s): the whole run ends
     # within this many seconds; the NVML, probe and scontrol deadlines shrink to fit.
     act_budget_s: float = 50.0
@@ -132,6 +151,7 @@ class Config(NamedTuple):
     probe: ProbeConfig = ProbeConfig()
     deep: DeepConfig = DeepConfig()
     dcgm: DcgmConfig = DcgmConfig()
+    repair: RepairConfig = RepairConfig()
     checks: ChecksConfig = ChecksConfig()
     thresholds: Thresholds = Thresholds()
     network: NetworkConfig = NetworkConfig()
@@ -147,7 +167,7 @@ class Config(NamedTuple):
 
 _SECTIONS: Dict[str, Any] = {"drain": DrainConfig, "probe": ProbeConfig, "deep": DeepConfig,
              "dcgm": DcgmConfig, "checks": ChecksConfig, "thresholds": Thresholds,
-             "network": NetworkConfig}
+             "network": NetworkConfig, "repair": RepairConfig}
 _NON_NEGATIVE = {"xid_window_s", "history_max_bytes", "expected_gpus", "boot_grace_s",
                  "ecc_volatile_corrected", "retired_pages",
                  "memory_leaked_mib", "thermal_margin_c", "pcie_width_min", "expected_nvlinks",
@@ -180,6 +200,13 @@ _BOUNDS: Dict[str, Tuple[float, float, str]] = {
     "level": (1, 4, "dcgmi diag run levels"),
     "health_timeout_s": (0.1, 600.0, "seconds"),
     "bandwidth_mib": (1.0, float(MAX_GPU_MIB), "MiB"),
+    "nvidia_smi_timeout_s": (1.0, 3600.0, "seconds; a GPU reset takes seconds"),
+    "max_attempts": (1, 1000, "repairs of one GPU"),
+    "window_s": (0.0, 10 * 365 * 86400.0, "seconds"),
+    "cooldown_s": (0.0, 365 * 86400.0, "seconds"),
+    "max_concurrent": (1, 100000, "nodes"),
+    "bug_report_timeout_s": (1.0, 7200.0, "seconds"),
+    "bug_report_max_bytes": (1024, 1 << 34, "bytes"),
 }
 
 
@@ -427,6 +454,8 @@ UNSET_MEANS = {
     "history_file": "<state_dir>/history.jsonl",
     "metrics_file": "no node_exporter textfile",
     "dcgmi": "found on PATH, else /usr/bin/dcgmi",
+    "nvidia_smi": "found on PATH, else /usr/bin/nvidia-smi",
+    "repair.bug_report": "found on PATH, else /usr/bin/nvidia-bug-report.sh",
 }
 
 

@@ -442,6 +442,7 @@ class RunRequest(NamedTuple):
     act: bool = False  # --node --act; prolog and epilog always act
     gpus: Optional[Tuple[int, ...]] = None  # --gpus
     started_monotonic: Optional[float] = None  # when the process started: the budget counts from it
+    repair: bool = False  # --repair (or [repair] enabled with --node --act): the repair step runs
 
 
 class RunOutcome(NamedTuple):

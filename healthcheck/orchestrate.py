@@ -91,6 +91,23 @@ def run(request: RunRequest, config: Config, node_name: Optional[str] = None) ->
         action = slurm.maybe_resume(store, node, findings, snapshot, events, base_fields,
                                     request.level, partial=request.gpus is not None)
 
+    if plan.health_check and (request.repair or config.repair.enabled) and request.gpus is None:
+        from .act.repair import Repairer
+
+        repairer = Repairer(config, slurm, store, node, events, base_fields)
+        if repairer.start(snapshot, findings, plan.report_only):
+            # Prove the repaired GPUs healthy: a full check of every GPU, then today's resume
+            # (the drain's own context judged too).  Hook: once `--level deep` exists, the
+            # repaired GPUs get it here as well (request level "deep").
+            snapshot, selected = read_node(request._replace(level="full"), config, host, node, inputs, events)
+            from .act.xidack import acknowledge_resets
+
+            snapshot = acknowledge_resets(snapshot, config, store, node, events)
+            findings, crashes, verdict = judge(snapshot, config, mode, "full", selected, None)
+            action = repairer.finish(snapshot, findings, slurm.maybe_resume(
+                store, node, findings, snapshot, events, base_fields, "full", partial=False))
+            reason = None if action.taken == "resume" else action.reason
+
     if job_id and plan.consumes_baseline(job_id, snapshot.baseline is not None):
         store.remove_baseline(job_id)
 

@@ -45,6 +45,7 @@ MESSAGE_IDS: Mapping[str, str] = MappingProxyType({
     "refused": "67b5010fc91c4e14809acd5383a8ad1e",
     "pending": "ff9ea17cc3b340fd9c45d9966ffac991",
     "error": "e64a792c51e740f2bba728c235014f5e",
+    "repair": "ffda64f70510444498ac3f85a44b6988",
     INTERNAL_ERROR: "1a75330f8bb64044a2fb11fa4b2c0613",
 })
 

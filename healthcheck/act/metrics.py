@@ -40,7 +40,9 @@ LOCK_FILE = "metrics-state.lock"
 SCHEMA = 1
 MODES = ("node", "prolog", "epilog")
 VERDICTS = ("pass", "warn", "fail", "unknown")
-COUNTERS = ("drains", "drain_refusals", "pending_drains", "resumes")
+COUNTERS = ("drains", "drain_refusals", "pending_drains", "resumes",
+            "repairs_attempted_reset", "repairs_attempted_reboot", "repairs_succeeded_reset",
+            "repairs_succeeded_reboot", "gpus_marked_rma")
 GPU_LABELS = ("gpu", "uuid", "serial", "pci_bus_id")
 # the run's priorities (model.py, syslog levels): an applied drain is logged at CRIT, "already drained"
 # and "drained by someone else" at NOTICE/WARNING; a resume at NOTICE, "stays drained" at INFO.
@@ -73,6 +75,16 @@ FAMILIES: Tuple[Family, ...] = (
            "Drains that could not be applied (scontrol failed) and were kept for the next run."),
     Family("gpu_healthcheck_resumes_total", "counter",
            "Resumes of this node by gpu-healthcheck --node --act after its own drain."),
+    Family("gpu_healthcheck_repairs_attempted_reset_total", "counter",
+           "GPU resets the repair loop ran through nvidia-smi on this node (refused ones too)."),
+    Family("gpu_healthcheck_repairs_attempted_reboot_total", "counter",
+           "Reboots the repair loop asked Slurm for (scontrol reboot ASAP)."),
+    Family("gpu_healthcheck_repairs_succeeded_reset_total", "counter",
+           "Resets after which the full check passed and the node was resumed."),
+    Family("gpu_healthcheck_repairs_succeeded_reboot_total", "counter",
+           "Reboots after which the full check passed and the node was resumed."),
+    Family("gpu_healthcheck_gpus_marked_rma_total", "counter",
+           "GPUs the repair loop marked for RMA (repair.max_attempts within repair.window_s)."),
     Family("gpu_healthcheck_gpus_read_timestamp_seconds", "gauge",
            "Unix time of the NVML read that the gpu_healthcheck_gpu_* series come from."),
     Family("gpu_healthcheck_gpu_lost", "gauge",
@@ -137,6 +149,15 @@ def count_actions(events: Sequence["LogEvent"]) -> Dict[str, int]:
             counts["pending_drains"] += 1
         elif event.kind == "resume" and event.outcome is Outcome.APPLIED:
             counts["resumes"] += 1
+        elif event.kind == "repair":
+            step = event.fields.get("GPU_HEALTHCHECK_REPAIR_STEP")
+            action = event.fields.get("GPU_HEALTHCHECK_REPAIR_ACTION")
+            if step in ("reset", "reset_refused", "reboot") and action in ("reset", "reboot"):
+                counts[f"repairs_attempted_{action}"] += 1
+            elif step == "resumed" and action in ("reset", "reboot"):
+                counts[f"repairs_succeeded_{action}"] += 1
+            elif step == "rma":
+                counts["gpus_marked_rma"] += 1
     return counts
 
 

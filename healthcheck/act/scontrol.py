@@ -161,6 +161,12 @@ class Scontrol:
     def resume(self, node: str) -> None:
         self._run(["update", f"NodeName={node}", "State=RESUME"])
 
+    def reboot(self, node: str, reason: str) -> None:
+        """`scontrol reboot ASAP nextstate=DOWN reason=...`: slurmctld runs the site's
+        RebootProgram once the node is idle.  DOWN: after the boot no job starts until our full
+        check resumes it (deploy/slurm/README.md says what each Slurm version does)."""
+        self._run(["reboot", "ASAP", "nextstate=DOWN", f"reason={sanitise(reason)}", node])
+
     def show_job(self, job_id: str) -> str:
         """`scontrol show job ID` (several lines: AdminComment gets a line of its own)."""
         return self._run(["show", "job", job_id])

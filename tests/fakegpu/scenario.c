@@ -238,6 +238,7 @@ static void scenario_defaults(fg_scenario *s, unsigned int nfill)
     s->cuda_driver_version = 12040;
     s->nvml_init_error = 0;
     s->nvml_init_hang_s = 0;
+    s->kernel_log[0] = '\0';
     s->nfilled = nfill;
     memset(s->filled, 0, sizeof s->filled);
     for (unsigned int n = 0; n < nfill; n++) {
@@ -548,6 +549,8 @@ static const gkey gpu_keys[] = {
     {"remap.pending", K_BOOL, G(remap_pending), 0, 0, 0},
     {"remap.failure", K_BOOL, G(remap_failure), 0, 0, 0},
     {"recovery_action", K_U32, G(recovery_action), 0, 0, U32MAX},
+    {"reset.fails", K_BOOL, G(reset_fails), 0, 0, 0},
+    {"fault.recurs", K_BOOL, G(fault_recurs), 0, 0, 0},
     /* MiB values are capped at 16 TiB so byte counts never overflow. */
     {"memory.total_mib", K_U64, G(mem_total_mib), 0, 0, 1LL << 24},
     {"memory.used_mib", K_U64, G(mem_used_mib), 0, 0, 1LL << 24},
@@ -975,6 +978,8 @@ static int parse_line(fg_scenario *s, char *line, perr *e)
         s->ngpus = (unsigned int)x;
         return 0;
     }
+    if (strcmp(key, "kernel_log") == 0)
+        return parse_string(val, s->kernel_log, sizeof s->kernel_log, e);
     if (strcmp(key, "driver_version") == 0)
         return parse_string(val, s->driver_version, sizeof s->driver_version, e);
     if (strcmp(key, "cuda_driver_version") == 0) {

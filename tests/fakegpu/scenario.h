@@ -141,6 +141,9 @@ typedef struct {
     double hbm_gbps, h2d_gbps, d2h_gbps, gflops, peer_gbps;
     unsigned long long throttle_under_load;       /* clocks event reasons while a kernel runs */
     unsigned int sm_count;                        /* CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT */
+    /* read by the fake nvidia-smi only (nvidia_smi.c) */
+    int reset_fails;                    /* gpu.N.reset.fails: --gpu-reset fails on this GPU */
+    int fault_recurs;                   /* gpu.N.fault.recurs: a reset does not clear its faults */
 } fg_gpu;
 
 typedef struct {
@@ -149,6 +152,7 @@ typedef struct {
     int cuda_driver_version;
     int nvml_init_error;
     double nvml_init_hang_s;    /* nvmlInit* blocks this long */
+    char kernel_log[4096];      /* kernel_log: where the fake nvidia-smi writes the driver's lines */
     /* gpu[0..nfilled-1] hold their defaults and every gpu.* line; a GPU
      * past that (never enumerated: nfilled >= ngpus once parsed) gets its
      * defaults when a gpu.N line names it (filled[N]).  The array is 0.9 MiB:

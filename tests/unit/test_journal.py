@@ -13,7 +13,7 @@ from healthcheck.model import CRIT, ERR, LogEvent
 
 def test_message_ids_are_fixed_distinct_128_bit_hex():
     assert set(MESSAGE_IDS) == {"summary", "finding", "drain", "resume", "refused", "pending",
-                                "error", "internal-error"}
+                                "error", "internal-error", "repair"}
     assert len(set(MESSAGE_IDS.values())) == len(MESSAGE_IDS)
     assert all(len(v) == 32 and int(v, 16) >= 0 and v == v.lower() for v in MESSAGE_IDS.values())
     assert MESSAGE_IDS["drain"] == "f28447839a384d19bb588e4f505a3f7e"  # documented; never change

@@ -1,0 +1,65 @@
+"""The one door to NVIDIA's nvidia-smi: by absolute path (config `nvidia_smi`), with a deadline.
+
+    smi = NvidiaSmi(find_nvidia_smi(config.nvidia_smi, os.environ), config.nvidia_smi_timeout_s)
+    done = smi.reset([2])        # `nvidia-smi --gpu-reset -i 2`
+    done.ok, done.message        # the driver's own words, success or refusal
+
+nvidia-smi refuses a reset while any process holds the GPU (its message, seen in
+NVIDIA/NVSentinel#1690: "In use by another client ... Please first kill all processes using this
+device", exit 255); that message is handed back as it is, for the log.  Which GPUs must be reset
+together on an NVSwitch system is decided before we get here (decide.repair.NVSWITCH_WHY).
+"""
+
+from __future__ import annotations
+
+import shutil
+from typing import Mapping, Optional, Sequence
+
+from ..records import NamedTuple
+from .scontrol import DEFAULT_PATH
+
+
+class SmiResult(NamedTuple):
+    ok: bool
+    message: str  # nvidia-smi's output (stdout + stderr), trimmed; or why it did not run
+    argv: Sequence[str] = ()
+
+
+def find_nvidia_smi(configured: Optional[str], environ: Mapping[str, str]) -> str:
+    if configured:
+        return configured
+    found = shutil.which("nvidia-smi", path=environ.get("PATH") or DEFAULT_PATH)
+    return found or "/usr/bin/nvidia-smi"
+
+
+class NvidiaSmi:
+    def __init__(self, path: str, timeout_s: float) -> None:
+        self.path = path
+        self.timeout_s = timeout_s
+
+    def reset(self, gpus: Sequence[int]) -> SmiResult:
+        """`nvidia-smi --gpu-reset -i N[,N...]`; an empty list resets every GPU."""
+        args = ["--gpu-reset"] + (["-i", ",".join(str(g) for g in gpus)] if gpus else [])
+        return self._run(args)
+
+    def _run(self, args: Sequence[str]) -> SmiResult:
+        import subprocess
+
+        argv = [self.path, *args]
+        try:
+            done = subprocess.run(argv, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
+                                  stderr=subprocess.STDOUT, timeout=self.timeout_s, check=False,
+                                  start_new_session=True)
+        except FileNotFoundError:
+            return SmiResult(False, f"{self.path} not found (config key nvidia_smi)", argv)
+        except PermissionError:
+            return SmiResult(False, f"{self.path} is not executable (config key nvidia_smi)", argv)
+        except subprocess.TimeoutExpired:
+            return SmiResult(False, f"{' '.join(argv)}: no answer within {self.timeout_s:g} s "
+                                    f"(nvidia_smi_timeout_s)", argv)
+        except OSError as exc:
+            return SmiResult(False, f"{self.path}: {exc}", argv)
+        text = " ".join(done.stdout.decode("utf-8", "replace").split())[:2000]
+        if done.returncode != 0:
+            return SmiResult(False, f"exit status {done.returncode}: {text}", argv)
+        return SmiResult(True, text, argv)

@@ -1,0 +1,238 @@
+"""The repair loop's effectors: claim the repair budget, reset GPUs, ask Slurm for a reboot, keep
+the ledger, mark rma with evidence.  The decisions are decide.repair's; the flow is orchestrate's.
+
+    rep = Repairer(config, slurm, store, node, events, fields)
+    started = rep.start(snapshot, findings, report_only)   # True: validate now (a reset was done)
+    action = rep.finish(snapshot, findings, level)         # after the full check: resume or not
+
+Every step is one LogEvent of kind "repair" (journald MESSAGE_ID, a history line, the metrics):
+its GPU_HEALTHCHECK_REPAIR_STEP field says which (skipped, would_reset, would_reboot, claimed,
+budget, reset, reset_refused, reboot, resumed, still_failing, rma), GPU_HEALTHCHECK_REPAIR_ACTION
+the action, GPU_HEALTHCHECK_EVIDENCE the evidence files.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from typing import Dict, List, Optional, Sequence
+
+from ..config import Config
+from ..decide import repair as rd
+from ..decide.verdict import drain_reason
+from ..model import CRIT, ERR, INFO, NOTICE, WARNING, DoorError, Finding, LogEvent, Mode, NodeAction, NodeSnapshot
+from ..text import iso_utc
+from . import ledger
+from .state import StateStore
+
+SETTLE_S = 1.0
+# The reboot action (Repairer._reboot) stays off until the post-boot validation is built and
+# what 22.05 and 24.11 do after `scontrol reboot` is recorded in deploy/slurm/README.md.
+REBOOT_VERIFIED = False  # after our claim, before the re-read: concurrent claims become visible
+
+
+class Repairer:
+    def __init__(self, config: Config, slurm: object, store: StateStore, node: str,
+                 events: List[LogEvent], fields: Dict[str, str]) -> None:
+        self.config, self.slurm, self.store, self.node = config, slurm, store, node
+        self.events, self.fields = events, fields
+        self.plan: Optional[rd.RepairPlan] = None
+        self.drained_at: Optional[str] = None
+
+    def _log(self, step: str, priority: int, message: str, action: str = "",
+             **extra: str) -> None:
+        fields = {**self.fields, "GPU_HEALTHCHECK_REPAIR_STEP": step,
+                  "GPU_HEALTHCHECK_REPAIR_ACTION": action, **extra}
+        self.events.append(LogEvent("repair", priority, f"repair {self.node}: {message}", fields))
+
+    @property
+    def ctl(self) -> object:
+        return self.slurm.ctl  # type: ignore[attr-defined]
+
+    def start(self, snapshot: NodeSnapshot, findings: Sequence[Finding], report_only: bool) -> bool:
+        """Decide, claim and act.  True when GPUs were reset and must be proved healthy now."""
+        try:
+            this, cluster = self.slurm.node(self.node)  # type: ignore[attr-defined]
+        except DoorError as exc:
+            self._log("skipped", WARNING, f"slurmctld did not answer ({exc}): nothing done")
+            return False
+        if this is None:
+            self._log("skipped", WARNING, "not in scontrol's node list: nothing done")
+            return False
+        self.drained_at = this.reason_time
+        gpus = snapshot.gpus
+        try:
+            attempts = ledger.read_ledgers(self.config.state_dir, [rd.ledger_key(g) for g in gpus])
+        except (ValueError, OSError) as exc:
+            self._log("skipped", ERR, f"{exc}: nothing repaired until it is fixed")
+            return False
+        plan = rd.decide_repair(this, cluster, findings, gpus, attempts, time.time(),
+                                self.config.repair, _nvswitch(snapshot))
+        self.plan = plan
+        if plan.action == rd.NONE:
+            if this.drained:
+                self._log("skipped", INFO, plan.why, GPU_HEALTHCHECK_REPAIR_STATE=plan.state or "drained")
+            return False
+        if report_only:
+            what = {rd.RESET: f"would reset GPU(s) {_list(plan.gpus)}", rd.REBOOT: "would reboot",
+                    rd.RMA: "would mark rma"}[plan.action]
+            self._log(f"would_{plan.action}", WARNING, f"report_only: {what}: {plan.why}", plan.action)
+            return False
+        if plan.action == rd.RMA:
+            self.mark_rma(snapshot, plan.rma_gpu, plan.attempts, plan.trigger)
+            return False
+        if plan.action == rd.REBOOT and not REBOOT_VERIFIED:
+            self._log("skipped", WARNING, f"a reboot would repair it ({plan.why}), but what each "
+                                          f"Slurm version does after `scontrol reboot` is not "
+                                          f"verified yet (deploy/slurm/README.md): left for a person",
+                      rd.REBOOT)
+            return False
+        if not self._claim(plan):
+            return False
+        if plan.action == rd.REBOOT:
+            return self._reboot(snapshot, plan)
+        return self._reset(snapshot, plan)
+
+    # --- the budget ----------------------------------------------------------------------
+
+    def _claim(self, plan: rd.RepairPlan) -> bool:
+        state = rd.RESETTING if plan.action == rd.RESET else rd.REBOOTING
+        try:
+            self.ctl.set_comment(self.node, rd.mark_text(state, plan.gpus, iso_utc(time.time())))  # type: ignore[attr-defined]
+            self.slurm._sleep(SETTLE_S)  # type: ignore[attr-defined]
+            _, cluster = self.slurm.node(self.node)  # type: ignore[attr-defined]
+            past = rd.repairs_beyond_budget(cluster, self.config.repair.max_concurrent)
+            if self.node in past:
+                self.ctl.set_comment(self.node, "")  # type: ignore[attr-defined]
+                self._log("budget", NOTICE, f"stepped back: other nodes claimed the repair budget "
+                                            f"first (repair.max_concurrent = "
+                                            f"{self.config.repair.max_concurrent})", plan.action)
+                return False
+        except DoorError as exc:
+            self._log("skipped", WARNING, f"cannot claim the repair budget ({exc}): nothing done",
+                      plan.action)
+            return False
+        self._log("claimed", NOTICE, f"{plan.action} of GPU(s) {_list(plan.gpus)}: {plan.why}",
+                  plan.action)
+        return True
+
+    def release(self) -> None:
+        try:
+            self.ctl.set_comment(self.node, "")  # type: ignore[attr-defined]
+        except DoorError as exc:
+            self._log("error", WARNING, f"cannot clear the repair claim in its Comment: {exc}")
+
+    # --- actions -------------------------------------------------------------------------
+
+    def _record(self, snapshot: NodeSnapshot, plan: rd.RepairPlan, outcome: str) -> None:
+        trigger = plan.trigger
+        cause = f"{trigger.check}={trigger.value}" if trigger is not None else ""
+        for gpu in snapshot.gpus:
+            if gpu.index in plan.gpus and (plan.action == rd.RESET or trigger is None
+                                           or trigger.gpu in (None, gpu.index)):
+                ledger.append_attempt(self.config.state_dir, rd.ledger_key(gpu), rd.Attempt(
+                    at=time.time(), action=plan.action, trigger=cause, outcome=outcome,
+                    node=self.node, gpu=gpu.index, pci=gpu.pci_bus_id or "", serial=gpu.serial or ""))
+
+    def _reset(self, snapshot: NodeSnapshot, plan: rd.RepairPlan) -> bool:
+        from .nvidiasmi import NvidiaSmi, find_nvidia_smi
+
+        smi = NvidiaSmi(find_nvidia_smi(self.config.nvidia_smi, os.environ), self.config.nvidia_smi_timeout_s)
+        done = smi.reset(plan.gpus)
+        try:
+            self._record(snapshot, plan, "reset" if done.ok else f"refused: {done.message[:200]}")
+        except (ValueError, OSError) as exc:
+            self._log("error", ERR, f"cannot write the repair ledger: {exc}", plan.action)
+        if not done.ok:
+            self.release()
+            self._log("reset_refused", ERR, f"nvidia-smi refused to reset GPU(s) {_list(plan.gpus)}: "
+                                            f"{done.message}", rd.RESET)
+            return False
+        self._log("reset", NOTICE, f"reset GPU(s) {_list(plan.gpus)} ({done.message}); proving them "
+                                   f"healthy with --level full", rd.RESET)
+        return True
+
+    def _reboot(self, snapshot: NodeSnapshot, plan: rd.RepairPlan) -> bool:
+        reason = f"gpu-healthcheck: repair reboot for {plan.trigger.check if plan.trigger else 'a fault'}"
+        try:
+            self.ctl.reboot(self.node, reason)  # type: ignore[attr-defined]
+            self._record(snapshot, plan, "reboot")
+        except (DoorError, ValueError, OSError) as exc:
+            self.release()
+            self._log("error", ERR, f"cannot ask Slurm for a reboot: {exc}", rd.REBOOT)
+            return False
+        self._log("reboot", NOTICE, f"asked Slurm to reboot it (scontrol reboot ASAP nextstate=DOWN): "
+                                    f"{plan.why}", rd.REBOOT)
+        return False
+
+    # --- after the full check --------------------------------------------------------------
+
+    def finish(self, snapshot: NodeSnapshot, findings: Sequence[Finding], action: NodeAction) -> NodeAction:
+        """The full check after a repair has run and `action` is maybe_resume's answer."""
+        plan = self.plan
+        assert plan is not None
+        self.release()
+        keys = {g.index: rd.ledger_key(g) for g in snapshot.gpus if g.index in plan.gpus}
+        if action.taken == "resume":
+            for key in keys.values():
+                ledger.update_last(self.config.state_dir, key, "resumed")
+            seconds = _since(self.drained_at)
+            self._log("resumed", NOTICE, f"{plan.action} worked: the full check passes and the node "
+                                         f"is resumed", plan.action,
+                      GPU_HEALTHCHECK_DRAIN_TO_RESUME_S=f"{seconds:.0f}" if seconds is not None else "")
+            return action
+        worst = next((f for f in findings if f.drains), None)
+        outcome = f"still_failing: {worst.check if worst else action.detail}"
+        recent = {i: rd.in_window(ledger.read_ledger(self.config.state_dir, k), time.time(),
+                                  self.config.repair.window_s) for i, k in keys.items()}
+        for key in keys.values():
+            ledger.update_last(self.config.state_dir, key, outcome)
+        self._log("still_failing", WARNING, f"{plan.action} did not fix it ({outcome}); it stays "
+                                            f"drained", plan.action)
+        worst_gpu = max(recent, key=lambda i: len(recent[i]), default=None)
+        if worst_gpu is not None and rd.after_attempt(len(recent[worst_gpu]), self.config.repair,
+                                                      False) == rd.RMA:
+            return self.mark_rma(snapshot, worst_gpu, len(recent[worst_gpu]), plan.trigger)
+        reason = drain_reason(findings, snapshot.gpus, Mode.NODE, None)
+        if reason:
+            try:
+                self.ctl.set_reason(self.node, reason)  # type: ignore[attr-defined]
+            except DoorError as exc:
+                self._log("error", WARNING, f"cannot put the new finding in the reason: {exc}")
+        return NodeAction("none", reason, detail=outcome)
+
+    def mark_rma(self, snapshot: NodeSnapshot, gpu: Optional[int], attempts: int,
+                 trigger: Optional[Finding]) -> NodeAction:
+        index = gpu if gpu is not None else 0
+        reason = drain_reason([rd.rma_finding(index, attempts, trigger)], snapshot.gpus, Mode.NODE, None)
+        assert reason is not None
+        try:
+            self.ctl.set_reason(self.node, reason)  # type: ignore[attr-defined]
+        except DoorError as exc:
+            self._log("error", CRIT, f"cannot mark it rma ({exc}); it stays drained", rd.RMA)
+            return NodeAction("none", reason, detail=str(exc))
+        from .evidence import collect
+
+        target = next((g for g in snapshot.gpus if g.index == index), None)
+        files = collect(self.config, self.node, rd.ledger_key(target) if target else None, self.events)
+        self._log("rma", CRIT, f"marked rma: {reason}; evidence: {', '.join(files) or 'none'}", rd.RMA,
+                  GPU_HEALTHCHECK_EVIDENCE=" ".join(files), GPU_HEALTHCHECK_RMA_GPU=str(index))
+        return NodeAction("none", reason, detail="rma")
+
+
+def _nvswitch(snapshot: NodeSnapshot) -> bool:
+    """An NVSwitch fabric behind the GPUs: NVML reports a fabric state (Hopper and later)."""
+    return any(g.fabric_state not in (None, 0) for g in snapshot.gpus)
+
+
+def _list(gpus: Sequence[int]) -> str:
+    return ",".join(str(g) for g in gpus) or "all"
+
+
+def _since(stamp: Optional[str]) -> Optional[float]:
+    if not stamp:
+        return None
+    try:
+        return max(0.0, time.time() - time.mktime(time.strptime(stamp[:19], "%Y-%m-%dT%H:%M:%S")))
+    except (ValueError, OverflowError):
+        return None

@@ -1,0 +1,186 @@
+"""The repair loop's decisions (pure): may this node be repaired now, how, and when to give up.
+
+    plan = decide_repair(this, cluster, findings, gpus, attempts, now, config.repair, nvswitch)
+    plan.action        # "none" | "reset" | "reboot" | "rma" (see README "Repair")
+    plan.why           # why, in words, for the journal and the history
+
+A repair acts only on a node this tool drained (reason starts `gpu-healthcheck:`, no `rma`
+token), with no job on it as slurmctld says, outside its cooldown, inside the cluster's repair
+budget, and only for a fault a reset or a reboot can fix (the finding's own action).  A GPU that
+has needed `repair.max_attempts` repairs within `repair.window_s` is not repaired again: the
+node is marked rma (CONTRACTS §4), which no automatic run ever repairs or resumes.
+
+The budget is held like the drain budget (verdict.beyond_budget): a node claims a repair in
+its Comment ("gpu-healthcheck: repair resetting gpus=2 at=..."), re-reads, and steps back when
+it ranks past `repair.max_concurrent` among the claims, by (claim time, node name): the same
+order on every node, so no lock service is needed.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Dict, List, Mapping, Optional, Sequence, Tuple
+
+from ..config import RepairConfig
+from ..model import Action, Finding, GpuSnapshot, Severity
+from ..records import NamedTuple
+from .verdict import PREFIX, NodeState, draining, is_ours, is_rma
+
+REPAIR_MARK = PREFIX + " repair"
+# A claim's states: the node is being reset or rebooted (counted by the budget); "validating"
+# only names the full check that follows a reboot.
+RESETTING, REBOOTING = "resetting", "rebooting"
+ACTIVE = (RESETTING, REBOOTING)
+_MARK_RE = re.compile(r"^gpu-healthcheck: repair (?P<state>[a-z_]+)(?: gpus=(?P<gpus>[0-9,]*))?"
+                      r"(?: at=(?P<at>\S+))?")
+
+# Findings a reset cannot fix on its own: NVIDIA's Xid catalogue and NVML recovery actions
+# (NOTES.md) ask for a reboot (Xid 79, a GPU off the bus, fabric, Xid 154).  Findings with
+# Action.RESET are those NOTES.md lists for a GPU reset (Xid 48, 119/120, 140, DBE, a pending
+# remap, a leaked context).
+NONE, RESET, REBOOT, RMA = "none", "reset", "reboot", "rma"
+
+# On an NVSwitch system NVIDIA's documents (Fabric Manager user guide, nvidia-smi manual) say
+# which GPUs and switches must be reset together and when the fabric manager takes part.
+# NOTES.md (what this project has verified) is silent on those rules, so no single GPU is reset
+# on such a node: a reboot resets every GPU and switch together, which is complete by any rule.
+NVSWITCH_WHY = ("NVSwitch system: which GPUs and switches must be reset together is not "
+                "verified (NOTES.md), so the node is rebooted instead of resetting GPU(s)")
+
+
+class Attempt(NamedTuple):
+    """One repair in a GPU's ledger (act.ledger keeps them per serial, UUID where unknown)."""
+
+    at: float
+    action: str  # reset | reboot
+    trigger: str  # the finding that called for it, "check=value"
+    outcome: str  # started | resumed | still_failing: CHECK | refused: ... | rma
+    node: str
+    gpu: int
+    pci: str = ""
+    serial: str = ""
+
+
+class RepairPlan(NamedTuple):
+    action: str  # NONE | RESET | REBOOT | RMA
+    why: str
+    gpus: Tuple[int, ...] = ()  # the GPUs to reset (all for a reboot)
+    trigger: Optional[Finding] = None
+    rma_gpu: Optional[int] = None  # RMA: the GPU that used up its attempts
+    attempts: int = 0  # RMA: its attempts within the window
+    state: str = ""  # --cluster's word for the node while nothing is done: waiting_for_idle, ...
+
+
+def ledger_key(gpu: GpuSnapshot) -> str:
+    """A GPU's ledger file name: its serial, its UUID where the serial is unknown."""
+    raw = gpu.serial or gpu.uuid or f"index{gpu.index}"
+    return re.sub(r"[^A-Za-z0-9._-]", "_", raw)[:96]
+
+
+def repair_action(findings: Sequence[Finding], gpus: Sequence[GpuSnapshot],
+                  nvswitch: bool) -> Tuple[str, Tuple[int, ...], Optional[Finding], str]:
+    """(action, GPUs, the finding that calls for it, why) for what the findings drain for."""
+    found = draining(findings)
+    if not found:
+        return NONE, (), None, "nothing drains: no repair needed"
+    rma = next((f for f in found if f.action is Action.RMA), None)
+    if rma is not None:
+        return NONE, (), rma, f"{rma.check} calls for RMA: no repair, a person decides"
+    every = tuple(g.index for g in gpus)
+    reboot = next((f for f in found if f.action is Action.REBOOT), None)
+    if reboot is not None:
+        return REBOOT, every, reboot, f"{reboot.check} calls for a reboot"
+    resets = [f for f in found if f.action is Action.RESET]
+    if len(resets) != len(found):
+        other = next(f for f in found if f.action is not Action.RESET)
+        return NONE, (), other, f"{other.check} is not fixed by a reset or a reboot"
+    if nvswitch:
+        return REBOOT, every, resets[0], NVSWITCH_WHY
+    targets = every if any(f.gpu is None for f in resets) else tuple(sorted({f.gpu for f in resets
+                                                                              if f.gpu is not None}))
+    return RESET, targets, resets[0], f"{resets[0].check} calls for a GPU reset"
+
+
+def job_running(this: NodeState) -> bool:
+    """slurmctld's word: a job is allocated on the node, or still completing."""
+    flags = set(this.state.upper().replace("*", "").replace("$", "").split("+"))
+    return bool(flags & {"ALLOCATED", "ALLOC", "MIXED", "MIX", "COMPLETING", "DRAINING"})
+
+
+def parse_mark(comment: Optional[str]) -> Optional[Dict[str, str]]:
+    """A repair claim in a node's Comment: {"state", "gpus", "at"}, or None."""
+    m = _MARK_RE.match(comment or "")
+    return {k: v or "" for k, v in m.groupdict().items()} if m else None
+
+
+def mark_text(state: str, gpus: Sequence[int], at_iso: str) -> str:
+    return f"{REPAIR_MARK} {state} gpus={','.join(str(g) for g in gpus)} at={at_iso}"
+
+
+def repairs_beyond_budget(cluster: Sequence[NodeState], max_concurrent: int) -> List[str]:
+    """The nodes whose active repair claim ranks past the budget, by (claim time, name)."""
+    claims = []
+    for node in cluster:
+        mark = parse_mark(node.comment)
+        if mark and mark["state"] in ACTIVE:
+            claims.append((mark["at"], node.name))
+    return [name for _, name in sorted(claims)[max_concurrent:]]
+
+
+def in_window(attempts: Sequence[Attempt], now: float, window_s: float) -> List[Attempt]:
+    return [a for a in attempts if now - a.at <= window_s]
+
+
+def decide_repair(this: NodeState, cluster: Sequence[NodeState], findings: Sequence[Finding],
+                  gpus: Sequence[GpuSnapshot], attempts: Mapping[str, Sequence[Attempt]],
+                  now: float, config: RepairConfig, nvswitch: bool) -> RepairPlan:
+    """What the repair step does now.  `attempts`: ledger_key -> that GPU's attempts."""
+    if not this.drained:
+        return RepairPlan(NONE, "not drained")
+    if not is_ours(this.reason):
+        return RepairPlan(NONE, f"drained by someone else ({this.reason}): never repaired")
+    if is_rma(this.reason):
+        return RepairPlan(NONE, "marked rma: never repaired automatically", state="rma")
+    if job_running(this):
+        return RepairPlan(NONE, f"a job runs on it (state {this.state}): waiting for idle",
+                          state="waiting_for_idle")
+    action, targets, trigger, why = repair_action(findings, gpus, nvswitch)
+    if action == NONE:
+        return RepairPlan(NONE, why, trigger=trigger)
+    by_index = {g.index: g for g in gpus}
+    for index in targets if action == RESET else sorted({f.gpu for f in draining(findings)
+                                                         if f.gpu is not None}):
+        gpu = by_index.get(index)
+        if gpu is None:
+            continue
+        recent = in_window(attempts.get(ledger_key(gpu), ()), now, config.window_s)
+        if len(recent) >= config.max_attempts:
+            return RepairPlan(RMA, f"GPU {index} needed {len(recent)} repairs within "
+                                   f"{config.window_s:g} s (repair.max_attempts = {config.max_attempts})",
+                              targets, trigger, index, len(recent))
+    ours = [a for runs in attempts.values() for a in runs if a.node == this.name]
+    last = max((a.at for a in ours), default=None)
+    if last is not None and now - last < config.cooldown_s:
+        return RepairPlan(NONE, f"last repair {now - last:.0f} s ago, repair.cooldown_s = "
+                                f"{config.cooldown_s:g}", trigger=trigger, state="cooldown")
+    busy = [n.name for n in cluster if n.name != this.name
+            and (parse_mark(n.comment) or {}).get("state") in ACTIVE]
+    if len(busy) >= config.max_concurrent:
+        return RepairPlan(NONE, f"repair budget spent: {', '.join(busy)} repairing, "
+                                f"repair.max_concurrent = {config.max_concurrent}",
+                          trigger=trigger, state="waiting_for_budget")
+    return RepairPlan(action, why, targets, trigger)
+
+
+def after_attempt(recent: int, config: RepairConfig, passed: bool) -> str:
+    """What follows a repair's full check: resume, stay drained (another try later), or rma."""
+    if passed:
+        return "resume"
+    return RMA if recent >= config.max_attempts else "stay_drained"
+
+
+def rma_finding(gpu: int, attempts: int, trigger: Optional[Finding]) -> Finding:
+    """The finding whose drain reason marks the node rma (CONTRACTS §4: `check=value rma`)."""
+    cause = f" (last: {trigger.check})" if trigger is not None else ""
+    return Finding("repair.attempts", Severity.FAIL, f"GPU {gpu} needed {attempts} repairs within "
+                   f"the repair window{cause}: RMA", gpu=gpu, value=attempts, action=Action.RMA)
