@@ -17,7 +17,7 @@ The drain protocol (CONTRACTS §4):
 One object per run means one scontrol door: once scontrol has not answered, every later call of
 the run (the drain, `listpids` for the shared-GPU check, the probe's time cap) knows it at once.
 `ctl` may be any object with Scontrol's methods: the unit tests pass an in-process fake
-(tests/unit/slurmdoor.py).
+(tests/lib/slurmdoor.py).
 """
 
 from __future__ import annotations

@@ -1,5 +1,5 @@
 """Issue 22, items 1, 2, 10 and 11, in process: what an acknowledgement matches, which boot it
-belongs to, and when our drain's note is written (act.slurm against tests/unit/slurmdoor.py)."""
+belongs to, and when our drain's note is written (act.slurm against tests/lib/slurmdoor.py)."""
 
 from __future__ import annotations
 
@@ -18,7 +18,7 @@ from healthcheck.model import (Action, Finding, GpuSnapshot, KernelLogPosition, 
 from healthcheck.staterecords import OurDrain, XidAck
 from healthcheck.read.kernlog import aggregate, parse_lines
 
-from .slurmdoor import FakeDoor, stamp
+from tests.lib.slurmdoor import FakeDoor, stamp
 
 FIXTURES = Path(__file__).parent.parent / "fixtures" / "kernel-log"
 GPU2 = GpuSnapshot(index=2, uuid="GPU-2", serial="1650522003802", pci_bus_id="00000000:38:00.0")

@@ -14,7 +14,7 @@ from healthcheck.decide.verdict import NodeState, drain_reason
 from healthcheck.model import LogEvent, Mode
 from tests.lib.fakenode import ROOT
 
-from .slurmdoor import FakeDoor, stamp
+from tests.lib.slurmdoor import FakeDoor, stamp
 from .test_drain_protocol import DBE, GPU2, cluster, drain, slurm
 
 

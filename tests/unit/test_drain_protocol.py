@@ -1,4 +1,4 @@
-"""The drain protocol (CONTRACTS §4) against an in-process scontrol door (tests/unit/slurmdoor.py):
+"""The drain protocol (CONTRACTS §4) against an in-process scontrol door (tests/lib/slurmdoor.py):
 every outcome of act.slurm.Slurm, what it changed in "slurmctld", what it logged and kept."""
 
 from __future__ import annotations
@@ -16,7 +16,7 @@ from healthcheck.model import (Action, DoorError, Finding, GpuSnapshot, LogEvent
                                NodeSnapshot, Outcome, Severity)
 from healthcheck.staterecords import PendingDrain
 
-from .slurmdoor import FakeDoor, stamp
+from tests.lib.slurmdoor import FakeDoor, stamp
 
 GPU2 = GpuSnapshot(index=2, uuid="GPU-2", serial="1650522003802", pci_bus_id="00000000:38:00.0",
                    ecc_volatile_uncorrected=0)
