@@ -213,6 +213,65 @@ def _fabric_lines(gpu, put, unsup):
         put("remap.histogram", ",".join(str(h) for h in hist))
 
 
+def _ecc_lines(gpu, put, unsup, excerpt=False):
+    """ECC mode, then counters (the fake serves counters only with ECC enabled).
+
+    A full dump without a mode says ECC is unsupported; an excerpt (excerpt=True) that shows
+    the ECC Errors block without the ECC Mode block leaves the mode as it is and applies the
+    counters it shows."""
+    ecc = _flag(gpu, "ecc_mode/current_ecc")
+    if ecc is None and not excerpt:
+        put("ecc_mode", "unsupported")
+        unsup("EccMode", "TotalEccErrors", "MemoryErrorCounter")
+        return
+    if ecc is not None:
+        put("ecc_mode", "enabled" if ecc else "disabled")
+        pending = _flag(gpu, "ecc_mode/pending_ecc")
+        if pending is not None:
+            put("ecc_mode_pending", "enabled" if pending else "disabled")
+    any_counter = False
+    for kind in ("volatile", "aggregate"):
+        corr, unc = _ecc_totals(gpu, kind)
+        if corr is not None:
+            put("ecc.%s.corrected" % kind, corr)
+            any_counter = True
+        if unc is not None:
+            put("ecc.%s.uncorrected" % kind, unc)
+            any_counter = True
+    if ecc and not any_counter:
+        unsup("TotalEccErrors", "MemoryErrorCounter")
+
+
+def _retired_lines(gpu, put, unsup):
+    """Page retirement (pre-Ampere boards): counts, and a retirement pending the next reset."""
+    sbe = _int(gpu, "retired_pages/multiple_single_bit_retirement/retired_count")
+    dbe = _int(gpu, "retired_pages/double_bit_retirement/retired_count")
+    if sbe is None and dbe is None:
+        unsup("RetiredPages")
+    else:
+        put("retired.sbe", sbe or 0)
+        put("retired.dbe", dbe or 0)
+    pending = _flag(gpu, "retired_pages/pending_retirement")
+    if pending is None:
+        pending = _flag(gpu, "retired_pages/pending_blacklist")
+    if pending is None:
+        unsup("RetiredPagesPendingStatus")
+    else:
+        put("retired.pending", pending)
+
+
+def _remap_lines(gpu, put, unsup):
+    """Row remapping (Ampere and later): counts, pending and failure."""
+    remap = gpu.find("remapped_rows")
+    if remap is None or _txt(remap, "remapped_row_corr") is None:
+        unsup("RemappedRows")
+    else:
+        put("remap.correctable", _int(remap, "remapped_row_corr") or 0)
+        put("remap.uncorrectable", _int(remap, "remapped_row_unc") or 0)
+        put("remap.pending", _flag(remap, "remapped_row_pending") or 0)
+        put("remap.failure", _flag(remap, "remapped_row_failure") or 0)
+
+
 def _gpu_lines(n, gpu):
     out = []
     unsupported = []
@@ -256,51 +315,9 @@ def _gpu_lines(n, gpu):
     else:
         unsup("MinorNumber")
 
-    # ECC: mode, then counters (counters exist only with ECC enabled).
-    ecc = _flag(gpu, "ecc_mode/current_ecc")
-    if ecc is None:
-        put("ecc_mode", "unsupported")
-        unsup("EccMode", "TotalEccErrors", "MemoryErrorCounter")
-    else:
-        put("ecc_mode", "enabled" if ecc else "disabled")
-        pending = _flag(gpu, "ecc_mode/pending_ecc")
-        if pending is not None:
-            put("ecc_mode_pending", "enabled" if pending else "disabled")
-        any_counter = False
-        for kind in ("volatile", "aggregate"):
-            corr, unc = _ecc_totals(gpu, kind)
-            if corr is not None:
-                put("ecc.%s.corrected" % kind, corr)
-                any_counter = True
-            if unc is not None:
-                put("ecc.%s.uncorrected" % kind, unc)
-                any_counter = True
-        if ecc and not any_counter:
-            unsup("TotalEccErrors", "MemoryErrorCounter")
-
-    # Page retirement (pre-Ampere) and row remapping (Ampere and later).
-    sbe = _int(gpu, "retired_pages/multiple_single_bit_retirement/retired_count")
-    dbe = _int(gpu, "retired_pages/double_bit_retirement/retired_count")
-    if sbe is None and dbe is None:
-        unsup("RetiredPages")
-    else:
-        put("retired.sbe", sbe or 0)
-        put("retired.dbe", dbe or 0)
-    pending = _flag(gpu, "retired_pages/pending_retirement")
-    if pending is None:
-        pending = _flag(gpu, "retired_pages/pending_blacklist")
-    if pending is None:
-        unsup("RetiredPagesPendingStatus")
-    else:
-        put("retired.pending", pending)
-    remap = gpu.find("remapped_rows")
-    if remap is None or _txt(remap, "remapped_row_corr") is None:
-        unsup("RemappedRows")
-    else:
-        put("remap.correctable", _int(remap, "remapped_row_corr") or 0)
-        put("remap.uncorrectable", _int(remap, "remapped_row_unc") or 0)
-        put("remap.pending", _flag(remap, "remapped_row_pending") or 0)
-        put("remap.failure", _flag(remap, "remapped_row_failure") or 0)
+    _ecc_lines(gpu, put, unsup)
+    _retired_lines(gpu, put, unsup)
+    _remap_lines(gpu, put, unsup)
 
     # Memory (MiB).
     total = _int(gpu, "fb_memory_usage/total")
@@ -619,7 +636,7 @@ def convert(path_or_text):
     if root.get("fragment"):
         # an excerpt (no "GPU <pci>" header): its fields apply to every GPU of the default node
         lines = lines[:2] + ["# an excerpt: its fields override the defaults on every GPU"]
-        lines.extend(line.replace("gpu.0.", "gpu.*.", 1) for line in _fabric_only(gpus[0]))
+        lines.extend(_excerpt_lines(gpus[0]))
         return "\n".join(lines) + "\n"
     for n, gpu in enumerate(gpus):
         lines.append("")
@@ -639,13 +656,41 @@ def _sibling(name):
     return module
 
 
-def _fabric_only(gpu):
+def _excerpt_lines(gpu):
+    """`gpu.*.` lines for an excerpt: every block it shows, applied as the full-dump path
+    applies it (ECC mode and counters, retired pages, remapped rows, fabric, PCIe replays,
+    the remapper histogram); a block it does not show keeps the fake's default, and a block
+    it shows as N/A changes nothing (an excerpt does not say what the board lacks)."""
     out = []
-    _fabric_lines(gpu, lambda key, value: out.append("gpu.0.%s = %s" % (key, value)), lambda *names: None)
-    # only what the excerpt shows: drop the keys derived from absent sections
-    shown = [line for line in out if not line.startswith(
-        ("gpu.0.memory_temperature", "gpu.0.recovery_action", "gpu.0.nvlink.links"))]
-    return shown
+
+    def put(key, value):
+        out.append("gpu.*.%s = %s" % (key, value))
+
+    def ignore(*names):
+        return None
+
+    if gpu.find("ecc_mode") is not None or gpu.find("ecc_errors") is not None:
+        _ecc_lines(gpu, put, ignore, excerpt=True)
+    if gpu.find("retired_pages") is not None:
+        shown = len(out)
+        _retired_lines(gpu, put, ignore)
+        if len(out) > shown and gpu.find("remapped_rows") is None:
+            # Retired-page values come from a board that retires pages (pre-Ampere), which has
+            # no row remapper: as a full dump of such a board replays (and NVML, reading the
+            # retirement only where RemappedRows is NOT_SUPPORTED, sees the pages)
+            put("unsupported", "RemappedRows,RowRemapperHistogram  # a page-retirement board")
+    if gpu.find("remapped_rows") is not None:
+        _remap_lines(gpu, put, ignore)
+    fabric = []
+    _fabric_lines(gpu, lambda key, value: fabric.append((key, value)), ignore)
+    for key, value in fabric:
+        # only what the excerpt shows: drop the keys _fabric_lines derives from absent blocks
+        if key.startswith("fabric.") and gpu.find("fabric") is None:
+            continue
+        if key.startswith(("memory_temperature", "nvlink.links")):
+            continue
+        put(key, value)
+    return out
 
 
 def main(argv=None):

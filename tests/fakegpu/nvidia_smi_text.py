@@ -8,7 +8,7 @@ per GPU.  text_to_tree() reads that into a generic tree and copies the fields
 from_nvidia_smi.py reads into an ElementTree with the XML dump's tag names, so the XML and the
 text give the same scenario.  A field the text shows as N/A, or only relative to a limit
 ("T.Limit" temperatures of driver 535+), is left out and so becomes unsupported.  An excerpt
-without a "GPU <pci>" line (a Fabric block pasted into an issue) becomes one GPU marked
+without a "GPU <pci>" line (a block pasted into an issue) becomes one GPU marked
 fragment="1": its fields apply to every GPU of the default node.
 
 Standard library only (Python >= 3.9).
