@@ -11,7 +11,7 @@ import subprocess
 import pytest
 
 from tests.lib.gpucluster import HEALTHY, GpuCluster, pci, require_slurm, serial, spank_plugin
-from tests.test_spank import SMALL, WAIT_FOR_GO, _history, _job_gpus
+from tests.slurm.test_spank import SMALL, WAIT_FOR_GO, _history, _job_gpus
 
 pytestmark = pytest.mark.slurm
 
