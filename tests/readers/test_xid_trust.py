@@ -18,7 +18,7 @@ from healthcheck.model import (Action, Finding, GpuSnapshot, KernelLogPosition, 
 from healthcheck.staterecords import OurDrain, XidAck
 from healthcheck.read.kernlog import aggregate, parse_lines
 
-from .slurmdoor import FakeDoor, stamp
+from tests.unit.slurmdoor import FakeDoor, stamp
 
 FIXTURES = Path(__file__).parent.parent / "fixtures" / "kernel-log"
 GPU2 = GpuSnapshot(index=2, uuid="GPU-2", serial="1650522003802", pci_bus_id="00000000:38:00.0")
