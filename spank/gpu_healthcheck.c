@@ -3,7 +3,7 @@
  *
  *   plugstack.conf:
  *   required /usr/lib/gpu-healthcheck/gpu_healthcheck.so exec=/usr/bin/gpu-healthcheck \
- *            level=quick allow_full=yes run=prolog,epilog,report
+ *            level=quick allow_full=yes allow_deep=no run=prolog,epilog,report
  *
  * It only runs gpu-healthcheck and passes its result on; every judgement stays in Python:
  *   slurm_spank_job_prolog  ->  EXEC --prolog --level L   (non-zero: the job must not start here)
@@ -13,7 +13,8 @@
  *                                                           user, into that task's own stderr)
  *   slurm_spank_task_init   ->  EXEC --job-report         (the first task of a requeued batch
  *                                                           job: why it was requeued)
- * and registers --gpu-healthcheck=quick|full for sbatch, srun and salloc; the choice reaches
+ * and registers --gpu-healthcheck=quick|full|deep for sbatch, srun and salloc (full unless
+ * allow_full=no, deep only with allow_deep=yes: minutes of on-device tests); the choice reaches
  * the prolog as SPANK_GPU_HEALTHCHECK_LEVEL (spank job control environment), which both this
  * plugin and the Prolog= script read.  The prolog and epilog get our deadline as
  * GPU_HEALTHCHECK_DEADLINE_S, so gpu-healthcheck's own bounds shrink to end before it; the
@@ -62,6 +63,7 @@ struct conf {
 	char exec[PATH_MAX];
 	char level[8];      /* quick | full: the level when the job asks for none */
 	int allow_full;     /* may a job ask for --gpu-healthcheck=full? */
+	int allow_deep;     /* may a job ask for --gpu-healthcheck=deep? (minutes: off by default) */
 	int run_prolog, run_epilog, run_report;
 	int timeout_s;      /* prolog/epilog deadline; 0: PrologEpilogTimeout less a margin */
 };
@@ -79,9 +81,10 @@ extern slurm_conf_t slurm_conf __attribute__((weak));
 static int opt_cb(int val, const char *optarg, int remote);
 
 static struct spank_option level_option = {
-	"gpu-healthcheck", "quick|full",
-	"GPU health check before the job starts: quick (default) or full, a memory test of "
-	"most of each of the job's GPUs (gpu-healthcheck)",
+	"gpu-healthcheck", "quick|full|deep",
+	"GPU health check before the job starts: quick (default), full, a memory test of "
+	"most of each of the job's GPUs, or deep, minutes of memory, bandwidth and compute "
+	"tests where the cluster allows it (gpu-healthcheck)",
 	1, 0, opt_cb,
 };
 
@@ -122,9 +125,27 @@ static int parse_yes_no(const char *value, int *out)
 	return 0;
 }
 
+/* level=: the prolog's default, never deep (minutes in every job start; deep stays a job's
+ * ask, or the idle-node sweep's). */
 static int valid_level(const char *value)
 {
 	return value && (!strcmp(value, "quick") || !strcmp(value, "full"));
+}
+
+/* What a job may ask for with --gpu-healthcheck= (then bounded by allow_full=/allow_deep=). */
+static int valid_ask(const char *value)
+{
+	return valid_level(value) || (value && !strcmp(value, "deep"));
+}
+
+/* Is the job's ask disabled here?  Names the argument that disables it, else NULL. */
+static const char *ask_disabled(const char *value)
+{
+	if (!strcmp(value, "full") && !conf.allow_full)
+		return "allow_full=no";
+	if (!strcmp(value, "deep") && !conf.allow_deep)
+		return "allow_deep=no";
+	return NULL;
 }
 
 /* Fills conf from the plugstack.conf arguments; logs every malformed one by name (loud: in
@@ -140,6 +161,7 @@ static int parse_args(int ac, char **av)
 	snprintf(conf.exec, sizeof(conf.exec), "%s", DEFAULT_EXEC);
 	snprintf(conf.level, sizeof(conf.level), "quick");
 	conf.allow_full = 1;
+	conf.allow_deep = 0;
 	conf.run_prolog = conf.run_epilog = conf.run_report = 1;
 	conf.timeout_s = 0;
 
@@ -161,12 +183,16 @@ static int parse_args(int ac, char **av)
 				snprintf(conf.exec, sizeof(conf.exec), "%s", value);
 		} else if (KEY("level")) {
 			if (!valid_level(value))
-				problem = "level= takes quick or full";
+				problem = "level= takes quick or full (deep only as a job's ask, "
+					  "with allow_deep=yes)";
 			else
 				snprintf(conf.level, sizeof(conf.level), "%s", value);
 		} else if (KEY("allow_full")) {
 			if (parse_yes_no(value, &conf.allow_full))
 				problem = "allow_full= takes yes or no";
+		} else if (KEY("allow_deep")) {
+			if (parse_yes_no(value, &conf.allow_deep))
+				problem = "allow_deep= takes yes or no";
 		} else if (KEY("run")) {
 			if (parse_run(value, &conf))
 				problem = "run= takes a comma list of prolog, epilog, report";
@@ -178,7 +204,8 @@ static int parse_args(int ac, char **av)
 			else
 				conf.timeout_s = (int) n;
 		} else
-			problem = "unknown argument; known: exec= level= allow_full= run= timeout=";
+			problem = "unknown argument; known: exec= level= allow_full= allow_deep= run= "
+				  "timeout=";
 #undef KEY
 		if (problem) {
 			if (loud)
@@ -432,14 +459,19 @@ static int run_script(const char *mode, const char *level)
 
 static int opt_cb(int val, const char *optarg, int remote)
 {
+	const char *disabled;
+
 	(void) val;
-	if (!valid_level(optarg)) {
-		slurm_error("--gpu-healthcheck takes quick or full, not '%s'", optarg ? optarg : "");
+	if (!valid_ask(optarg)) {
+		slurm_error("--gpu-healthcheck takes quick or full%s, not '%s'",
+			    conf.allow_deep ? " or deep" : "", optarg ? optarg : "");
 		return -1;
 	}
-	if (!strcmp(optarg, "full") && !conf.allow_full) {
-		slurm_error("--gpu-healthcheck=full is disabled on this cluster (allow_full=no "
-			    "in plugstack.conf); use --gpu-healthcheck=quick or leave it out");
+	disabled = ask_disabled(optarg);
+	if (disabled) {
+		slurm_error("--gpu-healthcheck=%s is disabled on this cluster (%s "
+			    "in plugstack.conf); use --gpu-healthcheck=quick or leave it out",
+			    optarg, disabled);
 		return -1;
 	}
 	if (!remote)
@@ -454,10 +486,11 @@ int slurm_spank_init(spank_t sp, int ac, char **av)
 	spank_context_t ctx = spank_context();
 
 	if (parse_args(ac, av) == 0 && ctx == S_CTX_SLURMD) /* slurmd's log: what it will do */
-		slurm_info("%s: exec=%s level=%s allow_full=%s run=%s%s%s timeout=%d s", PLUGIN,
-			   conf.exec, conf.level, conf.allow_full ? "yes" : "no",
-			   conf.run_prolog ? "prolog," : "", conf.run_epilog ? "epilog," : "",
-			   conf.run_report ? "report" : "", script_timeout());
+		slurm_info("%s: exec=%s level=%s allow_full=%s run=%s%s%s timeout=%d s "
+			   "allow_deep=%s", PLUGIN, conf.exec, conf.level,
+			   conf.allow_full ? "yes" : "no", conf.run_prolog ? "prolog," : "",
+			   conf.run_epilog ? "epilog," : "", conf.run_report ? "report" : "",
+			   script_timeout(), conf.allow_deep ? "yes" : "no");
 	if (ctx == S_CTX_LOCAL || ctx == S_CTX_ALLOCATOR || ctx == S_CTX_REMOTE) {
 		if (spank_option_register(sp, &level_option) != ESPANK_SUCCESS)
 			slurm_error("%s: cannot register --gpu-healthcheck", PLUGIN);
@@ -486,7 +519,7 @@ int slurm_spank_init_post_opt(spank_t sp, int ac, char **av)
 int slurm_spank_job_prolog(spank_t sp, int ac, char **av)
 {
 	char *opt = NULL;
-	const char *level;
+	const char *level, *disabled;
 
 	parse_args(ac, av);
 	if (!conf.run_prolog)
@@ -494,11 +527,13 @@ int slurm_spank_job_prolog(spank_t sp, int ac, char **av)
 	level = getenv("SPANK_" LEVEL_VAR);
 	if (spank_option_getopt(sp, &level_option, &opt) == ESPANK_SUCCESS && opt)
 		level = opt;
-	if (!valid_level(level))
+	/* checked again here: a user's own plugstack.conf (SLURM_CONF) can put any level into
+	 * the job's prolog environment */
+	if (!valid_ask(level))
 		level = conf.level;
-	else if (!strcmp(level, "full") && !conf.allow_full) {
-		slurm_error("%s: prolog: the job asks for full, disabled by allow_full=no; "
-			    "running %s", PLUGIN, conf.level);
+	else if ((disabled = ask_disabled(level))) {
+		slurm_error("%s: prolog: the job asks for %s, disabled by %s; running %s",
+			    PLUGIN, level, disabled, conf.level);
 		level = conf.level;
 	}
 	return run_script("prolog", level);

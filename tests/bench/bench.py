@@ -53,6 +53,13 @@ HGX_SCENARIO = ("gpu.*.name = NVIDIA H100 80GB HBM3\ngpu.*.nvlink.links = 18\n"
                 "gpu.*.memory_temperature_c = 39\n")
 PCIE_SCENARIO = "gpu.*.nvlink.links = 0\ngpu.*.fabric.state = not_supported\n"
 IB_ROW = "ours --prolog (HGX + 8 HCAs x 2 ports in /sys/class/infiniband)"
+# --level deep on the fake: its libcuda.so.1 runs the host build of the kernels over host copies
+# of each board (tests/fakegpu/cuda_deep.c), so the boards and the bandwidth buffers are small
+# (as in tests/cli/test_deep_level.py) and the figure is the host side on the fake, never what
+# deep costs on a real GPU.
+DEEP_ROW = "ours --node --level deep (fake: 48 MiB boards, 4 MiB bandwidth buffers)"
+DEEP_MEMORY_MIB = 48
+DEEP_CONFIG = "[deep]\nbandwidth_mib = 4\n[dcgm]\nenabled = false\n"
 
 
 def ib_config(node: SimNode) -> Path:
@@ -65,6 +72,14 @@ def ib_config(node: SimNode) -> Path:
         make_ib_tree(root, hcas=8, ports=2)
     path = node.dir / "config-ib.toml"
     path.write_text(node.config.read_text() + f'sysfs_root = "{root}"\n[network]\nexpected_ports = 16\n')
+    os.chmod(path, 0o644)
+    return path
+
+
+def deep_config(node: SimNode) -> Path:
+    """The node's config with the deep level's bandwidth buffers small and no dcgmi."""
+    path = node.dir / "config-deep.toml"
+    path.write_text(node.config.read_text() + DEEP_CONFIG)
     os.chmod(path, 0o644)
     return path
 
@@ -130,6 +145,8 @@ def build_runs(node: SimNode, peer_exe, peer_skip: str, baseline: Optional[Path]
             dict(job8), extra=PCIE_SCENARIO),
         Run(IB_ROW, "ours", 8, our_argv("--prolog"),
             {**job8, "GPU_HEALTHCHECK_CONFIG": str(ib_config(node))}, extra=HGX_SCENARIO),
+        Run(DEEP_ROW, "ours", 8, our_argv("--node", "--level", "deep"),
+            {"GPU_HEALTHCHECK_CONFIG": str(deep_config(node))}, memory_mib=DEEP_MEMORY_MIB),
     ]
     if baseline is not None:
         runs += [

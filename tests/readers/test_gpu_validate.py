@@ -51,3 +51,44 @@ def test_validate_accepts_not_supported_but_not_other_errors(tmp_path, fakegpu):
     assert done.returncode == 0, done.stdout + done.stderr
     kinds = {f'{c["call"].split(" ")[0]} {c["function"]}': c["kind"] for c in doc["nvml"]["calls"]}
     assert kinds["gpu0 Serial"] == "not available"
+
+
+def test_validate_runs_every_deep_kernel_and_records_the_scenarios_figures(tmp_path, fakegpu):
+    """Part 4 of validate: --level deep on every GPU; its JSON carries each GPU's GB/s, GFLOP/s
+    and times, and they are the figures the fake's scenario sets (its timings follow them)."""
+    (tmp_path / "kern").write_text("")
+    done, doc = _validate(tmp_path, fakegpu, "gpus = 2\ngpu.*.memory.total_mib = 300\n"
+                                             "gpu.1.perf.hbm_gbps = 3100\n"
+                                             "gpu.0.perf.h2d_gbps = 45\ngpu.1.perf.d2h_gbps = 48\n"
+                                             "gpu.1.perf.gflops = 60000\n"
+                                             "gpu.*.nvlink.peer_gbps = 400\n")
+    assert done.returncode == 0, done.stdout + done.stderr
+    deep = doc["deep"]
+    assert deep["mode"]["rc"] == 0 and deep["mode"]["verdict"] == "pass"
+    # every kernel the package ships, each under the timed test that ran it
+    assert deep["kernels"] == {"hc_addr_write": "memory", "hc_addr_check": "memory",
+                               "hc_mi_fill": "memory", "hc_mi_step": "memory",
+                               "hc_read": "hbm_read", "hc_copy": "hbm_copy", "hc_fma": "compute"}
+    rows = {r["gpu"]: r for r in deep["gpus"]}
+    assert sorted(rows) == [0, 1]
+    expect = {0: (3000, 3000, 45, 50, 55000), 1: (3100, 3100, 50, 48, 60000)}
+    for gpu, (read, copy, h2d, d2h, gflops) in expect.items():
+        row = rows[gpu]
+        assert row["status"] == "ok" and row["memory_errors"] == 0 and row["memory_bytes"] > 0
+        assert [round(row[k]) for k in ("hbm_read_gbps", "hbm_copy_gbps", "h2d_gbps", "d2h_gbps",
+                                        "gflops")] == [read, copy, h2d, d2h, gflops], row
+        assert set(row["times_s"]) == {"memory", "hbm_read", "hbm_copy", "h2d", "d2h", "compute"}
+        assert all(t > 0 for t in row["times_s"].values()), row["times_s"]
+    # two GPUs: one pair, at the slower side's rate
+    assert [(p["src"], p["dst"], round(p["gbps"])) for p in deep["peers"]] == [(0, 1, 400)]
+    assert "deep gpu1: " in done.stdout and "hbm_read_gbps=" in done.stdout
+
+
+def test_validate_names_a_deep_test_that_is_not_ok(tmp_path, fakegpu):
+    (tmp_path / "kern").write_text("")
+    done, doc = _validate(tmp_path, fakegpu, "gpus = 2\ngpu.*.memory.total_mib = 300\n"
+                                             "gpu.1.mem.stuck_bits = 0x1003:5\n")
+    assert done.returncode != 0 and not doc["ok"]
+    assert any(p.startswith("--node --level deep --json: exit") for p in doc["problems"]), doc["problems"]
+    row = next(r for r in doc["deep"]["gpus"] if r["gpu"] == 1)
+    assert row["memory_errors"] > 0

@@ -1,0 +1,45 @@
+"""deploy/slurm/gpu-healthcheck-sweep's node selection on real `scontrol show nodes -o` output
+(tests/fixtures/scontrol-show-nodes: Slurm 22.05 and 24.11, gpu-a and gpu-b IDLE+DRAIN, gpu-c
+IDLE) and the job it submits."""
+
+from __future__ import annotations
+
+import importlib.machinery
+import importlib.util
+
+import pytest
+
+from tests.lib.fakenode import ROOT
+
+SCRIPT = ROOT / "deploy" / "slurm" / "gpu-healthcheck-sweep"
+SHOW_NODES = ROOT / "tests" / "fixtures" / "scontrol-show-nodes"
+
+
+def _sweep():
+    loader = importlib.machinery.SourceFileLoader("gpu_healthcheck_sweep", str(SCRIPT))
+    spec = importlib.util.spec_from_loader(loader.name, loader)
+    module = importlib.util.module_from_spec(spec)
+    loader.exec_module(module)
+    return module
+
+
+@pytest.mark.parametrize("version", ["slurm-22.05", "slurm-24.11"])
+def test_sweep_picks_only_the_plainly_idle_nodes_of_the_partition(version):
+    sweep = _sweep()
+    nodes = sweep.parse_nodes((SHOW_NODES / f"{version}.txt").read_text())
+    assert [n["NodeName"] for n in nodes] == ["gpu-a", "gpu-b", "gpu-c"]
+    # a Reason with spaces stays one field, and does not hide the fields after it
+    assert nodes[1]["Reason"].startswith("bad fan, ticket 4711")
+    assert [n["State"] for n in nodes] == ["IDLE+DRAIN", "IDLE+DRAIN", "IDLE"]
+    assert sweep.idle_nodes(nodes, "gpu") == ["gpu-c"]  # the drained nodes are never swept
+    assert sweep.idle_nodes(nodes, "gpu-healthcheck-sweep") == []  # not in that partition
+    assert sweep.idle_nodes(nodes, "gpu", already=["gpu-c"]) == []  # its sweep job is queued
+
+
+def test_sweep_submits_one_exclusive_deep_job_per_node_into_the_hidden_partition():
+    sweep = _sweep()
+    argv = sweep.sbatch_argv("sbatch", "gpu-healthcheck-sweep", "gpu-c", 30, "/usr/bin/gpu-healthcheck")
+    assert argv[:9] == ["sbatch", "-p", "gpu-healthcheck-sweep", "-w", "gpu-c", "--exclusive",
+                        "-J", "gpu-healthcheck-sweep", "-t"]
+    assert argv[-2:] == ["--wrap", "/usr/bin/gpu-healthcheck --node --act --level deep"]
+    assert sweep.requested_nodes("gpu-a\n\ngpu-c\n") == ["gpu-a", "gpu-c"]
