@@ -77,6 +77,11 @@ class GpuProcess(NamedTuple):
     # The Slurm job the process belongs to: from its job cgroup (.../job_1234/...), else from
     # `scontrol listpids` on this node; None = no job we know of (a leftover).
     job_id: Optional[str] = None
+    # True: `scontrol listpids` names job_id on this node now; False: it does not (a stale
+    # job cgroup); None: not asked (the node shares no GPU, or slurmd could not say)
+    job_live: Optional[bool] = None
+    # NVML indices job_id was given (its SLURM_JOB_GPUS); None = cannot be known (gres/mps)
+    job_gpus: Optional[Tuple[int, ...]] = None
 
 
 class MigDevice(NamedTuple):
@@ -257,6 +262,9 @@ class GresLayout(NamedTuple):
     # AutoDetect=nvml with Type=: this node's gpu records in gres.conf order as
     # (type, count, files); slurmd matches each type against the NVML device names
     typed: Tuple[Tuple[str, int, Tuple[str, ...]], ...] = ()
+    # the GPU-sharing gres configured for this node ("mps", "shard"), from gres.conf and
+    # slurm.conf's Gres=: only then may several live jobs use one GPU
+    shared: Tuple[str, ...] = ()
 
 
 class JobContext(NamedTuple):
@@ -338,6 +346,8 @@ class NodeSnapshot(NamedTuple):
     sysfs_unbound: Tuple[Tuple[str, str], ...] = ()
     deep: Optional[DeepRun] = None  # --level deep: what the on-device tests measured
     dcgm: Optional[DcgmRead] = None  # what dcgmi said, where it ran
+    # gres/mps or gres/shard configured for this node (prolog, epilog): GPUs shared by jobs
+    shared_gres: Tuple[str, ...] = ()
 
     def gpu(self, index: int) -> Optional[GpuSnapshot]:
         for g in self.gpus:
@@ -460,3 +470,27 @@ MPS_DAEMON = "nvidia-cuda-mps-server"
 def is_mps_daemon(proc: GpuProcess) -> bool:
     """NVML lists the MPS server (started for gres/mps by the site, in no job) on a shared GPU."""
     return bool(proc.command) and MPS_DAEMON in (proc.command or "").split(" ", 1)[0]
+
+
+def not_a_co_tenant(proc: GpuProcess, gpu_index: int, shared: Tuple[str, ...],
+                    this_job: Optional[str]) -> Optional[str]:
+    """Why a process on a job's GPU is not a co-tenant of it (a leftover); None = it is (pure).
+
+    A co-tenant needs all of: a node whose GPUs are shared (gres/mps or gres/shard), a job that
+    slurmd still runs (`scontrol listpids`; a job cgroup alone may be stale), and, where its
+    SLURM_JOB_GPUS says, this GPU in that job's allocation.  The MPS server needs the first."""
+    mps = is_mps_daemon(proc)
+    if not mps and (not proc.job_id or proc.job_id == this_job):
+        return "in no live job" if not proc.job_id else "of this job, before or after it ran"
+    if not shared:
+        what = "the MPS server" if mps else f"job {proc.job_id}'s"
+        return f"{what}, but no GPU of this node is shared (no gres/mps or gres/shard)"
+    if mps:
+        return None
+    if proc.job_live is not True:
+        return (f"job {proc.job_id} no longer runs here (slurmd does not list it: a stale job cgroup)"
+                if proc.job_live is False else f"slurmd could not say whether job {proc.job_id} runs")
+    if proc.job_gpus is not None and gpu_index not in proc.job_gpus:
+        given = ",".join(map(str, proc.job_gpus)) or "none"
+        return f"job {proc.job_id} was given GPU(s) {given}, not this one"
+    return None

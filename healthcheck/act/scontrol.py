@@ -25,6 +25,9 @@ from ..decide.verdict import NodeState, beyond_budget, gpu_nodes, is_ours, sanit
 DEFAULT_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
 
 
+NO_STEPS = "No job steps exist on this node"
+
+
 class ScontrolError(DoorError):
     """scontrol could not do what we asked: missing, non-zero exit, or past its timeout."""
 
@@ -173,7 +176,14 @@ class Scontrol:
 
     def listpids(self, node: str) -> Dict[int, str]:
         """pid -> job id of every job process slurmd tracks on `node` (`scontrol listpids`)."""
-        return parse_listpids(self._run(["listpids", "*", node]))
+        try:
+            return parse_listpids(self._run(["listpids", "*", node]))
+        except ScontrolError as exc:
+            # with no job on the node scontrol exits 1 saying so (Slurm 22.05 and 24.11,
+            # src/scontrol/pids.c): that is an answer, no job runs here, not a failure
+            if NO_STEPS in exc.problem:
+                return {}
+            raise
 
     def set_comment(self, node: str, text: str) -> None:
         """The node's Comment (Slurm 20.11+): where a refused drain stays visible."""

@@ -2,9 +2,10 @@
 
 from __future__ import annotations
 
-from typing import Iterator, List
+from typing import Dict, Iterator, List, Optional
 
-from ..model import Action, Finding, GpuProcess, GpuSnapshot, Mode, NodeSnapshot, Severity, is_mps_daemon
+from ..model import (Action, Finding, GpuProcess, GpuSnapshot, Mode, NodeSnapshot, Severity,
+                     not_a_co_tenant)
 from .registry import CheckContext, finding as _f, gpu_check, label
 
 
@@ -73,39 +74,45 @@ def check_processes_leftover(gpu: GpuSnapshot, node: NodeSnapshot, ctx: CheckCon
     """Compute processes on a GPU that the job is about to get (prolog) or just released (epilog).
 
     Only the job's GPUs count: on a shared node other jobs legitimately use the rest.  With
-    gres/mps or gres/shard several live jobs share one GPU: a process of another live job (its
-    job cgroup, else `scontrol listpids` on this node) and the MPS server are co-tenants (info),
-    not leftovers.  Fail in the prolog (the job would start out of memory); warn in the epilog
-    (Slurm could not kill them); info by hand (the GPU is busy).
+    gres/mps or gres/shard configured for this node several live jobs share one GPU: a process
+    of another job that slurmd still runs (`scontrol listpids`), on a GPU that job was given
+    (its SLURM_JOB_GPUS, where it has one), and the MPS server are co-tenants (info), not
+    leftovers (model.not_a_co_tenant).  A process in a stale job cgroup, of a job on a GPU it was
+    not given, or of another job on a node that shares no GPU is a leftover.  Fail in the
+    prolog (the job would start out of memory); warn in the epilog (Slurm could not kill them);
+    info by hand (the GPU is busy).
     nvidia-smi equivalent: `nvidia-smi --query-compute-apps=pid,used_memory --format=csv`.
     """
     if not gpu.processes or not ctx.is_selected(gpu.index) or _other_instances(gpu, node):
         return
     procs = gpu.processes
+    why: Dict[int, Optional[str]] = {}
     if ctx.mode is not Mode.NODE:
-        # gres/mps and gres/shard give several live jobs the same GPU: their processes (and
-        # the MPS server) are co-tenants, not leftovers.  This job's own processes in the
-        # epilog are leftovers: they outlived it.
+        # This job's own processes in the epilog are leftovers: they outlived it.
         this_job = node.job.job_id if node.job else None
-        tenants = [p for p in procs if is_mps_daemon(p) or (p.job_id and p.job_id != this_job)]
-        procs = tuple(p for p in procs if p not in tenants)
+        why = {p.pid: not_a_co_tenant(p, gpu.index, node.shared_gres, this_job) for p in procs}
+        tenants = [p for p in procs if why[p.pid] is None]
+        procs = tuple(p for p in procs if why[p.pid] is not None)
         if tenants and not procs:
             jobs = sorted({p.job_id for p in tenants if p.job_id})
             yield _f("processes.leftover", Severity.INFO, gpu,
                      f"{label(gpu)}: shared with live job(s) {', '.join(jobs) or '-'} "
-                     f"(co-tenants of a shared GPU, gres/mps or gres/shard): "
+                     f"(co-tenants of a shared GPU, gres/{' or gres/'.join(node.shared_gres)}): "
                      f"{', '.join(_describe(p) for p in tenants[:4])}", value=0, threshold=0)
             return
+    reasons = sorted({r for r in (why.get(p.pid) for p in procs)
+                      if r and r != "in no live job" and not r.startswith("of this job")})
+    procs_note = f" ({'; '.join(reasons[:3])})" if reasons else ""
     who = ", ".join(_describe(p) for p in procs[:4])
     more = f" and {len(procs) - 4} more" if len(procs) > 4 else ""
     if ctx.mode is Mode.PROLOG:
         yield _f("processes.leftover", Severity.FAIL, gpu,
                  f"{label(gpu)}: {len(procs)} process(es) left on the GPU, in no live job: "
-                 f"{who}{more}; kill them or reset the GPU", value=len(procs), threshold=0,
+                 f"{who}{more}{procs_note}; kill them or reset the GPU", value=len(procs), threshold=0,
                  action=Action.DRAIN)
     elif ctx.mode is Mode.EPILOG:
         yield _f("processes.leftover", Severity.WARN, gpu,
-                 f"{label(gpu)}: {len(procs)} process(es) outlived the job: {who}{more}",
+                 f"{label(gpu)}: {len(procs)} process(es) outlived the job: {who}{more}{procs_note}",
                  value=len(procs), threshold=0)
     else:
         yield _f("processes.leftover", Severity.INFO, gpu,

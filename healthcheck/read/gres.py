@@ -41,6 +41,8 @@ from ..model import GresLayout
 CACHE = "gres-map.json"
 MAX_CONF_BYTES = 1 << 20  # a gres.conf is a few lines
 MAX_EXPANSION = 4096  # files or hosts one hostlist may name
+# the gres plugins that let several jobs use one GPU (slurm.conf GresTypes, gres.conf Name=)
+SHARING = ("mps", "shard")
 
 
 class GresConfError(ValueError):
@@ -131,6 +133,7 @@ def parse_gres_conf(text: str, node: str, source: str = "gres.conf",
         records = _records(text)
         autodetect, local_autodetect = _autodetect(records, node)
         gpu: List[Dict[str, str]] = []
+        shared = set()
         for rec in records:
             if "include" in rec:
                 return GresLayout(source, uncertain=f"line {rec['#line']}: Include= is not followed")
@@ -138,6 +141,8 @@ def parse_gres_conf(text: str, node: str, source: str = "gres.conf",
                 continue
             if rec.get("name") == "gpu":
                 gpu.append(rec)
+            elif rec.get("name") in SHARING:
+                shared.add(rec["name"])
     except GresConfError as exc:
         return GresLayout(source, error=f"{source}: {exc}")
     autodetect = local_autodetect or autodetect
@@ -177,7 +182,7 @@ def parse_gres_conf(text: str, node: str, source: str = "gres.conf",
     except GresConfError as exc:
         return GresLayout(source, error=f"{source}: {exc}")
     return GresLayout(source, files=tuple(files), autodetect=autodetect, uncertain=uncertain,
-                      typed=tuple(typed))
+                      typed=tuple(typed), shared=tuple(sorted(shared)))
 
 
 def _autodetect(records: List[Dict[str, str]], node: str) -> Tuple[Optional[str], Optional[str]]:
@@ -224,8 +229,14 @@ def _within_count(rec: Dict[str, str], names: List[str], taken: List[str], gpu: 
     return names[:max(0, counts[kind] - before)]
 
 
-def slurm_conf_gres(text: str, node: str) -> Optional[List[Tuple[Optional[str], int]]]:
-    """The gpu entries of Gres= on slurm.conf's NodeName line for `node`, in order (pure)."""
+def slurm_conf_shared(text: str, node: str) -> Tuple[str, ...]:
+    """The sharing gres (mps, shard) in Gres= on slurm.conf's NodeName line for `node` (pure)."""
+    items = _node_gres(text, node)
+    return tuple(sorted({i.split(":")[0] for i in items or () if i.split(":")[0] in SHARING}))
+
+
+def _node_gres(text: str, node: str) -> Optional[List[str]]:
+    """The Gres= items of slurm.conf's NodeName line for `node`; None = no such line."""
     for line in re.sub(r"\\\n", " ", text).splitlines():
         line = line.split("#", 1)[0].strip()
         words = dict(w.partition("=")[::2] for w in line.split() if "=" in w)
@@ -237,18 +248,26 @@ def slurm_conf_gres(text: str, node: str) -> Optional[List[Tuple[Optional[str], 
                 continue
         except GresConfError:
             continue
-        found: List[Tuple[Optional[str], int]] = []
-        for item in lower["gres"].split(","):
-            parts = item.split(":")
-            if parts[0] != "gpu":
-                continue
-            count = parts[-1].split("(")[0]
-            kind = parts[1] if len(parts) == 3 else None
-            if not count.isdigit():
-                count, kind = "1", parts[1] if len(parts) == 2 else kind
-            found.append((kind, int(count)))
-        return found
+        return lower["gres"].split(",")
     return None
+
+
+def slurm_conf_gres(text: str, node: str) -> Optional[List[Tuple[Optional[str], int]]]:
+    """The gpu entries of Gres= on slurm.conf's NodeName line for `node`, in order (pure)."""
+    items = _node_gres(text, node)
+    if items is None:
+        return None
+    found: List[Tuple[Optional[str], int]] = []
+    for item in items:
+        parts = item.split(":")
+        if parts[0] != "gpu":
+            continue
+        count = parts[-1].split("(")[0]
+        kind = parts[1] if len(parts) == 3 else None
+        if not count.isdigit():
+            count, kind = "1", parts[1] if len(parts) == 2 else kind
+        found.append((kind, int(count)))
+    return found
 
 
 # --- reading, with a cache ---------------------------------------------------------------
@@ -334,7 +353,8 @@ def _read_layout(path: str, node: str, state_dir: Optional[str]) -> GresLayout:
                     layout = cached["layout"]
                     return GresLayout(path, files=tuple(layout["files"]),
                                       autodetect=layout["autodetect"], uncertain=layout["uncertain"],
-                                      typed=tuple((t, c, tuple(f)) for t, c, f in layout["typed"]))
+                                      typed=tuple((t, c, tuple(f)) for t, c, f in layout["typed"]),
+                                      shared=tuple(str(n) for n in layout["shared"]))
             except (OSError, ValueError, KeyError, TypeError):
                 pass  # a missing or damaged cache is rebuilt below
         text = os.read(fd, MAX_CONF_BYTES).decode("utf-8", "replace")
@@ -344,12 +364,17 @@ def _read_layout(path: str, node: str, state_dir: Optional[str]) -> GresLayout:
         os.close(fd)
     layout = parse_gres_conf(text, node, path,
                              slurm_conf_gres(conf_text, node) if conf_text is not None else None)
+    if conf_text is not None:
+        # mps may be counted in slurm.conf alone (Gres=gpu:4,mps:400 with AutoDetect=nvml)
+        layout = layout._replace(shared=tuple(sorted(set(layout.shared) | set(
+            slurm_conf_shared(conf_text, node)))))
     if state_dir and layout.error is None:
         try:
             atomic_write(state_dir, CACHE, json.dumps(
                 {"key": key, "layout": {"files": list(layout.files), "autodetect": layout.autodetect,
                                         "uncertain": layout.uncertain,
-                                        "typed": [list(t) for t in layout.typed]}}).encode(), durable=False)
+                                        "typed": [list(t) for t in layout.typed],
+                                        "shared": list(layout.shared)}}).encode(), durable=False)
         except OSError:
             pass  # the cache only saves a parse
     return layout

@@ -76,9 +76,10 @@ def read_node(request: RunRequest, config: Config, host: str, node: str,
                 selected = ()
         else:
             selected = ()  # malformed list: probe nothing, judge with NVML only
-        gpus = with_slurm_jobs(gpus, selected or (), inputs.listpids, node, events)
         if gpus and layout is None:
             layout = job_layout(config, request, job, host, events)
+        gpus = with_slurm_jobs(gpus, selected or (), inputs.listpids, node, events,
+                               layout, job.job_id, config.proc_root)
     from .sysfs import read_unbound
 
     excluded = out_of_service(gpus, config.exclude_gpus, layout)
@@ -87,7 +88,8 @@ def read_node(request: RunRequest, config: Config, host: str, node: str,
                             driver_age_s=read_driver_age(config.proc_root), out_of_service=excluded,
                             sysfs_unbound=read_unbound(config.sysfs_root, sysfs_gpus or ()),
                             selected=tuple(selected) if selected is not None else tuple(g.index for g in gpus),
-                            network=read_network(config, gpus))
+                            network=read_network(config, gpus),
+                            shared_gres=layout.shared if layout is not None else ())
 
     if mode is Mode.EPILOG and job is not None and job.job_id and inputs.baseline is not None:
         baseline, why = inputs.baseline(job.job_id)
@@ -208,17 +210,19 @@ def deep(snapshot: NodeSnapshot, config: Config) -> Any:
 
 def with_slurm_jobs(gpus: Tuple[GpuSnapshot, ...], selected: Tuple[int, ...],
                     listpids: Optional[Callable[[str], Mapping[int, str]]], node: str,
-                    events: List[LogEvent]) -> Tuple[GpuSnapshot, ...]:
-    """With gres/mps or gres/shard several live jobs share a GPU: a process on the job's GPUs
-    that no cgroup names a job for is looked up in what slurmd says runs here (one
-    `scontrol listpids` call, made only when such a process exists).  A co-tenant is not a
-    leftover (checks/processes.py)."""
+                    events: List[LogEvent], layout: Any = None, this_job: Optional[str] = None,
+                    proc_root: str = "/proc") -> Tuple[GpuSnapshot, ...]:
+    """With gres/mps or gres/shard several live jobs share a GPU.  On such a node only, a
+    process of another job on the job's GPUs is looked up in what slurmd says runs here (one
+    `scontrol listpids` call, made only when such a process exists): a job it names is live
+    (a job cgroup alone may be a stale one), and that job's SLURM_JOB_GPUS says which GPUs it
+    was given.  model.not_a_co_tenant decides from these (checks/processes.py)."""
     from ..model import is_mps_daemon
-    from .procinfo import with_jobs
 
-    unknown = [p for g in gpus if g.index in selected and g.processes for p in g.processes
-               if p.job_id is None and not is_mps_daemon(p)]
-    if not unknown or listpids is None:
+    shared = layout.shared if layout is not None else ()
+    others = [p for g in gpus if g.index in selected and g.processes for p in g.processes
+              if not is_mps_daemon(p) and p.job_id != this_job]
+    if not shared or not others or listpids is None:
         return gpus  # the common case: scontrol is never imported
     try:
         jobs = listpids(node)
@@ -227,7 +231,22 @@ def with_slurm_jobs(gpus: Tuple[GpuSnapshot, ...], selected: Tuple[int, ...],
                                                  f"({exc}); processes on the job's GPUs count as "
                                                  f"leftovers"))
         return gpus
-    return with_jobs(gpus, jobs)
+    from ..decide.gpumap import map_job_gpus
+    from .procinfo import job_gpus_of
+
+    live = set(jobs.values())
+
+    def judged(proc: Any) -> Any:
+        job_id = proc.job_id or jobs.get(proc.pid)
+        if not job_id or job_id == this_job or is_mps_daemon(proc):
+            return proc._replace(job_id=job_id)
+        ids = job_gpus_of(proc.pid, proc_root) if job_id in live else None
+        given = map_job_gpus(ids, gpus, layout) if ids is not None else None
+        return proc._replace(job_id=job_id, job_live=job_id in live,
+                             job_gpus=given[0] if given is not None and given[1] is None else None)
+
+    return tuple(g._replace(processes=tuple(judged(p) for p in g.processes))
+                 if g.index in selected and g.processes else g for g in gpus)
 
 
 def without_acknowledged(snapshot: NodeSnapshot, config: Config,

@@ -2,6 +2,7 @@
 
     gpus = with_owners(gpus, proc_root="/proc")       # user, command, job id from the cgroup
     gpus = with_jobs(gpus, {4242: "17"})               # job ids Slurm gave (scontrol listpids)
+    ids = job_gpus_of(4242, proc_root="/proc")          # its SLURM_JOB_GPUS, None = not said
 """
 
 from __future__ import annotations
@@ -63,3 +64,28 @@ def with_owners(gpus: Tuple[GpuSnapshot, ...], proc_root: str = "/proc") -> Tupl
 
     return tuple(g._replace(processes=tuple(describe(p) for p in g.processes)) if g.processes else g
                  for g in gpus)
+
+
+# what slurmstepd puts in a job's environment naming its GPUs (gres indices), in that order
+_GPU_VARS = (b"SLURM_JOB_GPUS=", b"SLURM_STEP_GPUS=")
+
+
+def job_gpus_of(pid: int, proc_root: str = "/proc") -> Optional[Tuple[str, ...]]:
+    """The gres indices a job process was given (SLURM_JOB_GPUS in /proc/PID/environ, root
+    only), or None where the environment does not say: gres/mps sets no GPU list, and a
+    process we may not read says nothing."""
+    from .slurmenv import GpuListError, parse_gpu_list
+
+    try:
+        with open(os.path.join(proc_root, str(pid), "environ"), "rb") as handle:
+            entries = handle.read(1 << 20).split(b"\0")
+    except OSError:
+        return None
+    for var in _GPU_VARS:
+        for entry in entries:
+            if entry.startswith(var):
+                try:
+                    return parse_gpu_list(entry[len(var):].decode("ascii", "replace")[:4096])
+                except GpuListError:
+                    return None
+    return None

@@ -28,13 +28,13 @@ def _prolog(processes, job="9"):
     gpu = GpuSnapshot(index=0, uuid="GPU-0", memory_total_mib=81559, memory_used_mib=2052,
                       processes=processes)
     node = NodeSnapshot(host="a", gpus=(gpu,), sysfs_gpus=(), selected=(0,),
-                        job=JobContext(job_id=job, gpu_ids=("0",)))
+                        job=JobContext(job_id=job, gpu_ids=("0",)), shared_gres=("mps",))
     found, _ = run_checks(node, CheckContext(Config(), Mode.PROLOG, selected=(0,)))
     return [f for f in found if f.check == "processes.leftover"]
 
 
 def test_processes_leftover_a_live_jobs_process_or_the_mps_server_is_a_co_tenant_and_anything_else_a_leftover():
-    tenant = GpuProcess(2891, 2048, "alice", "python train.py", job_id="1")
+    tenant = GpuProcess(2891, 2048, "alice", "python train.py", job_id="1", job_live=True)
     [f] = _prolog((tenant,))
     assert f.severity is Severity.INFO and "shared with live job(s) 1" in f.message
     mps = GpuProcess(50, 30, "root", "nvidia-cuda-mps-server")
