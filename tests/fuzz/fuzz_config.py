@@ -24,7 +24,7 @@ with atheris.instrument_imports():
 def TestOneInput(data: bytes) -> None:
     text = _common.text(data)
     try:
-        conf = cfg.parse_config(text, "/etc/fuzz.toml")
+        conf = cfg.parse_config(text, "/etc/fuzz.toml", CATALOGUE)
     except cfg.ConfigError as exc:
         assert str(exc).startswith("/etc/fuzz.toml: "), str(exc)
         return
