@@ -21,7 +21,7 @@ from typing import List, NoReturn
 
 def _run(args: List[str]) -> NoReturn:
     from .cli import entry
-    from .act.scontrol import DEFAULT_PATH
+    from .tools import DEFAULT_PATH
 
     # `PATH=${PATH:-...}` in the shell scripts: unset or empty takes the default.  Children
     # (scontrol found on PATH, logger) see it too.

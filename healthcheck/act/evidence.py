@@ -19,7 +19,7 @@ from ..config import Config
 from ..model import WARNING, LogEvent
 from ..safefile import atomic_write, read_file
 from . import ledger
-from .scontrol import DEFAULT_PATH
+from ..tools import DEFAULT_PATH
 
 EVIDENCE_DIR = "evidence"
 

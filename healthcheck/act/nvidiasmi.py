@@ -12,11 +12,10 @@ together on an NVSwitch system is decided before we get here (decide.repair.NVSW
 
 from __future__ import annotations
 
-import shutil
 from typing import Mapping, Optional, Sequence
 
 from ..records import NamedTuple
-from .scontrol import DEFAULT_PATH
+from ..tools import find_tool
 
 
 class SmiResult(NamedTuple):
@@ -26,10 +25,7 @@ class SmiResult(NamedTuple):
 
 
 def find_nvidia_smi(configured: Optional[str], environ: Mapping[str, str]) -> str:
-    if configured:
-        return configured
-    found = shutil.which("nvidia-smi", path=environ.get("PATH") or DEFAULT_PATH)
-    return found or "/usr/bin/nvidia-smi"
+    return find_tool("nvidia-smi", configured, environ)
 
 
 class NvidiaSmi:

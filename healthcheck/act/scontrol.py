@@ -14,15 +14,14 @@ the controller at every job start), so callers only come here when there is some
 from __future__ import annotations
 
 import re
-import shutil
 import time
 from typing import Callable, Dict, List, Mapping, Optional, Sequence
 
 from ..model import DoorError
+from ..tools import DEFAULT_PATH, find_tool  # noqa: F401  (DEFAULT_PATH: re-exported)
 from ..records import NamedTuple
 from ..decide.verdict import NodeState, beyond_budget, gpu_nodes, is_ours, sanitise
 
-DEFAULT_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
 
 
 NO_STEPS = "No job steps exist on this node"
@@ -38,10 +37,7 @@ class ScontrolError(DoorError):
 
 
 def find_scontrol(configured: Optional[str], environ: Mapping[str, str]) -> str:
-    if configured:
-        return configured
-    found = shutil.which("scontrol", path=environ.get("PATH") or DEFAULT_PATH)
-    return found or "/usr/bin/scontrol"
+    return find_tool("scontrol", configured, environ)
 
 
 _NODE_NAME_RE = re.compile(r"(?:^|\s)NodeName=(\S+)")

@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, Any, Dict, Iterator, List, Optional, Sequence,
 
 from ..act.history import HistoryError
 from ..decide.exitcodes import done_exit
-from ..safefile import Locked, open_in, read_fd
+from ..safefile import Locked, open_dir_nofollow, open_in, read_fd
 
 if TYPE_CHECKING:
     from ..config import Config
@@ -60,11 +60,11 @@ def read_history(path: str) -> Tuple[List[Dict[str, Any]], List[str]]:
     """
     directory, name = os.path.split(os.path.abspath(path))
     try:
-        dfd = os.open(directory, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW)
-    except FileNotFoundError:
-        return [], []
-    except OSError as exc:
-        raise HistoryError(exc.errno, f"cannot open {directory}: {exc.strerror}") from None
+        dfd = open_dir_nofollow(directory)
+    except HistoryError as exc:
+        if exc.errno == errno.ENOENT:
+            return [], []
+        raise
     try:
         # shared lock: a rotation between reading .1 and the file would show runs twice or not at all
         with Locked(dfd, name + ".lock", path + ".lock", exclusive=False, create=False):
