@@ -117,6 +117,8 @@ class GpuSnapshot(NamedTuple):
     remap_uncorrectable: Optional[int] = None  # rows
     remap_pending: Optional[bool] = None
     remap_failure: Optional[bool] = None
+    sram_threshold_exceeded: Optional[bool] = None  # SRAM ECC: the field-diagnostics threshold
+    sram_aggregate_uncorrected: Optional[int] = None  # SRAM uncorrectable, parity + SEC-DED
     recovery_action: Optional[int] = None  # NVML_FI_DEV_GET_GPU_RECOVERY_ACTION
     memory_total_mib: Optional[int] = None
     memory_used_mib: Optional[int] = None

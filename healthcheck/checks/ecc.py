@@ -169,6 +169,27 @@ def check_remap_failure(gpu: GpuSnapshot, node: NodeSnapshot, ctx: CheckContext)
                  action=Action.RMA)
 
 
+@gpu_check("ecc.sram_threshold", severity=Severity.FAIL, action=Action.RMA)
+def check_ecc_sram_threshold(gpu: GpuSnapshot, node: NodeSnapshot, ctx: CheckContext) -> Iterator[Finding]:
+    """The GPU's uncorrectable SRAM errors passed the threshold for field diagnostics.
+
+    NVML's SRAM ECC error status (Ampere and later) sets `bThresholdExceeded` when "the error
+    threshold of field diag is exceeded" (nvml.h).  NVIDIA's Xid catalogue (Xid 48's workflow:
+    "check SRAM Error Threshold flag ... If set RUN_FIELDDIAG") sends such a GPU to field
+    diagnostics instead of a reset: a reset clears the volatile counters but not the SRAM that
+    keeps failing.  Fail, action rma: a person runs NVIDIA's field diagnostics and returns the
+    GPU if they fail; the repair loop never resets it.
+    nvidia-smi equivalent: `nvidia-smi -q -d ECC`, Aggregate, "SRAM Threshold Exceeded".
+    """
+    if gpu.sram_threshold_exceeded:
+        count = gpu.sram_aggregate_uncorrected
+        errors = f" ({count} uncorrectable SRAM errors since manufacture)" if count else ""
+        yield _f("ecc.sram_threshold", Severity.FAIL, gpu,
+                 f"{label(gpu)}: the SRAM error threshold for field diagnostics is exceeded"
+                 f"{errors}; run NVIDIA's field diagnostics and RMA the GPU if they fail",
+                 value=True, threshold=False, action=Action.RMA)
+
+
 @gpu_check("remap.histogram", severity=Severity.WARN, action=Action.NONE)
 def check_remap_histogram(gpu: GpuSnapshot, node: NodeSnapshot, ctx: CheckContext) -> Iterator[Finding]:
     """A memory bank has no row-remap availability left (the histogram's "None" bucket).

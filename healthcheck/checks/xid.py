@@ -236,6 +236,11 @@ def check_xid(node: NodeSnapshot, ctx: CheckContext) -> Iterator[Finding]:
         code = "fallen off the bus" if event.xid is None else f"Xid {event.xid}"
         times = f" ({event.occurrences} times)" if event.occurrences > 1 else ""
         severity, action, meaning = verdict.severity, verdict.action, verdict.meaning
+        if event.xid == 48 and action is Action.RESET and gpu is not None and gpu.sram_threshold_exceeded:
+            # the catalogue's workflow for 48 reads NVML's flag (ecc.sram_threshold says it too)
+            action = Action.RMA
+            meaning = ("uncorrectable SRAM error with the SRAM error threshold exceeded (NVML): "
+                       "run field diagnostics, RMA the GPU")
         acked = dict(node.xid_ack_counts).get(event.pci, 0)
         limit = ctx.config.xid_escalate_after
         if severity is Severity.FAIL and ctx.mode is Mode.NODE and acked >= limit:

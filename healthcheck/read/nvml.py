@@ -154,6 +154,7 @@ class _GpuReader:
                 f["ecc_volatile_corrected"] = q("TotalEccErrors", total, handle, _CORRECTED, _VOLATILE)
                 f["ecc_aggregate_uncorrected"] = q("TotalEccErrors", total, handle, _UNCORRECTED, _AGGREGATE)
                 f["ecc_aggregate_corrected"] = q("TotalEccErrors", total, handle, _CORRECTED, _AGGREGATE)
+                self._read_sram(handle)
 
         remap = q("RemappedRows", n.nvmlDeviceGetRemappedRows, handle)
         if remap is not None:
@@ -217,6 +218,24 @@ class _GpuReader:
         if f.get("memory_temperature_c") is not None:
             f["memory_temperature_max_c"] = q(
                 "TemperatureThreshold", n.nvmlDeviceGetTemperatureThreshold, handle, _TEMP_MEM_MAX)
+
+    def _read_sram(self, handle: Any) -> None:
+        """The SRAM ECC error status (Ampere and later).  NVIDIA's Xid catalogue sends an Xid 48
+        to field diagnostics when its threshold flag (`bThresholdExceeded`: "the error threshold
+        of field diag is exceeded", nvml.h) is set, and to a reset otherwise."""
+        make = getattr(self.nvml, "c_nvmlEccSramErrorStatus_v1_t", None)
+        call = getattr(self.nvml, "nvmlDeviceGetSramEccErrorStatus", None)
+        if make is None or call is None:
+            return  # a pynvml older than the call (nvidia-ml-py 12.550): not available
+        status = make()
+        if self.query("SramEccErrorStatus", call, handle, byref(status)) is None:
+            # NVML requires root for it: a user's `--node` has no flag to read, and that is
+            # no fault of the GPU (a root prolog reads it)
+            self.errors = [e for e in self.errors if e != ("SramEccErrorStatus", "NO_PERMISSION")]
+            return
+        f = self.fields
+        f["sram_threshold_exceeded"] = bool(status.bThresholdExceeded)
+        f["sram_aggregate_uncorrected"] = int(status.aggregateUncParity) + int(status.aggregateUncSecDed)
 
     def _read_fields(self, handle: Any) -> None:
         """Recovery action, HBM temperature, PCIe replays and every NVLink's state and error

@@ -87,7 +87,8 @@ def test_ecc_volatile_uncorrected_an_sram_uncorrectable_excerpt_fails_the_node(n
     scenario = convert(excerpt)
     # ECC Mode is not in the excerpt: the mode stays the default's (enabled), not "unsupported"
     assert sets(scenario) == {"ecc.volatile.corrected": "0", "ecc.volatile.uncorrected": "1",
-                              "ecc.aggregate.corrected": "0", "ecc.aggregate.uncorrected": "1"}
+                              "ecc.aggregate.corrected": "0", "ecc.aggregate.uncorrected": "1",
+                              "sram.threshold_exceeded": "0"}
     result = node.run("--node", "--json", scenario=scenario)
     assert result.rc == 2, result.stdout
     assert checks(result, "fail") == {"ecc.volatile_uncorrected"}

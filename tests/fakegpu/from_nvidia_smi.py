@@ -240,6 +240,10 @@ def _ecc_lines(gpu, put, unsup, excerpt=False):
             any_counter = True
     if ecc and not any_counter:
         unsup("TotalEccErrors", "MemoryErrorCounter")
+    # driver 535+: the SRAM field-diagnostics flag (nvmlDeviceGetSramEccErrorStatus)
+    threshold = _flag(gpu, "ecc_errors/aggregate/sram_threshold_exceeded")
+    if threshold is not None:
+        put("sram.threshold_exceeded", threshold)
 
 
 def _retired_lines(gpu, put, unsup):

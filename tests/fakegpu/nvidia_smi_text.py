@@ -75,6 +75,7 @@ for _kind in ("volatile", "aggregate"):
                          ("single bit", "single_bit"), ("double bit", "double_bit")):
         FIELDS[("ecc errors", _kind, _label)] = "ecc_errors/%s/%s" % (_kind, _tag)
         FIELDS[("ecc errors", _kind, _label, "total")] = "ecc_errors/%s/%s/total" % (_kind, _tag)
+FIELDS[("ecc errors", "aggregate", "sram threshold exceeded")] = "ecc_errors/aggregate/sram_threshold_exceeded"
 # "Clocks Event Reasons" (driver 535+) or "Clocks Throttle Reasons" (older): label -> XML suffix
 CLOCK_REASONS = {"idle": "gpu_idle", "applications clocks setting": "applications_clocks_setting",
                  "sw power cap": "sw_power_cap", "hw slowdown": "hw_slowdown", "sync boost": "sync_boost",

@@ -692,6 +692,24 @@ nvmlReturn_t nvmlDeviceGetRemappedRows(nvmlDevice_t device, unsigned int *corrRo
     return NVML_SUCCESS;
 }
 
+/* SRAM ECC error status: NVML documents it "for Ampere or newer fully supported devices"; the
+ * struct is versioned (nvmlEccSramErrorStatus_v1), a wrong version is refused as NVML does. */
+nvmlReturn_t nvmlDeviceGetSramEccErrorStatus(nvmlDevice_t device, nvmlEccSramErrorStatus_t *status)
+{
+    BEGIN(FG_F_SramEccErrorStatus, status != NULL);
+    if (status->version != nvmlEccSramErrorStatus_v1)
+        return NVML_ERROR_ARGUMENT_VERSION_MISMATCH;
+    if (g.arch < NVML_DEVICE_ARCH_AMPERE || g.ecc_mode != FG_ECC_ENABLED)
+        return NVML_ERROR_NOT_SUPPORTED;
+    unsigned int version = status->version;
+    memset(status, 0, sizeof *status);
+    status->version = version;
+    status->aggregateUncParity = g.sram_agg_unc_parity;
+    status->aggregateUncSecDed = g.sram_agg_unc_secded;
+    status->bThresholdExceeded = (unsigned int)g.sram_threshold;
+    return NVML_SUCCESS;
+}
+
 /* ---------------------------------------------------------------- memory */
 
 static unsigned long long sub_sat(unsigned long long a, unsigned long long b)

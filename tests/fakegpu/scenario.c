@@ -77,6 +77,7 @@ static const char *const func_names[FG_F_COUNT] = {
     [FG_F_RowRemapperHistogram] = "RowRemapperHistogram",
     [FG_F_PcieReplayCounter] = "PcieReplayCounter",
     [FG_F_NvLinkState] = "NvLinkState",
+    [FG_F_SramEccErrorStatus] = "SramEccErrorStatus",
 };
 
 const char *fg_func_name(int f)
@@ -548,6 +549,9 @@ static const gkey gpu_keys[] = {
     {"remap.uncorrectable", K_U32, G(remap_unc), 0, 0, U32MAX},
     {"remap.pending", K_BOOL, G(remap_pending), 0, 0, 0},
     {"remap.failure", K_BOOL, G(remap_failure), 0, 0, 0},
+    {"sram.threshold_exceeded", K_BOOL, G(sram_threshold), 0, 0, 0},
+    {"sram.aggregate.uncorrected_parity", K_U64, G(sram_agg_unc_parity), 0, 0, LLONG_MAX},
+    {"sram.aggregate.uncorrected_secded", K_U64, G(sram_agg_unc_secded), 0, 0, LLONG_MAX},
     {"recovery_action", K_U32, G(recovery_action), 0, 0, U32MAX},
     {"reset.fails", K_BOOL, G(reset_fails), 0, 0, 0},
     {"fault.recurs", K_BOOL, G(fault_recurs), 0, 0, 0},

@@ -47,6 +47,7 @@ enum fg_func {
     FG_F_ProcessUtilization, FG_F_PcieThroughput,
     FG_F_GpuRecoveryAction,             /* the field NVML_FI_DEV_GET_GPU_RECOVERY_ACTION */
     FG_F_GpuFabricInfo, FG_F_RowRemapperHistogram, FG_F_PcieReplayCounter, FG_F_NvLinkState,
+    FG_F_SramEccErrorStatus,
     FG_F_COUNT
 };
 
@@ -76,6 +77,10 @@ typedef struct {
     int retired_pending;
     unsigned int remap_corr, remap_unc;
     int remap_pending, remap_failure;
+    /* nvmlDeviceGetSramEccErrorStatus (Ampere+): the field-diagnostics threshold flag, and the
+     * aggregate uncorrectable SRAM parity / SEC-DED counts it reports */
+    int sram_threshold;
+    unsigned long long sram_agg_unc_parity, sram_agg_unc_secded;
     unsigned int recovery_action;
 
     unsigned long long mem_total_mib, mem_used_mib, mem_reserved_mib;

@@ -69,6 +69,8 @@ FAULTS = {
     "retired_pages.count": (dict(gpu=dict(retired_sbe=50, retired_dbe=10)), Mode.NODE, Severity.FAIL, Action.RMA),
     "remap.pending": (dict(gpu=dict(remap_pending=True)), Mode.NODE, Severity.WARN, Action.RESET),
     "remap.failure": (dict(gpu=dict(remap_failure=True)), Mode.NODE, Severity.FAIL, Action.RMA),
+    "ecc.sram_threshold": (dict(gpu=dict(sram_threshold_exceeded=True, sram_aggregate_uncorrected=3)),
+                           Mode.NODE, Severity.FAIL, Action.RMA),
     "recovery_action": (dict(gpu=dict(recovery_action=2)), Mode.NODE, Severity.FAIL, Action.REBOOT),
     "memory.leaked": (dict(gpu=dict(memory_used_mib=70000)), Mode.PROLOG, Severity.FAIL, Action.RESET),
     "processes.leftover": (dict(gpu=dict(processes=(GpuProcess(4242, 1000, "alice", "python train.py"),))),
