@@ -6,8 +6,11 @@
 
 nvidia-smi refuses a reset while any process holds the GPU (its message, seen in
 NVIDIA/NVSentinel#1690: "In use by another client ... Please first kill all processes using this
-device", exit 255); that message is handed back as it is, for the log.  Which GPUs must be reset
-together on an NVSwitch system is decided before we get here (decide.repair.NVSWITCH_WHY).
+device", exit 255); that message is handed back as it is, for the log.  Persistence mode counts
+as such a client: in the same thread the refusal was lifted by `nvidia-smi -pm 0 -i <uuid>`
+alone, so the repair turns it off for the reset and back on after (act.repair).  Which GPUs
+must be reset together on an NVSwitch system is decided before we get here
+(decide.repair.NVSWITCH_WHY).
 """
 
 from __future__ import annotations
@@ -37,6 +40,13 @@ class NvidiaSmi:
         """`nvidia-smi --gpu-reset -i N[,N...]`; an empty list resets every GPU."""
         args = ["--gpu-reset"] + (["-i", ",".join(str(g) for g in gpus)] if gpus else [])
         return self._run(args)
+
+    def persistence(self, gpus: Sequence[int], enabled: bool) -> SmiResult:
+        """`nvidia-smi -pm 0|1 -i N[,N...]`: persistence mode of these GPUs (never all: an empty
+        list changes nothing)."""
+        if not gpus:
+            return SmiResult(True, "no GPU named: nothing changed")
+        return self._run(["-pm", "1" if enabled else "0", "-i", ",".join(str(g) for g in gpus)])
 
     def _run(self, args: Sequence[str]) -> SmiResult:
         import subprocess

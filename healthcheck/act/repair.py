@@ -7,7 +7,8 @@ the ledger, mark rma with evidence.  The decisions are decide.repair's; the flow
 
 Every step is one LogEvent of kind "repair" (journald MESSAGE_ID, a history line, the metrics):
 its GPU_HEALTHCHECK_REPAIR_STEP field says which (skipped, would_reset, would_reboot, claimed,
-budget, reset, reset_refused, reboot, resumed, still_failing, rma), GPU_HEALTHCHECK_REPAIR_ACTION
+budget, persistence_off, reset, reset_refused, persistence_on, reboot, resumed, still_failing,
+rma, error), GPU_HEALTHCHECK_REPAIR_ACTION
 the action, GPU_HEALTHCHECK_EVIDENCE the evidence files.
 """
 
@@ -138,19 +139,35 @@ class Repairer:
         from .nvidiasmi import NvidiaSmi, find_nvidia_smi
 
         smi = NvidiaSmi(find_nvidia_smi(self.config.nvidia_smi, os.environ), self.config.nvidia_smi_timeout_s)
+        # persistence mode holds the device like a client and the driver refuses the reset
+        # (NVIDIA/NVSentinel#1690): off for the reset, back on after, whatever the reset did
+        persistent = [g.index for g in snapshot.gpus if g.index in plan.gpus and g.persistence_mode]
+        if persistent:
+            off = smi.persistence(persistent, False)
+            self._log("persistence_off" if off.ok else "error", NOTICE if off.ok else WARNING,
+                      f"persistence mode of GPU(s) {_list(persistent)} turned off for the reset"
+                      if off.ok else f"cannot turn persistence mode off on GPU(s) "
+                                     f"{_list(persistent)}: {off.message}", rd.RESET)
         done = smi.reset(plan.gpus)
         try:
             self._record(snapshot, plan, "reset" if done.ok else f"refused: {done.message[:200]}")
         except (ValueError, OSError) as exc:
             self._log("error", ERR, f"cannot write the repair ledger: {exc}", plan.action)
-        if not done.ok:
-            self.release()
+        if done.ok:
+            self._log("reset", NOTICE, f"reset GPU(s) {_list(plan.gpus)} ({done.message}); proving "
+                                       f"them healthy with --level full", rd.RESET)
+        else:
             self._log("reset_refused", ERR, f"nvidia-smi refused to reset GPU(s) {_list(plan.gpus)}: "
                                             f"{done.message}", rd.RESET)
-            return False
-        self._log("reset", NOTICE, f"reset GPU(s) {_list(plan.gpus)} ({done.message}); proving them "
-                                   f"healthy with --level full", rd.RESET)
-        return True
+        if persistent:
+            on = smi.persistence(persistent, True)
+            self._log("persistence_on" if on.ok else "error", NOTICE if on.ok else ERR,
+                      f"persistence mode of GPU(s) {_list(persistent)} turned on again" if on.ok
+                      else f"persistence mode of GPU(s) {_list(persistent)} is left OFF: {on.message}; "
+                           f"set it again with `nvidia-smi -pm 1 -i {_list(persistent)}`", rd.RESET)
+        if not done.ok:
+            self.release()
+        return done.ok
 
     def _reboot(self, snapshot: NodeSnapshot, plan: rd.RepairPlan) -> bool:
         reason = f"gpu-healthcheck: repair reboot for {plan.trigger.check if plan.trigger else 'a fault'}"

@@ -3,10 +3,15 @@
  * scenario file the fake NVML and CUDA read ($FAKEGPU_SCENARIO, parsed by scenario.c).
  *
  *   nvidia-smi --gpu-reset [-i N[,N...]]     (also -r)
+ *   nvidia-smi -pm 0|1 [-i N[,N...]]         (also --persistence-mode=0|1)
  *
  * What it does, and where each behaviour comes from (README.md, "The fake nvidia-smi"):
- *   - refused while a process is listed on a GPU to reset: the driver's message, verbatim from
- *     a real refusal (NVIDIA/NVSentinel#1690, tests/fixtures/nvidia-smi-reset/), exit 255;
+ *   - refused while a process is listed on a GPU to reset, or while its persistence mode is on
+ *     (it counts as a client of the device: the refusal of NVIDIA/NVSentinel#1690 was lifted by
+ *     `nvidia-smi -pm 0 -i <uuid>` alone): the driver's message, verbatim from that real
+ *     refusal (tests/fixtures/nvidia-smi/issue-nvsentinel-1690__*.txt), exit 255;
+ *   - -pm 0|1: the persistence mode of the GPUs, persisted in the scenario; "All done." (verbatim,
+ *     same thread);
  *   - gpu.N.reset.fails = 1: the same refusal layout with NVML's "Unknown Error" (no other real
  *     failure text was captured), exit 255;
  *   - on a node with an NVSwitch fabric (any GPU with fabric.state other than not_supported)
@@ -41,7 +46,7 @@ static void pci_text(const fg_gpu *g, char *out, size_t cap)
 
 static int usage(void)
 {
-    fprintf(stderr, "fakegpu nvidia-smi: only --gpu-reset [-i N[,N...]] is simulated\n");
+    fprintf(stderr, "fakegpu nvidia-smi: only --gpu-reset and -pm 0|1, with [-i N[,N...]], are simulated\n");
     return 2;
 }
 
@@ -101,7 +106,7 @@ static int refuse(const unsigned int *targets, unsigned int n, const char *why_o
 
 static const char *in_use(const fg_gpu *g)
 {
-    return (g->nprocs || g->ngprocs) ? "In use by another client" : NULL;
+    return (g->nprocs || g->ngprocs || g->persistence_mode) ? "In use by another client" : NULL;
 }
 
 static const char *fails(const fg_gpu *g)
@@ -109,13 +114,32 @@ static const char *fails(const fg_gpu *g)
     return g->lost ? "GPU is lost" : g->reset_fails ? "Unknown Error" : NULL;
 }
 
+/* -pm 0|1: the mode persists in the scenario (a later line wins), as the driver keeps it */
+static int set_persistence(const unsigned int *targets, unsigned int n, int on)
+{
+    const char *path = getenv("FAKEGPU_SCENARIO");
+    char text[FG_MAX_GPUS * 64 + 64];
+    size_t used = (size_t)snprintf(text, sizeof text, "# fakegpu nvidia-smi -pm %d\n", on);
+    for (unsigned int t = 0; t < n; t++)
+        used += (size_t)snprintf(text + used, sizeof text - used, "gpu.%u.persistence_mode = %d\n",
+                                 targets[t], on);
+    if (path && persist(path, text) != 0)
+        return 255;
+    printf("All done.\n");
+    return 0;
+}
+
 int main(int argc, char **argv)
 {
-    int reset = 0;
+    int reset = 0, persistence = -1;
     const char *ids = NULL;
     for (int a = 1; a < argc; a++) {
         if (!strcmp(argv[a], "--gpu-reset") || !strcmp(argv[a], "-r"))
             reset = 1;
+        else if ((!strcmp(argv[a], "-pm") || !strcmp(argv[a], "--persistence-mode")) && a + 1 < argc)
+            persistence = atoi(argv[++a]) ? 1 : 0;
+        else if (!strncmp(argv[a], "--persistence-mode=", 19))
+            persistence = atoi(argv[a] + 19) ? 1 : 0;
         else if ((!strcmp(argv[a], "-i") || !strcmp(argv[a], "--id")) && a + 1 < argc)
             ids = argv[++a];
         else if (!strncmp(argv[a], "--id=", 5))
@@ -123,7 +147,7 @@ int main(int argc, char **argv)
         else
             return usage();
     }
-    if (!reset)
+    if (reset == (persistence >= 0))
         return usage();
     if (fg_scenario_load(&S) != 0)
         return 255;
@@ -149,6 +173,8 @@ int main(int argc, char **argv)
         for (unsigned int i = 0; i < S.ngpus; i++)
             targets[n++] = i;
     }
+    if (persistence >= 0)
+        return set_persistence(targets, n, persistence);
     if (ids && n < S.ngpus && nvswitch_system()) {
         printf("fakegpu nvidia-smi: this node has an NVSwitch fabric; which GPUs and switches "
                "must be reset together there is not verified (NOTES.md), so the fake resets "
