@@ -102,6 +102,9 @@ class Thresholds(NamedTuple):
 class Config(NamedTuple):
     state_dir: str = "/var/lib/gpu-healthcheck"
     kernel_log: str = "/dev/kmsg"
+    # The prolog takes the /dev/kmsg position by writing one marker record and reading back its
+    # sequence number (read/kmsg.py); false: by reading the whole buffer (7-40 ms on a big node)
+    kernel_log_marker: bool = True
     scontrol: Optional[str] = None  # None: found on PATH, else /usr/bin/scontrol
     scontrol_timeout_s: float = 10.0
     sysfs_root: str = "/sys"

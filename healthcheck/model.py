@@ -8,8 +8,7 @@ carry the action out and healthcheck.report presents it.  Nothing here does I/O.
     findings = run_checks(snapshot, config, context)      # healthcheck.checks
     verdict = decide(findings)                            # healthcheck.decide.verdict
 
-The records are NamedTuples rather than frozen dataclasses: just as immutable, and about ten
-times cheaper to define, which matters in a prolog that every job start waits for (dataclass
+NamedTuples, not frozen dataclasses: as immutable, ten times cheaper to define (dataclass
 generation was a fifth of the prolog's time).  Change one with `record._replace(field=value)`.
 """
 
@@ -206,6 +205,9 @@ class KernelLogPosition(NamedTuple):
     inode: Optional[int] = None
     monotonic_s: Optional[float] = None
     wallclock: Optional[float] = None
+    seq: Optional[int] = None  # /dev/kmsg: a greater record seq came after (None: older files)
+    boot_id: Optional[str] = None  # the boot `seq` belongs to
+    method: Optional[str] = None  # how it was taken: read/kmsg.py's METHODS
 
 
 class KernelLogWindow(NamedTuple):
@@ -214,6 +216,7 @@ class KernelLogWindow(NamedTuple):
     position: Optional[KernelLogPosition] = None
     since_monotonic_s: Optional[float] = None
     since_wallclock: Optional[float] = None
+    since_seq: Optional[int] = None  # kmsg records past this seq (kernlog.window_since)
 
 
 class KernelLogRead(NamedTuple):
@@ -225,6 +228,7 @@ class KernelLogRead(NamedTuple):
     lines: int = 0  # NVRM lines in the window (before aggregation)
     ignored_lines: int = 0  # NVRM lines not written by the kernel (a user's `logger`)
     dropped_events: int = 0  # events of (GPU, Xid) pairs past kernlog.MAX_GROUPS
+    window: Optional[str] = None  # what bounded it: seq, offset, monotonic, wallclock, boot
 
 
 class ProbeStatus(str, enum.Enum):

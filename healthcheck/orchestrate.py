@@ -76,7 +76,8 @@ def run(request: RunRequest, config: Config, node_name: Optional[str] = None) ->
     if job_id and plan.records_baseline(job_id):
         from .act.state import record_baseline
 
-        record_baseline(store, snapshot, job_id, config.kernel_log, events)
+        position = record_baseline(store, snapshot, job_id, config.kernel_log, events, config.kernel_log_marker)
+        snapshot = snapshot._replace(kernel_log=snapshot.kernel_log._replace(end=position))
 
     step = next_step(plan, reason, verdict)
     action = NodeAction("none", dry_run=not plan.acting and reason is not None, reason=reason)

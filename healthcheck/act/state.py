@@ -19,7 +19,7 @@ import os
 import time
 from typing import Any, Dict, List, Optional, Tuple
 
-from ..model import ERR, Baseline, GpuBaseline, KernelLogPosition, LogEvent, NodeSnapshot
+from ..model import ERR, WARNING, Baseline, GpuBaseline, KernelLogPosition, LogEvent, NodeSnapshot
 from ..staterecords import OurDrain, PendingDrain, XidAck
 from ..netmodel import PortBaseline
 from ..safefile import SafeFileError, atomic_write, open_dir, read_file, unlink_file
@@ -217,10 +217,12 @@ def clear_our_drain(store: "StateStore") -> None:
 
 
 def record_baseline(store: "StateStore", snapshot: "NodeSnapshot", job_id: str, kernel_log: str,
-                    events: "List[LogEvent]") -> None:
+                    events: "List[LogEvent]", marker: bool = True) -> KernelLogPosition:
     """The prolog's baseline for the job's epilog: the counters of every GPU NVML identified,
-    and where the kernel log stands now (only Xids after it are the job's)."""
-    from ..read.kernlog import position_now
+    and where the kernel log stands now (only Xids after it are the job's): on /dev/kmsg by
+    the seq of a marker record (`kernel_log_marker`), else of the last record.  Returns that
+    position; one taken by the clocks alone is logged, with why."""
+    from ..read.kernlog import position_and_why
 
     # a baseline field is the snapshot field of the same name
     gpus = tuple(GpuBaseline(**{name: getattr(g, name) for name in GpuBaseline._fields})
@@ -228,11 +230,18 @@ def record_baseline(store: "StateStore", snapshot: "NodeSnapshot", job_id: str, 
     # and of every RDMA port: its state, rate and error counters (ib.port_state, ib.errors)
     ports = tuple(PortBaseline(**{name: getattr(p, name) for name in PortBaseline._fields})
                   for p in (snapshot.network.ports if snapshot.network else ()))
+    position, why = position_and_why(kernel_log, marker, f"job {job_id} prolog")
+    if why:
+        events.append(LogEvent("error", WARNING, f"kernel log position for job {job_id} taken by "
+                                                 f"the clock, not by kmsg sequence number: {why}; "
+                                                 f"the epilog's Xid window may drift with the "
+                                                 f"printk clock"))
     baseline = Baseline(job_id=job_id, taken_at=time.time(), gpus=gpus,
-                        kernel_log=position_now(kernel_log), ports=ports)
+                        kernel_log=position, ports=ports)
     try:
         store.write_baseline(baseline)
     except OSError as exc:
         events.append(LogEvent("error", ERR, f"cannot write the baseline for job {job_id} in "
                                              f"{store.state_dir}: {exc}; the epilog will judge "
                                              f"absolute counters"))
+    return position

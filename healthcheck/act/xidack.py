@@ -46,15 +46,16 @@ def acknowledge_xids(snapshot: NodeSnapshot, config: Config, store: StateStore,
     stored, _ = read_acks(store)
     mine = [e for e in log.events if e.pci in pcis]
     kept = tuple(e for e in log.events if e.pci not in pcis)
+    boot = current_boot()
     if upto is not None:
         # what the kernel logged after `upto` still counts, as after any acknowledgement
-        later = read_kernel_log(config.kernel_log, window_after(upto)).events
+        later = read_kernel_log(config.kernel_log, window_after(upto, boot.boot_id)).events
         marks = {p: XidAck(pci=p, position=upto, acked_at=0.0) for p in pcis}
         kept = unacknowledged(log.events, marks, {position_key(upto): later})
         mine = [e for e in mine if not any(group_key(k) == group_key(e) and k.occurrences >= e.occurrences
                                            for k in kept)]
     acks = acknowledge(stored, pcis, mine, upto or log.end or position_now(config.kernel_log),
-                       current_boot(), time.time(), by)
+                       boot, time.time(), by)
     try:
         write_acks(store, acks)
     except OSError as exc:

@@ -18,20 +18,21 @@ from typing import Dict, Iterable, Mapping, Optional, Sequence, Tuple
 from ..model import GpuSnapshot, KernelLogPosition, KernelLogWindow, Severity, XidEvent
 from ..staterecords import XidAck
 from ..pci import kernel_pci
-from ..read.kernlog import BootId, group_key
+from ..read.kernlog import BootId, group_key, window_since
 
-PositionKey = Tuple[str, Optional[int], Optional[int], Optional[float], Optional[float]]
+PositionKey = Tuple[str, Optional[int], Optional[int], Optional[float], Optional[float], Optional[int]]
 
 
 def position_key(position: KernelLogPosition) -> PositionKey:
-    return (position.source, position.offset, position.inode, position.monotonic_s, position.wallclock)
+    return (position.source, position.offset, position.inode, position.monotonic_s, position.wallclock,
+            position.seq)
 
 
-def window_after(position: KernelLogPosition) -> KernelLogWindow:
+def window_after(position: KernelLogPosition, boot_id: Optional[str]) -> KernelLogWindow:
     """The kernel-log window of what came after an acknowledgement (as the epilog's after the
-    prolog: by file offset where the file is the same, else by time)."""
-    return KernelLogWindow(position=position, since_monotonic_s=position.monotonic_s,
-                           since_wallclock=position.wallclock)
+    prolog): by kmsg seq where the position has one of this boot (`boot_id`), by file offset
+    where the file is the same, else by time."""
+    return window_since(position, boot_id)
 
 
 def same_boot(ack: XidAck, boot: "BootId") -> bool:

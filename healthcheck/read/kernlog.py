@@ -10,8 +10,8 @@ Sources, all given by the `kernel_log` config key:
     parse_lines(["[ 12.5] NVRM: Xid (PCI:0000:3b:00): 48, pid=1, DBE"])
     # -> [XidEvent(pci="0000:3b:00", xid=48, monotonic_s=12.5, ...)]
 
-Records are windowed: by position (the kmsg time or file offset the prolog recorded), else by
-time.  Scoping Xids to a window matters: a check that greps the whole log keeps a node drained
+Records are windowed: by position (the kmsg sequence number or file offset the prolog
+recorded: read/kmsg.py), else by time.  Scoping Xids to a window matters: a check that greps the whole log keeps a node drained
 until the log rotates (Azure/azurehpc#648).
 
 Only the kernel's own lines count: any user can write "NVRM: Xid ... 79" with `logger`, which
@@ -45,6 +45,10 @@ from ..model import KernelLogPosition, KernelLogRead, KernelLogWindow, SxidEvent
 from ..pci import kernel_form
 from ..records import NamedTuple
 from ..text import printable
+# where the log stands, and which boot, live in read/kmsg.py; named here, where the other
+# modules have always found them
+from .kmsg import (BootId, boot_id, boot_wallclock, current_boot, position_and_why, position_now,  # noqa: F401
+                   record_seq)
 
 OFF_BUS = "fallen off the bus"
 
@@ -346,6 +350,10 @@ def aggregate(events: Iterable[XidEvent]) -> Aggregate:
 
 
 def in_window(event: "XidEvent | SxidEvent", window: KernelLogWindow) -> bool:
+    """Whether a record is after the window's start: by kmsg seq where both have one (the
+    printk clock drifts from CLOCK_MONOTONIC, by hours after a VM pause), else by time."""
+    if window.since_seq is not None and event.seq is not None:
+        return event.seq > window.since_seq
     if window.since_monotonic_s is not None and event.monotonic_s is not None:
         return event.monotonic_s >= window.since_monotonic_s
     if window.since_wallclock is not None and event.wallclock is not None:
@@ -353,24 +361,78 @@ def in_window(event: "XidEvent | SxidEvent", window: KernelLogWindow) -> bool:
     return True
 
 
-def position_now(path: str) -> KernelLogPosition:
-    """Where the log ends now, without reading it (cheap: what the prolog records)."""
-    mono, wall = time.monotonic(), time.time()
-    try:
-        st = os.stat(path)
-    except OSError:
-        return KernelLogPosition(source=path, monotonic_s=mono, wallclock=wall)
-    if stat.S_ISREG(st.st_mode):
-        return KernelLogPosition(source=path, offset=st.st_size, inode=st.st_ino,
-                                 monotonic_s=mono, wallclock=wall)
-    return KernelLogPosition(source=path, monotonic_s=mono, wallclock=wall)
+def window_since(position: KernelLogPosition, boot_id: Optional[str]) -> KernelLogWindow:
+    """What the kernel logged after `position` (pure): by seq where it has one of this boot
+    (`boot_id`: a seq counts from 0 again at every boot), else by its times, as before seqs."""
+    same = position.seq is not None and position.boot_id is not None and position.boot_id == boot_id
+    return KernelLogWindow(position=position, since_monotonic_s=position.monotonic_s,
+                           since_wallclock=position.wallclock,
+                           since_seq=position.seq if same else None)
+
+
+def _basis(window: KernelLogWindow) -> str:
+    if window.since_seq is not None:
+        return "seq"
+    if window.since_monotonic_s is not None:
+        return "monotonic"
+    return "wallclock" if window.since_wallclock is not None else "boot"
 
 
 def read_kernel_log(path: str, window: KernelLogWindow,
                     max_scan_bytes: int = MAX_SCAN_BYTES) -> KernelLogRead:
     """Xid events in the window, one per GPU and Xid.  An unreadable log is an error for the
     Xid check alone."""
-    skipped = 0
+    try:
+        st = os.stat(path)
+        if stat.S_ISCHR(st.st_mode):
+            from .kmsg import read_records
+
+            return read_kmsg_records(read_records(path), window, path)
+        offset = 0
+        skipped = 0
+        pos = window.position
+        basis = _basis(window)
+        if pos and pos.offset is not None and pos.inode == st.st_ino and pos.offset <= st.st_size:
+            # The same file, grown: everything past the recorded offset is the window.
+            # Times are not compared: a file's clock (dmesg's seconds since boot, a
+            # syslog date) need not match ours.
+            offset, basis = pos.offset, "offset"
+            window = KernelLogWindow()
+        if st.st_size - offset > max_scan_bytes:
+            skipped = st.st_size - max_scan_bytes - offset
+            offset = st.st_size - max_scan_bytes
+        read = _scan(_read_file(path, offset, skip_partial=skipped > 0), window)
+    except OSError as exc:
+        return KernelLogRead(error=f"cannot read {path}: {exc.strerror or exc}")
+    return read._replace(end=KernelLogPosition(source=path, offset=st.st_size, inode=st.st_ino,
+                                               monotonic_s=time.monotonic(), wallclock=time.time(),
+                                               method="offset"),
+                         skipped_bytes=skipped, window=basis)
+
+
+def read_kmsg_records(records: Iterable[bytes], window: KernelLogWindow, source: str) -> KernelLogRead:
+    """read_kernel_log's work on raw /dev/kmsg records (as read() returns them, continuation
+    lines and all), for the device or a recording of it.  It reads every record anyway, so
+    `end` is the last one's seq: exact, with no marker."""
+    final = [b""]
+
+    def wanted() -> Iterator[str]:
+        for record in records:
+            final[0] = record
+            if b"NVRM" in record or b"SXid" in record:
+                # continuation lines (" SUBSYSTEM=...") follow the first line
+                yield record.split(b"\n", 1)[0].decode("utf-8", "replace")
+
+    read = _scan(wanted(), window)
+    seq = record_seq(final[0])
+    end = KernelLogPosition(source=source, monotonic_s=time.monotonic(), wallclock=time.time(),
+                            seq=seq, boot_id=boot_id() if seq is not None else None,
+                            method="read" if seq is not None else "monotonic")
+    return read._replace(end=end, window=_basis(window))
+
+
+def _scan(lines: Iterable[str], window: KernelLogWindow) -> KernelLogRead:
+    """The events and SXids of these lines in the window, aggregated, in one pass."""
     ignored = 0  # NVRM lines some other program wrote
     sxid_lines: List[str] = []  # NVSwitch SXid lines, parsed after the one pass
 
@@ -388,32 +450,10 @@ def read_kernel_log(path: str, window: KernelLogWindow,
             elif in_window(event, window):
                 yield event
 
-    try:
-        st = os.stat(path)
-        if stat.S_ISCHR(st.st_mode):
-            result = aggregate(kernel_only(iter_events(sxid_tee(_read_kmsg(path)))))
-            end = position_now(path)
-        else:
-            offset = 0
-            pos = window.position
-            if pos and pos.offset is not None and pos.inode == st.st_ino and pos.offset <= st.st_size:
-                # The same file, grown: everything past the recorded offset is the window.
-                # Times are not compared: a file's clock (dmesg's seconds since boot, a
-                # syslog date) need not match ours.
-                offset = pos.offset
-                window = KernelLogWindow()
-            if st.st_size - offset > max_scan_bytes:
-                skipped = st.st_size - max_scan_bytes - offset
-                offset = st.st_size - max_scan_bytes
-            result = aggregate(kernel_only(iter_events(sxid_tee(
-                _read_file(path, offset, skip_partial=skipped > 0)))))
-            end = KernelLogPosition(source=path, offset=st.st_size, inode=st.st_ino,
-                                    monotonic_s=time.monotonic(), wallclock=time.time())
-    except OSError as exc:
-        return KernelLogRead(error=f"cannot read {path}: {exc.strerror or exc}")
+    result = aggregate(kernel_only(iter_events(sxid_tee(lines))))
     sxids = [e for e in parse_sxids(sxid_lines) if in_window(e, window)]
-    return KernelLogRead(events=result.events, sxids=tuple(sxids), end=end, skipped_bytes=skipped,
-                         lines=result.lines, ignored_lines=ignored, dropped_events=result.dropped)
+    return KernelLogRead(events=result.events, sxids=tuple(sxids), lines=result.lines,
+                         ignored_lines=ignored, dropped_events=result.dropped)
 
 
 def _read_file(path: str, offset: int, skip_partial: bool = False) -> Iterator[str]:
@@ -443,58 +483,3 @@ def _read_file(path: str, offset: int, skip_partial: bool = False) -> Iterator[s
                         break
             if b"NVRM" in raw or b"SXid" in raw:
                 yield raw.decode("utf-8", "replace")
-
-
-def _read_kmsg(path: str) -> Iterator[str]:
-    """Each read() of /dev/kmsg returns one record; EAGAIN means we reached the end."""
-    fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK)
-    try:
-        while True:
-            try:
-                record = os.read(fd, MAX_LINE)
-            except BlockingIOError:
-                return
-            except OSError as exc:
-                if exc.errno == errno.EPIPE:  # record overwritten while we read: skip it
-                    continue
-                raise
-            if not record:
-                return
-            if b"NVRM" in record or b"SXid" in record:
-                # continuation lines (" SUBSYSTEM=...") follow the first line
-                yield record.split(b"\n", 1)[0].decode("utf-8", "replace")
-    finally:
-        os.close(fd)
-
-
-def boot_wallclock(proc_root: str = "/proc") -> Optional[float]:
-    """Boot time in epoch seconds (`btime` in /proc/stat), for "since boot" on dated lines."""
-    try:
-        with open(os.path.join(proc_root, "stat"), "rb") as handle:
-            for line in handle:
-                if line.startswith(b"btime "):
-                    return float(line.split()[1])
-    except (OSError, ValueError, IndexError):
-        return None
-    return None
-
-
-class BootId(NamedTuple):
-    """Which boot this is: the kernel's random boot_id, and btime for dated log lines."""
-
-    boot_id: Optional[str] = None
-    btime: Optional[float] = None
-
-
-def current_boot(proc_root: str = "/proc") -> BootId:
-    """This boot's identity.  `/proc/sys/kernel/random/boot_id` is a random UUID the kernel
-    draws once per boot; btime (/proc/stat) is boot time in epoch seconds, which moves with
-    an NTP step or a VM resume, so it must not tell one boot from another."""
-    boot_id: Optional[str] = None
-    try:
-        with open(os.path.join(proc_root, "sys", "kernel", "random", "boot_id"), "rb") as handle:
-            boot_id = handle.read(64).decode("ascii", "replace").strip() or None
-    except OSError:
-        boot_id = None
-    return BootId(boot_id, boot_wallclock(proc_root))
-

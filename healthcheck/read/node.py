@@ -23,7 +23,7 @@ from ..staterecords import XidAck
 from ..netmodel import NetworkRead
 from ..pci import normalise_pci, nvml_form
 from ..records import NamedTuple
-from .kernlog import boot_wallclock, current_boot, read_kernel_log
+from .kernlog import boot_wallclock, current_boot, read_kernel_log, window_since
 from .nvml import read_nvml
 from .slurmenv import job_from_env
 from .sysfs import read_driver_age, read_sysfs_gpus
@@ -259,7 +259,8 @@ def without_acknowledged(snapshot: NodeSnapshot, config: Config,
     stored, error = acks_read
     if error:
         events.append(LogEvent("error", ERR, f"{error}; every Xid since boot counts"))
-    acks = live_acks(stored, current_boot())
+    boot = current_boot()
+    acks = live_acks(stored, boot)
     counts = tuple(sorted((pci, a.count) for pci, a in stored.items()))
     log = snapshot.kernel_log
     if not acks or log.error:
@@ -268,7 +269,7 @@ def without_acknowledged(snapshot: NodeSnapshot, config: Config,
     for ack in acks.values():
         key = position_key(ack.position)
         if key not in after:
-            later = read_kernel_log(config.kernel_log, window_after(ack.position))
+            later = read_kernel_log(config.kernel_log, window_after(ack.position, boot.boot_id))
             after[key] = later.events
     return snapshot._replace(kernel_log=log._replace(events=unacknowledged(log.events, acks, after)),
                              xid_ack_counts=counts)
@@ -298,8 +299,7 @@ def xid_window(mode: Mode, snapshot: NodeSnapshot, window_s: float) -> KernelLog
     position), the last `xid_window_s` (--node), else the whole boot."""
     if mode is Mode.EPILOG and snapshot.baseline and snapshot.baseline.kernel_log:
         pos = snapshot.baseline.kernel_log
-        return KernelLogWindow(position=pos, since_monotonic_s=pos.monotonic_s,
-                               since_wallclock=pos.wallclock)
+        return window_since(pos, current_boot().boot_id if pos.seq is not None else None)
     if mode is Mode.NODE and window_s > 0:
         return KernelLogWindow(since_monotonic_s=time.monotonic() - window_s,
                                since_wallclock=time.time() - window_s)

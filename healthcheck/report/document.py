@@ -138,6 +138,7 @@ def build_report(snapshot: NodeSnapshot, findings: List[Finding], verdict: Verdi
                       **({"port": f.port, "port_pci_bus_id": f.pci} if f.port is not None else {})}
                      for f in findings],
         "network": network_document(snapshot),
+        "kernel_log": kernel_log_document(snapshot),
         "action": {"taken": action.taken, "reason": action.reason, "dry_run": action.dry_run,
                    "detail": action.detail or None, **action.flags},
     }
@@ -156,6 +157,15 @@ def network_document(snapshot: NodeSnapshot) -> Optional[Dict[str, Any]]:
          "rate": p.rate, "rate_gbps": p.rate_gbps, "netdev": p.netdev, "operstate": p.operstate,
          "counters": {name: getattr(p, name) for name in ERROR_COUNTERS},
          "gpus": list(p.gpus), "unreadable": list(p.unreadable)} for p in net.ports]}
+
+
+def kernel_log_document(snapshot: NodeSnapshot) -> Dict[str, Any]:
+    """What bounded the Xid window (`window`: seq, offset, monotonic, wallclock, boot) and where
+    the log stood (`position`: the read's end, or the prolog's recorded position), with how that
+    was taken (read/kmsg.py: marker, seek, scan, read, offset, monotonic)."""
+    log, end = snapshot.kernel_log, snapshot.kernel_log.end
+    return {"window": log.window, "error": log.error, "position": None if end is None else {
+        "method": end.method, "seq": end.seq, "offset": end.offset}}
 
 
 def _r(value: Optional[float]) -> Optional[float]:

@@ -3,7 +3,8 @@
 
     python3 tests/fuzz/fuzz_kernlog.py -max_total_time=20 tests/fuzz/corpus/kernlog
 
-Invariants: never raises; at most one event per line; each event's PCI is the kernel's
+Invariants: never raises; at most one event per line (kmsg records, mode "K": every event
+past the window's seq, the end the last record's seq); each event's PCI is the kernel's
 lower-case dddd:bb:dd form, its Xid 0..99999 or None, its message printable and <= 512
 chars.  The first input byte also selects a structured mode in which a well-formed Xid line,
 built from fuzz bytes under every prefix the reader knows, must parse to its Xid and PCI.
@@ -18,7 +19,7 @@ import _common  # noqa: F401  (sys.path)
 import atheris
 
 with atheris.instrument_imports():
-    from healthcheck.read import kernlog
+    from healthcheck.read import kernlog, kmsg
     from healthcheck.model import KernelLogWindow
 
 PCI_RE = re.compile(r"^[0-9a-f]{4,8}:[0-9a-f]{2}:[0-9a-f]{2}$")
@@ -47,9 +48,25 @@ def round_trip(fdp):
     assert len(events) == 1 and (events[0].pci, events[0].xid) == (pci, xid), (line, events)
 
 
+def kmsg_records(data: bytes) -> None:
+    """Raw /dev/kmsg records (NUL-separated here), windowed by seq: never raises; every event
+    is past the window's seq or carries none; the end is the last record's seq."""
+    records = data.split(b"\0")
+    since = len(data) % 1000
+    window = KernelLogWindow(since_seq=since)
+    read = kernlog.read_kmsg_records(records, window, "/dev/kmsg")
+    check_events(read.events, len(records))
+    assert all(e.seq is None or e.seq > since for e in read.events)
+    assert read.end.seq == kmsg.record_seq(records[-1]), (read.end, records[-1][:80])
+    kmsg.find_marker(records, "00ff")
+
+
 def TestOneInput(data: bytes) -> None:
     if data[:1] == b"X":
         round_trip(atheris.FuzzedDataProvider(data[1:]))
+        return
+    if data[:1] == b"K":
+        kmsg_records(data[1:])
         return
     text = _common.text(data)
     lines = text.splitlines(keepends=True)
