@@ -131,6 +131,7 @@ class GpuSnapshot(NamedTuple):
     pcie_width_max: Optional[int] = None
     persistence_mode: Optional[bool] = None
     mig_mode: Optional[bool] = None
+    compute_mode: Optional[int] = None  # NVML_COMPUTEMODE_*: 0 default, 2 prohibited, 3 exclusive process
     power_mw: Optional[int] = None
     # What the GPU is doing, whoever runs there: processes in another PID namespace (a container)
     # are not in `processes`, but their load shows here.
@@ -251,6 +252,7 @@ class ProbeResult(NamedTuple):
     duration_s: float = 0.0
     detail: str = ""
     device: Optional[str] = None  # the MIG- UUID probed, where the GPU is MIG-enabled
+    mps_pipe: Optional[str] = None  # CUDA_MPS_PIPE_DIRECTORY the probe ran under: an MPS client
 
 
 class GresLayout(NamedTuple):

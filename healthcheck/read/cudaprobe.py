@@ -41,7 +41,7 @@ PATTERN = 0x5AA5C33C  # alternating bits in every byte lane
 
 CU_RESULT_NAMES = {
     0: "CUDA_SUCCESS", 1: "CUDA_ERROR_INVALID_VALUE", 2: "CUDA_ERROR_OUT_OF_MEMORY",
-    3: "CUDA_ERROR_NOT_INITIALIZED", 100: "CUDA_ERROR_NO_DEVICE", 101: "CUDA_ERROR_INVALID_DEVICE",
+    3: "CUDA_ERROR_NOT_INITIALIZED", 46: "CUDA_ERROR_DEVICE_UNAVAILABLE", 100: "CUDA_ERROR_NO_DEVICE", 101: "CUDA_ERROR_INVALID_DEVICE",
     214: "CUDA_ERROR_ECC_UNCORRECTABLE", 220: "CUDA_ERROR_NVLINK_UNCORRECTABLE",
     226: "CUDA_ERROR_CONTAINED", 700: "CUDA_ERROR_ILLEGAL_ADDRESS",
     802: "CUDA_ERROR_SYSTEM_NOT_READY", 999: "CUDA_ERROR_UNKNOWN",
@@ -51,6 +51,9 @@ CU_RESULT_NAMES = {
 class ProbeTarget(NamedTuple):
     index: int  # type: ignore[assignment]  # NVML index, for the result
     uuid: str  # GPU-<uuid>, or MIG-<uuid> for a MIG device: how the child selects its device
+    # memory live co-tenants of a shared GPU (gres/shard, gres/mps) hold there: not free for the
+    # probe, which then sizes itself below what is left (probe_bytes)
+    held_mib: int = 0
 
 
 class ProbeSize(NamedTuple):
@@ -102,8 +105,33 @@ class _Cuda:
             raise _CudaError(status, fn, code, self.name(code))
 
 
-def _probe_in_child(size: ProbeSize, kit: _Kit) -> Dict[str, object]:
+def probe_bytes(size: ProbeSize, free: int, total: int, held_mib: int = 0) -> int:
+    """How much the probe allocates (pure): `quick_mib`, or at --level full `full_fraction` of
+    free memory.  quick_mib larger than this GPU (a small board in a fleet config) would fail
+    every probe with OUT_OF_MEMORY: half the board is tested instead.  The quick size is not
+    capped by free memory, which a leaked context legitimately exhausts (and the allocation's
+    OUT_OF_MEMORY then fails the GPU), except on a shared GPU, where `held_mib` of it belongs
+    to live co-tenants: there the probe takes at most half of what they leave, so that it
+    neither fails for their memory nor takes the last of it from them."""
+    if held_mib > 0:
+        free = min(free, max(0, total - held_mib * MIB))
+    if size.full_fraction is not None:
+        nbytes = int(free * size.full_fraction)
+    else:
+        nbytes = min(size.quick_mib * MIB, total // 2)
+        if held_mib > 0:
+            nbytes = min(nbytes, free // 2)
+    return max(HTOD_BYTES, nbytes - nbytes % MIB)
+
+
+def _probe_in_child(size: ProbeSize, kit: _Kit, held_mib: int = 0) -> Dict[str, object]:
     """Runs in the child, with CUDA_VISIBLE_DEVICES already naming exactly one GPU."""
+    mps = os.environ.get("CUDA_MPS_PIPE_DIRECTORY")
+    result = _probe_on_device(size, kit, held_mib)
+    return {**result, "mps_pipe": mps[:200]} if mps else result
+
+
+def _probe_on_device(size: ProbeSize, kit: _Kit, held_mib: int) -> Dict[str, object]:
     try:
         cuda = _Cuda()
     except OSError as exc:
@@ -123,14 +151,7 @@ def _probe_in_child(size: ProbeSize, kit: _Kit) -> Dict[str, object]:
         cuda.call(init, "cuCtxSetCurrent", ctx)
         free, total = c.c_size_t(), c.c_size_t()
         cuda.call(ProbeStatus.ALLOC_ERROR, "cuMemGetInfo_v2", c.byref(free), c.byref(total))
-        if size.full_fraction is not None:
-            nbytes = int(free.value * size.full_fraction)
-        else:
-            # quick_mib larger than this GPU (a small board in a fleet config) would fail every
-            # probe with OUT_OF_MEMORY: test half the board instead.  Not capped by free memory,
-            # which a leaked context legitimately exhausts.
-            nbytes = min(size.quick_mib * MIB, total.value // 2)
-        nbytes = max(HTOD_BYTES, nbytes - nbytes % MIB)
+        nbytes = probe_bytes(size, free.value, total.value, held_mib)
         cuda.call(ProbeStatus.ALLOC_ERROR, "cuMemAlloc_v2", c.byref(ptr), c.c_size_t(nbytes))
         copy = ProbeStatus.COPY_ERROR
         cuda.call(copy, "cuMemsetD32_v2", c.c_uint64(ptr.value), c.c_uint(PATTERN), c.c_size_t(nbytes // 4))
@@ -247,7 +268,8 @@ class ChildOutcome(NamedTuple):
 def run_probes(targets: Sequence[ProbeTarget], size: ProbeSize, timeout_s: float) -> Tuple[ProbeResult, ...]:
     """Probe every target in parallel; return one result per target, within timeout_s."""
     kit = _kit()
-    outcomes = run_children(targets, lambda target: _probe_in_child(size, kit), timeout_s, kit.prctl)
+    outcomes = run_children(targets, lambda target: _probe_in_child(size, kit, target.held_mib),
+                            timeout_s, kit.prctl)
     return tuple(_result(outcome, timeout_s) for outcome in outcomes)
 
 
@@ -421,4 +443,5 @@ def _result(outcome: ChildOutcome, timeout_s: float) -> ProbeResult:
     return ProbeResult(index, status, cu_result=code if isinstance(code, int) else None,
                        cu_name=str(data["cu_name"]) if data.get("cu_name") else None,
                        bytes_tested=int(data.get("bytes") or 0), duration_s=elapsed,
-                       detail=str(data.get("detail", "")))
+                       detail=str(data.get("detail", "")),
+                       mps_pipe=str(data["mps_pipe"]) if data.get("mps_pipe") else None)

@@ -18,7 +18,7 @@ from ..config import Config
 from ..decide.budget import probe_timeout
 from ..model import (ERR, NOTICE, WARNING, Baseline, DoorError, GpuSnapshot, JobContext,
                      KernelLogWindow, LogEvent, Mode, NodeSnapshot, ProbeResult, ProbeStatus,
-                     RunRequest, UsageError)
+                     RunRequest, UsageError, not_a_co_tenant)
 from ..staterecords import XidAck
 from ..netmodel import NetworkRead
 from ..pci import normalise_pci, nvml_form
@@ -332,7 +332,7 @@ def probe(snapshot: NodeSnapshot, config: Config, level: str,
         if not gpu.uuid:
             skipped.append(ProbeResult(gpu.index, ProbeStatus.NOT_RUN, detail="NVML gave no UUID"))
             continue
-        targets.append(ProbeTarget(gpu.index, gpu.uuid))
+        targets.append(ProbeTarget(gpu.index, gpu.uuid, co_tenant_mib(gpu, snapshot)))
     if not targets:
         return tuple(skipped)
     size = ProbeSize(quick_mib=config.probe.quick_mib,
@@ -349,6 +349,18 @@ def probe(snapshot: NodeSnapshot, config: Config, level: str,
                                f"plugin's deadline)")
             for t in targets), targets) + tuple(skipped)
     return _with_devices(run_probes(targets, size, timeout_s), targets) + tuple(skipped)
+
+
+def co_tenant_mib(gpu: GpuSnapshot, snapshot: NodeSnapshot) -> int:
+    """The memory live co-tenants hold on a shared GPU (pure): processes of other live jobs
+    given it, and the MPS server, on a node with gres/shard or gres/mps (model.not_a_co_tenant).
+    It is not free for the probe: sized as if it were, the probe's allocation fails
+    OUT_OF_MEMORY on a GPU a co-tenant has filled, or takes the co-tenant's last memory."""
+    if not snapshot.shared_gres or not gpu.processes:
+        return 0
+    this_job = snapshot.job.job_id if snapshot.job else None
+    return sum(p.used_mib or 0 for p in gpu.processes
+               if not_a_co_tenant(p, gpu.index, snapshot.shared_gres, this_job) is None)
 
 
 def _with_devices(results: Tuple[ProbeResult, ...], targets: List[Any]) -> Tuple[ProbeResult, ...]:

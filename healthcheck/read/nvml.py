@@ -214,6 +214,9 @@ class _GpuReader:
         f["mig_mode"] = None if mig is None else bool(mig[0])
         if f["mig_mode"]:
             f["mig_devices"] = self._mig_devices(handle)
+        # who may open a context here (nvidia-smi -c): a probe refused under EXCLUSIVE_PROCESS or
+        # PROHIBITED is the GPU's configuration, not its fault (checks/probe.py)
+        f["compute_mode"] = q("ComputeMode", n.nvmlDeviceGetComputeMode, handle)
         f["power_mw"] = q("PowerUsage", n.nvmlDeviceGetPowerUsage, handle)
         if f.get("memory_temperature_c") is not None:
             f["memory_temperature_max_c"] = q(

@@ -89,6 +89,8 @@ def build_report(snapshot: NodeSnapshot, findings: List[Finding], verdict: Verdi
                   "utilization_gpu_pct": g.utilization_gpu_pct,
                   "utilization_memory_pct": g.utilization_memory_pct, "pstate": g.pstate,
                   "power_mw": g.power_mw, "mig_mode": g.mig_mode,
+                  # NVML_COMPUTEMODE_*: 0 default, 2 prohibited, 3 exclusive process
+                  "compute_mode": g.compute_mode,
                   "mig_devices": None if g.mig_devices is None else [
                       {"index": m.index, "uuid": m.uuid, "memory_total_mib": m.memory_total_mib}
                       for m in g.mig_devices],

@@ -27,6 +27,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h>
+#include <unistd.h>
 
 #include "scenario.h"
 
@@ -492,10 +493,14 @@ EXPORT CUresult cuDevicePrimaryCtxRetain(CUcontext *pctx, CUdevice dev)
     if (g.lost)                         /* documented choice: what a GPU off the bus gives */
         return CUDA_ERROR_UNKNOWN;
     /* cuda.h: "Devices are often unavailable due to use of CU_COMPUTEMODE_EXCLUSIVE_PROCESS or
-     * CU_COMPUTEMODE_PROHIBITED" (exclusive_process is not enforced: one process is all the
-     * fake knows of). */
+     * CU_COMPUTEMODE_PROHIBITED".  Exclusive-process allows one process's context on the GPU:
+     * a compute process the scenario lists (not this one) holds it, so a second gets 46. */
     if (g.compute_mode == 2)            /* NVML_COMPUTEMODE_PROHIBITED */
         return CUDA_ERROR_DEVICE_UNAVAILABLE;
+    if (g.compute_mode == 3 && mig_seen[gpu] < 0)   /* NVML_COMPUTEMODE_EXCLUSIVE_PROCESS */
+        for (unsigned int i = 0; i < g.nprocs; i++)
+            if (g.procs[i].pid != (unsigned int)getpid())
+                return CUDA_ERROR_DEVICE_UNAVAILABLE;
     pthread_mutex_lock(&lock);
     ctxs[gpu].refs++;
     *pctx = &ctxs[gpu];
@@ -587,13 +592,19 @@ EXPORT CUresult cuCtxSynchronize(void)
 
 /* ------------------------------------------------------------------ memory */
 
+/* The memory in use on the device, whoever holds it: the scenario's `used_mib`, or what the
+ * compute processes it lists hold where that is more (another process's allocations are gone
+ * from this one's free memory on the real driver too), and this process's allocations. */
 static unsigned long long device_free(int gpu)
 {
     fg_gpu seen;
     seen_as(gpu, &seen);
     const fg_gpu *g = &seen;
-    unsigned long long total = g->mem_total_mib * MIB;
-    unsigned long long used = (g->mem_used_mib + g->mem_reserved_mib) * MIB + allocated[gpu];
+    unsigned long long total = g->mem_total_mib * MIB, held = 0;
+    for (unsigned int i = 0; mig_seen[gpu] < 0 && i < g->nprocs; i++)
+        held += g->procs[i].mib;
+    unsigned long long in_use = g->mem_used_mib > held ? g->mem_used_mib : held;
+    unsigned long long used = (in_use + g->mem_reserved_mib) * MIB + allocated[gpu];
     return total > used ? total - used : 0;
 }
 
