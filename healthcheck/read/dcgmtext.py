@@ -130,15 +130,15 @@ def parse_diag_text(text: str) -> Tuple[Tuple[DcgmResult, ...], Optional[str]]:
             if not tests:
                 return (), "dcgmi diag text: a continuation row before any test"
             test = tests[-1]
-            entity = ENTITY.match(row.info)
+            listed = ENTITY.match(row.info)
             group = GROUP.match(row.info)
             # a row after a message 45 wide may continue it: an entity row is one only in 4.x's
             # layout (never printed by 2.x/3.x), a "Pass - GPUs" row only before any message
-            if (entity and (per_entity or test.gpus or test.others)) or (
-                    (entity or group) and not (message is not None and full_chunk)):
+            if (listed and (per_entity or test.gpus or test.others)) or (
+                    (listed or group) and not (message is not None and full_chunk)):
                 message = None
-                if entity:
-                    _entity(test, entity)
+                if listed:
+                    _entity(test, listed)
                 else:
                     _group(test, group)  # type: ignore[arg-type]
             elif row.info.startswith("Code: (") and not (message is not None and full_chunk):
