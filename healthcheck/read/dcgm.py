@@ -4,7 +4,8 @@ string (the checks make it unknown), never a finding that drains.
 
     read = read_dcgm(config, diag=True)   # -> deepmodel.DcgmRead, or None (not enabled / absent)
 
-Formats (tests/fixtures/dcgm/, real outputs): `diag -j` is {"DCGM GPU Diagnostic":
+Formats (tests/fixtures/dcgm/, real outputs): the text table of `diag` without -j (2.x/3.x/4.x,
+read/dcgmtext.py); `diag -j` is {"DCGM GPU Diagnostic":
 {"test_categories": [{"category", "tests": [{"name", "results": [{"gpu_ids" | "gpu_id",
 "status", "info" | "warnings"}]}]}]}}; DCGM 3.1 writes null entries between tests and may print a
 warning line before the JSON.  `health -c -j` is {"body": {"Overall Health": {"value"}, ...},
@@ -76,7 +77,14 @@ def _json_object(text: str) -> Any:
 
 
 def parse_diag(text: str) -> Tuple[Tuple[DcgmResult, ...], Optional[str]]:
-    """Each test's result per GPU, or why the output cannot be read."""
+    """Each test's result per GPU, or why the output cannot be read.  Output that is no JSON
+    document but holds dcgmi's text table (a dcgmi or wrapper that ignores -j) is read as the
+    table (read/dcgmtext.py); one cut short keeps its results but is not judged."""
+    if '"DCGM GPU Diagnostic"' not in text:
+        from .dcgmtext import has_table, parse_diag_text
+
+        if has_table(text) or "{" not in text:
+            return parse_diag_text(text)
     try:
         doc = _json_object(text)
         categories = doc["DCGM GPU Diagnostic"]["test_categories"]

@@ -1,0 +1,87 @@
+"""deploy/slurm/gpu-healthcheck-sweep, the shipped script itself, against the real test cluster:
+a hidden root-only partition over the nodes as deploy/slurm/slurm.conf.example documents it,
+fake GPUs where gpu-a has a stuck HBM bit on GPU 5 (a deep-level fault the quick level never
+sees) and gpu-b is healthy, and gpu-c busy with a user's job.  The sweep submits one job per
+idle node, the deep level drains gpu-a through the normal path naming GPU 5, gpu-b stays idle,
+gpu-c is never swept."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from tests.lib.fakenode import ROOT
+from tests.lib.gpucluster import GpuCluster, require_slurm
+from tests.lib.slurmcluster import _wait_until
+
+pytestmark = pytest.mark.slurm
+
+SCRIPT = ROOT / "deploy" / "slurm" / "gpu-healthcheck-sweep"
+# deploy/slurm/slurm.conf.example's line, over this cluster's nodes
+PARTITION = ("PartitionName=gpu-healthcheck-sweep Nodes=ALL Hidden=YES RootOnly=YES PriorityTier=0 "
+             "MaxTime=30 OverSubscribe=EXCLUSIVE State=UP")
+# small fake boards and bandwidth buffers (tests/cli/test_deep_level.py): the fake runs the
+# deep kernels on the host
+DEEP = "gpus = 8\ngpu.*.memory.total_mib = 48\n"
+DEEP_CONFIG = "[deep]\nbandwidth_mib = 4\n[dcgm]\nenabled = false\n"
+
+
+def sweep(c: GpuCluster, exe: Path, *args: str) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, str(SCRIPT), "--exec", str(exe), *args],
+                          env=c.cluster.env, capture_output=True, text=True, timeout=120)
+
+
+def sweep_jobs(c: GpuCluster) -> dict:
+    """{node: state} of every gpu-healthcheck-sweep job slurmctld knows (hidden ones too)."""
+    r = c.cluster.run(["squeue", "--all", "-h", "-t", "all", "-n", "gpu-healthcheck-sweep", "-o", "%n %T"])
+    assert r.returncode == 0, r.stderr
+    return dict(line.split() for line in r.stdout.splitlines() if line.strip())
+
+
+def test_sweep_drains_the_node_with_a_deep_fault_and_leaves_the_rest(tmp_path: Path, fakegpu: Path) -> None:
+    require_slurm()
+    c = GpuCluster(tmp_path, fakegpu)
+    c.cluster.extra_conf.append(PARTITION)
+    for node in c.nodes:
+        c.scenario(node).write_text(DEEP + ("gpu.5.mem.stuck_bits = 0x200043:3\n" if node == "gpu-a" else ""))
+        config = c.wd / "config" / f"{node}.toml"
+        config.write_text(config.read_text() + DEEP_CONFIG)
+    with c.cluster:
+        go = tmp_path / "go"
+        busy = c.cluster.sbatch(["-w", "gpu-c", "--gres=gpu:1"],
+                                f"echo started\nwhile [ ! -e {go} ]; do sleep 0.1; done\n")
+        c.wait_running(busy, timeout=120)
+        # the sweep jobs' gpu-healthcheck waits for `held` to go: a sweep while they run
+        held = tmp_path / "held"
+        exe = tmp_path / "held-gpu-healthcheck"
+        exe.write_text(f'#!/bin/sh\nwhile [ ! -e {held} ]; do sleep 0.1; done\nexec "{c.exec_wrapper}" "$@"\n')
+        exe.chmod(0o755)
+        r = sweep(c, exe, "--dry-run")
+        assert r.returncode == 0, r.stderr
+        assert [line.split(" -w ")[1].split()[0] for line in r.stdout.splitlines()] == ["gpu-a", "gpu-b"]
+        r = sweep(c, exe)
+        assert r.returncode == 0, r.stderr
+        assert [line.split(":")[0] for line in r.stdout.splitlines()] == ["gpu-a", "gpu-b"], r.stdout
+        _wait_until(lambda: sweep_jobs(c) == {"gpu-a": "RUNNING", "gpu-b": "RUNNING"}, 120,
+                    what="one running sweep job per idle node")
+        # the script's own query sees the jobs of the hidden partition (run as root), and a
+        # second sweep while they run submits nothing more
+        seen = c.cluster.run(["squeue", "-h", "-n", "gpu-healthcheck-sweep", "-o", "%n"])
+        assert sorted(seen.stdout.split()) == ["gpu-a", "gpu-b"], (seen.stdout, seen.stderr)
+        again = sweep(c, exe)
+        assert again.returncode == 0 and "gpu-a:" not in again.stdout and "gpu-b:" not in again.stdout, again.stdout
+        held.write_text("")
+        _wait_until(lambda: set(sweep_jobs(c).values()) <= {"COMPLETED", "FAILED"}, 600,
+                    what="both sweep jobs ended")
+        reason = c.wait_reason("gpu-a", timeout=60)
+        assert reason.startswith("gpu-healthcheck: gpu5 "), reason
+        assert "deep.memory=" in reason and "rma" in reason, reason
+        assert c.drained("gpu-a")
+        info = c.cluster.node_info("gpu-b")
+        assert info["State"] == "IDLE" and not c.reason("gpu-b"), info
+        assert not c.drained("gpu-c") and "gpu-c" not in sweep_jobs(c)
+        go.write_text("")
+        c.cluster.wait_job(busy, timeout=120)
