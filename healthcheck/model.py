@@ -17,6 +17,7 @@ from __future__ import annotations
 import enum
 from typing import TYPE_CHECKING, Any, Dict, List, Mapping, Optional, Tuple, Union
 
+from .logmodel import KernelLogPosition, KernelLogRead, KernelLogWindow, SxidEvent, XidEvent  # noqa: F401
 from .netmodel import IbPort, NetworkRead, PortBaseline
 from .records import NamedTuple
 
@@ -161,75 +162,6 @@ class GpuSnapshot(NamedTuple):
     remap_histogram: Optional[Tuple[int, int, int, int, int]] = None
     # query name -> NVML error name, for errors that are neither NOT_SUPPORTED nor fatal
     query_errors: Tuple[Tuple[str, str], ...] = ()
-
-
-class XidEvent(NamedTuple):
-    """One NVRM kernel-log event naming a GPU by PCI address."""
-
-    pci: str  # normalised "dddd:bb:dd" as the driver prints it, lower-case
-    xid: Optional[int]  # None for "fallen off the bus" messages that carry no Xid
-    message: str
-    monotonic_s: Optional[float] = None  # seconds since boot, where the line carries it
-    wallclock: Optional[float] = None  # epoch seconds, where the line carries a date
-    seq: Optional[int] = None  # /dev/kmsg sequence number
-    # After kernlog.aggregate, one event stands for every line of this GPU and Xid in the
-    # window: the fields above are the first line's, these the count and the last line's.
-    occurrences: int = 1
-    last_monotonic_s: Optional[float] = None
-    last_wallclock: Optional[float] = None
-    last_seq: Optional[int] = None
-    samples: Tuple[str, ...] = ()  # up to kernlog.MAX_SAMPLES distinct messages, first first
-    last_message: Optional[str] = None  # the last line's message (Xid 154: the action now)
-    # Xid 13: how many "SM Warp Exception" lines named each (GPC, TPC), as (("GPC 8, TPC 5", 2),
-    # ...), at most kernlog.MAX_UNITS units: NVIDIA advises a diagnostic when one repeats
-    units: Tuple[Tuple[str, int], ...] = ()
-
-
-class SxidEvent(NamedTuple):
-    """One NVSwitch SXid kernel-log line: `nvidia-nvswitchN: SXid (PCI:...): CODE, ...`."""
-
-    pci: str  # the NVSwitch's PCI address as the driver prints it, lower-case (dddd:bb:dd.f)
-    sxid: int
-    fatal: Optional[bool]  # the line's "Fatal" / "Non-fatal"; None when the line does not say
-    message: str
-    switch: Optional[int] = None  # N of nvidia-nvswitchN
-    monotonic_s: Optional[float] = None
-    wallclock: Optional[float] = None
-    seq: Optional[int] = None
-
-
-class KernelLogPosition(NamedTuple):
-    """Where a kernel-log read ended, so the epilog can read only what the job added."""
-
-    source: str
-    offset: Optional[int] = None  # regular file: byte offset
-    inode: Optional[int] = None
-    monotonic_s: Optional[float] = None
-    wallclock: Optional[float] = None
-    seq: Optional[int] = None  # /dev/kmsg: a greater record seq came after (None: older files)
-    boot_id: Optional[str] = None  # the boot `seq` belongs to
-    method: Optional[str] = None  # how it was taken: read/kmsg.py's METHODS
-
-
-class KernelLogWindow(NamedTuple):
-    """Which kernel-log records count.  Empty window = since boot."""
-
-    position: Optional[KernelLogPosition] = None
-    since_monotonic_s: Optional[float] = None
-    since_wallclock: Optional[float] = None
-    since_seq: Optional[int] = None  # kmsg records past this seq (kernlog.window_since)
-
-
-class KernelLogRead(NamedTuple):
-    events: Tuple[XidEvent, ...] = ()  # aggregated: one per GPU and Xid
-    sxids: Tuple[SxidEvent, ...] = ()  # NVSwitch errors, judged by checks/nvswitch.py
-    error: Optional[str] = None  # could not read: the Xid check reports unknown
-    end: Optional[KernelLogPosition] = None
-    skipped_bytes: int = 0  # the window was larger than kernlog.MAX_SCAN_BYTES: not scanned
-    lines: int = 0  # NVRM lines in the window (before aggregation)
-    ignored_lines: int = 0  # NVRM lines not written by the kernel (a user's `logger`)
-    dropped_events: int = 0  # events of (GPU, Xid) pairs past kernlog.MAX_GROUPS
-    window: Optional[str] = None  # what bounded it: seq, offset, monotonic, wallclock, boot
 
 
 class ProbeStatus(str, enum.Enum):
