@@ -46,7 +46,8 @@ def parse_state(text: Optional[str]) -> Tuple[Optional[int], Optional[str]]:
     if not text:
         return None, None
     number, colon, name = text.partition(":")
-    if not colon or not number.strip().isdigit():
+    # isascii: str.isdigit() also accepts "²" and other digits int() refuses (hypothesis found it)
+    if not colon or not (number.strip().isascii() and number.strip().isdigit()):
         return None, None
     return int(number), name.strip() or None
 
@@ -67,7 +68,7 @@ def parse_rate(text: Optional[str]) -> Optional[float]:
 
 def parse_counter(text: Optional[str]) -> Optional[int]:
     """A counter file's decimal value; None for "N/A (no PMA)" and anything not a number."""
-    if not text or not text.isdigit():
+    if not text or not (text.isascii() and text.isdigit()):
         return None
     return int(text)
 

@@ -143,3 +143,9 @@ def test_ib_rate_parses_what_the_kernel_prints(gbps, width):
     assert parse_state(f"{gbps % 8}: ACTIVE") == (gbps % 8, "ACTIVE")
     assert parse_counter(str(gbps)) == gbps
     assert parse_counter("N/A (no PMA)") is None
+
+
+def test_ib_port_parsers_refuse_digits_that_int_cannot_read():
+    # hypothesis found it: "²".isdigit() is True, int("²") raises
+    assert parse_counter("²") is None and parse_counter("١٢") is None
+    assert parse_state("²: ACTIVE") == (None, None)
