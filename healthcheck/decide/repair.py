@@ -225,3 +225,22 @@ def rma_finding(gpu: int, attempts: int, trigger: Optional[Finding]) -> Finding:
     cause = f" (last: {trigger.check})" if trigger is not None else ""
     return Finding("repair.attempts", Severity.FAIL, f"GPU {gpu} needed {attempts} repairs within "
                    f"the repair window{cause}: RMA", gpu=gpu, value=attempts, action=Action.RMA)
+
+
+# The node's repair state after each step the repair loop logs (act.repair's
+# GPU_HEALTHCHECK_REPAIR_STEP): the gpu_healthcheck_repair_state metric.  A reset is followed at
+# once by its full check (validating); "skipped" carries its own state (a wait, or drained).
+STEP_STATES = {"claimed": "", "budget": "waiting_for_budget", "reset": VALIDATING,
+               "reset_refused": DRAINED, "reboot": REBOOTING, "validating": VALIDATING,
+               "resumed": IN_SERVICE, "still_failing": DRAINED, "rma": "rma",
+               "would_reset": DRAINED, "would_reboot": DRAINED, "would_rma": DRAINED}
+
+
+def state_after(step: str, action: str, state_field: str) -> Optional[str]:
+    """The repair state a step leaves the node in; None: the step says nothing of it (an
+    error, slurmctld not answering)."""
+    if step == "claimed":
+        return RESETTING if action == RESET else REBOOTING if action == REBOOT else None
+    if step == "skipped":
+        return state_field if state_field in REPAIR_STATES else None
+    return STEP_STATES.get(step)
