@@ -26,6 +26,7 @@ if TYPE_CHECKING:
     from ..model import LogEvent, NodeSnapshot
 
 ACTIONS = ("reset", "reboot")
+FAILED_STEPS = {"reset_refused": "refused", "still_failing": "still_failing"}
 GPU_LABELS = ("gpu", "uuid", "serial", "pci_bus_id")
 Samples = Dict[str, List[Tuple[Dict[str, str], Any]]]
 
@@ -48,6 +49,9 @@ REPAIR_FAMILIES: Tuple[RepairFamily, ...] = (
     RepairFamily("gpu_healthcheck_repair_drain_to_resume_seconds_total", "counter",
                  "Seconds from drain to resume summed over the repairs that worked, by action "
                  "(divide by gpu_healthcheck_repairs_succeeded_<action>_total for the mean)."),
+    RepairFamily("gpu_healthcheck_repairs_failed_total", "counter",
+                 "Repairs that did not work, by action and outcome: refused (nvidia-smi refused "
+                 "the reset) or still_failing (the full check after it failed)."),
     RepairFamily("gpu_healthcheck_gpu_repairs", "gauge",
                  "Repairs of the GPU within repair.window_s, from its repair ledger (read at "
                  "each --node run)."),
@@ -60,9 +64,10 @@ def update_repair(old: Optional[Mapping[str, Any]], events: Sequence["LogEvent"]
     from ..decide.repair import DRAINED, IN_SERVICE, state_after
     from ..model import Outcome
 
-    new: Dict[str, Any] = {"state": None, "since": None, "last_s": {}, "sum_s": {}, "gpus": None}
+    new: Dict[str, Any] = {"state": None, "since": None, "last_s": {}, "sum_s": {}, "failed": {},
+                           "gpus": None}
     for key, value in (old or {}).items():
-        if key in new and (key not in ("last_s", "sum_s") or isinstance(value, dict)):
+        if key in new and (key not in ("last_s", "sum_s", "failed") or isinstance(value, dict)):
             new[key] = dict(value) if isinstance(value, dict) else value
     for event in events:
         state: Optional[str] = None
@@ -75,6 +80,10 @@ def update_repair(old: Optional[Mapping[str, Any]], events: Sequence["LogEvent"]
             action = event.fields.get("GPU_HEALTHCHECK_REPAIR_ACTION", "")
             state = state_after(step, action, event.fields.get("GPU_HEALTHCHECK_REPAIR_STATE", ""))
             seconds = _seconds(event.fields.get("GPU_HEALTHCHECK_DRAIN_TO_RESUME_S"))
+            failed = FAILED_STEPS.get(step)
+            if failed and action in ACTIONS:
+                key = f"{action}:{failed}"
+                new["failed"][key] = int(new["failed"].get(key, 0)) + 1
             if step == "resumed" and action in ACTIONS and seconds is not None:
                 new["last_s"][action] = seconds
                 new["sum_s"][action] = float(new["sum_s"].get(action, 0.0)) + seconds
@@ -112,6 +121,11 @@ def repair_samples(repair: Optional[Mapping[str, Any]], out: Samples) -> None:
         for action in ACTIONS:
             if isinstance(values.get(action), (int, float)):
                 out[p + family].append(({"action": action}, float(values[action])))
+    failed = repair.get("failed") if isinstance(repair.get("failed"), Mapping) else {}
+    for key, count in sorted(failed.items()):
+        action, _, outcome = str(key).partition(":")
+        if isinstance(count, int):
+            out[p + "repairs_failed_total"].append(({"action": action, "outcome": outcome}, count))
     for g in repair.get("gpus") or ():
         if isinstance(g, Mapping) and isinstance(g.get("repairs"), int):
             out[p + "gpu_repairs"].append(({k: str(g.get(k, "")) for k in GPU_LABELS}, g["repairs"]))

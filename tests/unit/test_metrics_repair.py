@@ -48,9 +48,11 @@ def test_repair_metrics_attempts_successes_rma_and_drain_to_resume_in_the_textfi
     state = runs([LogEvent("drain", CRIT, "drained", {}, Outcome.APPLIED)],
                  reset_that_worked("600"), reset_that_worked("300"),
                  [step("claimed", "reboot"), step("reboot", "reboot")],
+                 [step("still_failing", "reboot")],
+                 [step("claimed", "reset"), step("reset_refused", "reset")],
                  [step("rma", "rma", GPU_HEALTHCHECK_EVIDENCE="/e/x")])
     types, samples = parse_metrics(render(state))
-    assert value_of(samples, P + "repairs_attempted_reset_total") == 2
+    assert value_of(samples, P + "repairs_attempted_reset_total") == 3
     assert value_of(samples, P + "repairs_succeeded_reset_total") == 2
     assert value_of(samples, P + "repairs_attempted_reboot_total") == 1
     assert value_of(samples, P + "repairs_succeeded_reboot_total") == 0
@@ -59,6 +61,8 @@ def test_repair_metrics_attempts_successes_rma_and_drain_to_resume_in_the_textfi
     assert value_of(samples, P + "repair_last_drain_to_resume_seconds", action="reset") == 300
     assert types[P + "repair_drain_to_resume_seconds"] == "counter"
     assert value_of(samples, P + "repair_drain_to_resume_seconds_total", action="reset") == 900
+    assert value_of(samples, P + "repairs_failed_total", action="reset", outcome="refused") == 1
+    assert value_of(samples, P + "repairs_failed_total", action="reboot", outcome="still_failing") == 1
     # no reboot has worked yet: no made-up 0
     assert not [s for s in samples if "drain_to_resume" in s[0] and s[1]["action"] == "reboot"]
 
