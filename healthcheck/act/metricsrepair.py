@@ -117,11 +117,11 @@ def repair_samples(repair: Optional[Mapping[str, Any]], out: Samples) -> None:
             out[p + "repair_state_since_timestamp_seconds"].append(({}, repair["since"]))
     for key, family in (("last_s", "repair_last_drain_to_resume_seconds"),
                         ("sum_s", "repair_drain_to_resume_seconds_total")):
-        values = repair.get(key) if isinstance(repair.get(key), Mapping) else {}
+        values: Mapping[str, Any] = _mapping(repair.get(key))
         for action in ACTIONS:
             if isinstance(values.get(action), (int, float)):
                 out[p + family].append(({"action": action}, float(values[action])))
-    failed = repair.get("failed") if isinstance(repair.get("failed"), Mapping) else {}
+    failed = _mapping(repair.get("failed"))
     for key, count in sorted(failed.items()):
         action, _, outcome = str(key).partition(":")
         if isinstance(count, int):
@@ -129,6 +129,10 @@ def repair_samples(repair: Optional[Mapping[str, Any]], out: Samples) -> None:
     for g in repair.get("gpus") or ():
         if isinstance(g, Mapping) and isinstance(g.get("repairs"), int):
             out[p + "gpu_repairs"].append(({k: str(g.get(k, "")) for k in GPU_LABELS}, g["repairs"]))
+
+
+def _mapping(value: Any) -> Mapping[str, Any]:
+    return value if isinstance(value, Mapping) else {}
 
 
 def gpu_repairs(config: "Config", snapshot: Optional["NodeSnapshot"],
