@@ -22,9 +22,9 @@ from __future__ import annotations
 import math
 import os
 import stat
-from typing import Any, Collection, Dict, FrozenSet, List, Mapping, Optional, Tuple
+from typing import Any, Collection, Dict, FrozenSet, List, Mapping, Optional, Tuple, Union
 
-from .configsections import DcgmConfig, DeepConfig, NetworkConfig  # noqa: F401  (re-exported)
+from .configsections import DcgmConfig, DeepConfig, NetworkConfig, count_or_share  # noqa: F401  (re-exported)
 from .records import NamedTuple
 
 DEFAULT_CONFIG_PATH = "/etc/gpu-healthcheck/config.toml"
@@ -65,8 +65,9 @@ class RepairConfig(NamedTuple):
     window_s: float = 7 * 86400.0
     # At most one repair attempt per node within this many seconds.
     cooldown_s: float = 3600.0
-    # Nodes resetting or rebooting at once, cluster-wide (held like the drain budget).
-    max_concurrent: int = 1
+    # Nodes resetting or rebooting at once, cluster-wide (held like the drain budget): a count,
+    # or a share of the cluster's GPU nodes (0.05 or "5%"; at least one node).
+    max_concurrent: Union[int, float] = 1
     # nvidia-bug-report.sh for the RMA evidence: its path (None: on PATH, else
     # /usr/bin/nvidia-bug-report.sh; absent: the ledger alone), deadline and size cap.
     bug_report: Optional[str] = None
@@ -207,7 +208,6 @@ _BOUNDS: Dict[str, Tuple[float, float, str]] = {
     "max_attempts": (1, 1000, "repairs of one GPU"),
     "window_s": (0.0, 10 * 365 * 86400.0, "seconds"),
     "cooldown_s": (0.0, 365 * 86400.0, "seconds"),
-    "max_concurrent": (1, 100000, "nodes"),
     "bug_report_timeout_s": (1.0, 7200.0, "seconds"),
     "bug_report_max_bytes": (1024, 1 << 34, "bytes"),
 }
@@ -240,6 +240,11 @@ def _coerce(path: str, key: str, annotation: str, value: Any) -> Any:
         return value
     if base.startswith("Union[int, Tuple[str"):
         return _port_list(path, key, value)
+    if base == "Union[int, float]":
+        counted, problem = count_or_share(value)
+        if counted is None:
+            raise ConfigError(path, key, problem)
+        return counted
     if key == "dcgm.enabled" and isinstance(value, bool):
         value = "true" if value else "false"  # TOML's true/false mean the same as the words
     if key == "dcgm.enabled" and value not in DCGM_ENABLED:

@@ -4,6 +4,7 @@ meaning and default are documented beside it, as in config.py."""
 
 from __future__ import annotations
 
+import math
 from typing import Optional, Tuple, Union
 
 from .records import NamedTuple
@@ -57,3 +58,33 @@ class NetworkConfig(NamedTuple):
     port_rcv_errors_per_job: int = 10
     local_link_integrity_errors_per_job: int = 10
     excessive_buffer_overrun_errors_per_job: int = 10
+
+
+MAX_NODES = 100000
+
+
+def count_or_share(value: object) -> Tuple[Optional[Union[int, float]], str]:
+    """repair.max_concurrent: a count of nodes (an int, 1..MAX_NODES) or a share of the
+    cluster's GPU nodes (a float above 0 and below 1, or a string like "5%", up to "100%"); (value, "") or
+    (None, what is wrong)."""
+    expected = 'a count of nodes (1, 2, ...) or a share of the cluster (0.05 or "5%")'
+    if isinstance(value, str):
+        text = value.strip()
+        share = math.nan
+        if text.endswith("%"):
+            try:
+                share = float(text[:-1].strip()) / 100.0
+            except ValueError:
+                pass
+        if not 0.0 < share <= 1.0:  # NaN fails this too
+            return None, f"expected {expected}; a share is above 0% and at most 100%, got {value!r}"
+        return share, ""
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        return None, f"expected {expected}, got {value!r}"
+    if isinstance(value, int):
+        if not 1 <= value <= MAX_NODES:
+            return None, f"must be between 1 and {MAX_NODES} (nodes), got {value!r}"
+        return value, ""
+    if not 0.0 < value < 1.0:  # NaN and inf fail this too; 2.0 is not a count
+        return None, f"a share must be above 0 and below 1 (a count is an integer), got {value!r}"
+    return float(value), ""

@@ -30,6 +30,7 @@ import time
 from typing import TYPE_CHECKING, Any, Dict, List, Mapping, Optional, Sequence, Tuple
 
 from ..records import NamedTuple
+from .metricsrepair import REPAIR_FAMILIES, repair_samples, update_repair
 
 if TYPE_CHECKING:
     from ..config import Config
@@ -130,7 +131,7 @@ PORT_FAMILIES: Tuple[Family, ...] = (
            "The RDMA port's error counters since they were last cleared, by counter "
            "(symbol_error, link_downed, ...)."),
 )
-FAMILIES = FAMILIES + PORT_FAMILIES
+FAMILIES = FAMILIES + PORT_FAMILIES + tuple(Family(*f) for f in REPAIR_FAMILIES)
 
 
 # --- what a run contributes (pure) -------------------------------------------------------
@@ -233,11 +234,14 @@ def valid_state(data: Any) -> bool:
     return (isinstance(counters, dict) and isinstance(runs, dict)
             and all(isinstance(counters.get(c, 0), int) for c in COUNTERS)
             and all(m in MODES and isinstance(v, dict) for m, v in runs.items())
-            and (data.get("gpus") is None or isinstance(data.get("gpus"), dict)))
+            and (data.get("gpus") is None or isinstance(data.get("gpus"), dict))
+            and (data.get("repair") is None or isinstance(data.get("repair"), dict)))
 
 
-def update_state(state: Dict[str, Any], outcome: "RunOutcome", mode: str, now: float) -> Dict[str, Any]:
-    """The new state after one run (pure: returns a new dict)."""
+def update_state(state: Dict[str, Any], outcome: "RunOutcome", mode: str, now: float,
+                 gpu_repairs: Optional[List[Dict[str, Any]]] = None) -> Dict[str, Any]:
+    """The new state after one run (pure: returns a new dict); gpu_repairs: each GPU's
+    repairs within repair.window_s (metricsrepair.gpu_repairs), None to keep the last."""
     new = json.loads(json.dumps(state))
     for name, inc in count_actions(outcome.events).items():
         new["counters"][name] = int(new["counters"].get(name, 0)) + inc
@@ -249,6 +253,7 @@ def update_state(state: Dict[str, Any], outcome: "RunOutcome", mode: str, now: f
         new["gpus"] = {"timestamp": round(now, 3), "list": gpus}
     if outcome.snapshot is not None:
         new["ports"] = port_values(outcome)
+    new["repair"] = update_repair(new.get("repair"), outcome.events, now, gpu_repairs)
     return new
 
 
@@ -323,6 +328,7 @@ def samples(state: Mapping[str, Any]) -> Dict[str, List[Tuple[Dict[str, str], An
                 if g.get(key) is not None:
                     out[p + family].append((ident, bool(g[key])))
     _port_samples(state, out)
+    repair_samples(state.get("repair"), out)
     return out
 
 
@@ -379,7 +385,8 @@ def write_textfile(path: str, text: str) -> None:
 
 
 def _update_and_write(state_dir: str, metrics_file: str, outcome: "RunOutcome", mode: str,
-                      now: float) -> Tuple[Dict[str, Any], List[str]]:
+                      now: float, gpu_repairs: Optional[List[Dict[str, Any]]] = None
+                      ) -> Tuple[Dict[str, Any], List[str]]:
     """Read-modify-write <state_dir>/metrics-state.json and rewrite metrics_file, both under
     the flock, so a slower run can never put an older picture back; (new state, notes)."""
     from ..safefile import Locked, SafeFileError, atomic_write, open_dir, read_file
@@ -412,7 +419,7 @@ def _update_and_write(state_dir: str, metrics_file: str, outcome: "RunOutcome", 
                     state = loaded
                 else:
                     notes.append(f"{path} is corrupt; counters start again at 0")
-            new = update_state(state, outcome, mode, now)
+            new = update_state(state, outcome, mode, now, gpu_repairs)
             try:
                 atomic_write(state_dir, STATE_FILE, json.dumps(new, sort_keys=True).encode())
             except OSError as exc:
@@ -433,5 +440,11 @@ def write_metrics(config: "Config", outcome: "RunOutcome", mode: str,
     if not config.metrics_file:
         return []
     when = time.time() if now is None else now
-    _, notes = _update_and_write(config.state_dir, config.metrics_file, outcome, mode, when)
-    return notes
+    repairs: Optional[List[Dict[str, Any]]] = None
+    notes: List[str] = []
+    if mode == "node":  # the ledgers are read off the prolog's path; the last read is kept
+        from .metricsrepair import gpu_repairs
+
+        repairs, notes = gpu_repairs(config, outcome.snapshot, when)
+    _, more = _update_and_write(config.state_dir, config.metrics_file, outcome, mode, when, repairs)
+    return notes + more

@@ -19,18 +19,25 @@ order on every node, so no lock service is needed.
 from __future__ import annotations
 
 import re
-from typing import Dict, List, Mapping, Optional, Sequence, Tuple
+from typing import Dict, List, Mapping, Optional, Sequence, Tuple, Union
 
 from ..config import RepairConfig
 from ..model import Action, Finding, GpuSnapshot, Severity
 from ..records import NamedTuple
-from .verdict import PREFIX, NodeState, draining, is_ours, is_rma
+from .verdict import PREFIX, NodeState, drain_budget, draining, gpu_nodes, is_ours, is_rma
 
 REPAIR_MARK = PREFIX + " repair"
 # A claim's states: the node is being reset or rebooted (counted by the budget); "validating"
 # only names the full check that follows a reboot.
 RESETTING, REBOOTING = "resetting", "rebooting"
 ACTIVE = (RESETTING, REBOOTING)
+VALIDATING = "validating"
+# A node's repair state, as --cluster shows it and the gpu_healthcheck_repair_state metric
+# exports it: in service; drained with no repair under way (a person's, a fault no repair
+# fixes, or waiting for the next check); the waits of decide_repair; a claim; rma.
+IN_SERVICE, DRAINED = "in_service", "drained"
+REPAIR_STATES = (IN_SERVICE, DRAINED, "waiting_for_idle", "cooldown", "waiting_for_budget",
+                 RESETTING, REBOOTING, VALIDATING, "rma")
 _MARK_RE = re.compile(r"^gpu-healthcheck: repair (?P<state>[a-z_]+)(?: gpus=(?P<gpus>[0-9,]*))?"
                       r"(?: at=(?P<at>\S+))?")
 
@@ -117,14 +124,49 @@ def mark_text(state: str, gpus: Sequence[int], at_iso: str) -> str:
     return f"{REPAIR_MARK} {state} gpus={','.join(str(g) for g in gpus)} at={at_iso}"
 
 
-def repairs_beyond_budget(cluster: Sequence[NodeState], max_concurrent: int) -> List[str]:
+def repair_budget(cluster: Sequence[NodeState], max_concurrent: Union[int, float]) -> int:
+    """How many nodes may be resetting or rebooting at once.  `repair.max_concurrent` is a
+    count (an int) or a share of the cluster's GPU nodes (a float below 1, or "5%" in the
+    config), taken the way the drain budget takes drain.max_fraction: at least one node."""
+    if isinstance(max_concurrent, float):
+        return drain_budget(len(gpu_nodes(cluster)), max_concurrent)
+    return max(1, max_concurrent)
+
+
+def repairs_beyond_budget(cluster: Sequence[NodeState], max_concurrent: Union[int, float]) -> List[str]:
     """The nodes whose active repair claim ranks past the budget, by (claim time, name)."""
     claims = []
     for node in cluster:
         mark = parse_mark(node.comment)
         if mark and mark["state"] in ACTIVE:
             claims.append((mark["at"], node.name))
-    return [name for _, name in sorted(claims)[max_concurrent:]]
+    return [name for _, name in sorted(claims)[repair_budget(cluster, max_concurrent):]]
+
+
+def busy_repairing(cluster: Sequence[NodeState], but: str = "") -> List[str]:
+    """The nodes (other than `but`) whose Comment claims an active repair."""
+    return [n.name for n in cluster if n.name != but
+            and (parse_mark(n.comment) or {}).get("state") in ACTIVE]
+
+
+def cluster_state(node: NodeState, cluster: Sequence[NodeState],
+                  max_concurrent: Union[int, float]) -> Optional[str]:
+    """--cluster's repair state of a node from what slurmctld shows (its reason, state flags
+    and Comment claim), or None where the repair loop has no part (a node in service without
+    a claim, a node someone else drained).  The cooldown lives in the node's own ledger, which
+    slurmctld does not show: such a node reads "drained" here."""
+    mark = parse_mark(node.comment)
+    if mark and mark["state"]:
+        return mark["state"]
+    if not node.drained or not is_ours(node.reason):
+        return None
+    if is_rma(node.reason):
+        return "rma"
+    if job_running(node):
+        return "waiting_for_idle"
+    if len(busy_repairing(cluster, node.name)) >= repair_budget(cluster, max_concurrent):
+        return "waiting_for_budget"
+    return DRAINED
 
 
 def in_window(attempts: Sequence[Attempt], now: float, window_s: float) -> List[Attempt]:
@@ -163,9 +205,8 @@ def decide_repair(this: NodeState, cluster: Sequence[NodeState], findings: Seque
     if last is not None and now - last < config.cooldown_s:
         return RepairPlan(NONE, f"last repair {now - last:.0f} s ago, repair.cooldown_s = "
                                 f"{config.cooldown_s:g}", trigger=trigger, state="cooldown")
-    busy = [n.name for n in cluster if n.name != this.name
-            and (parse_mark(n.comment) or {}).get("state") in ACTIVE]
-    if len(busy) >= config.max_concurrent:
+    busy = busy_repairing(cluster, this.name)
+    if len(busy) >= repair_budget(cluster, config.max_concurrent):
         return RepairPlan(NONE, f"repair budget spent: {', '.join(busy)} repairing, "
                                 f"repair.max_concurrent = {config.max_concurrent}",
                           trigger=trigger, state="waiting_for_budget")
@@ -184,3 +225,22 @@ def rma_finding(gpu: int, attempts: int, trigger: Optional[Finding]) -> Finding:
     cause = f" (last: {trigger.check})" if trigger is not None else ""
     return Finding("repair.attempts", Severity.FAIL, f"GPU {gpu} needed {attempts} repairs within "
                    f"the repair window{cause}: RMA", gpu=gpu, value=attempts, action=Action.RMA)
+
+
+# The node's repair state after each step the repair loop logs (act.repair's
+# GPU_HEALTHCHECK_REPAIR_STEP): the gpu_healthcheck_repair_state metric.  A reset is followed at
+# once by its full check (validating); "skipped" carries its own state (a wait, or drained).
+STEP_STATES = {"claimed": "", "budget": "waiting_for_budget", "reset": VALIDATING,
+               "reset_refused": DRAINED, "reboot": REBOOTING, "validating": VALIDATING,
+               "resumed": IN_SERVICE, "still_failing": DRAINED, "rma": "rma",
+               "would_reset": DRAINED, "would_reboot": DRAINED, "would_rma": DRAINED}
+
+
+def state_after(step: str, action: str, state_field: str) -> Optional[str]:
+    """The repair state a step leaves the node in; None: the step says nothing of it (an
+    error, slurmctld not answering)."""
+    if step == "claimed":
+        return RESETTING if action == RESET else REBOOTING if action == REBOOT else None
+    if step == "skipped":
+        return state_field if state_field in REPAIR_STATES else None
+    return STEP_STATES.get(step)

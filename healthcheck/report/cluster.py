@@ -4,8 +4,8 @@
 
 One `scontrol -o show nodes` call (the controller is shared; a loop of `show node X` is not).
 
-    NODE   STATE       GPU  PCI               SERIAL         CHECK                     VALUE  CONTEXT  JOB  TIME
-    gpu-a  IDLE+DRAIN  2    00000000:38:00.0  1650522003802  ecc.volatile_uncorrected  3      epilog   12   2026-11-29T19:01:02
+    NODE   STATE       GPU  PCI               SERIAL         CHECK                     VALUE  CONTEXT  JOB  TIME                 REPAIR
+    gpu-a  IDLE+DRAIN  2    00000000:38:00.0  1650522003802  ecc.volatile_uncorrected  3      epilog   12   2026-11-29T19:01:02  resetting
 
     not ours:
     gpu-c  IDLE+DRAIN  bad fan [admin@2026-11-29T18:00:00]
@@ -13,34 +13,42 @@ One `scontrol -o show nodes` call (the controller is shared; a loop of `show nod
 A drain the budget refused (drain.max_fraction) is noted in the node's Comment and listed in
 its own section: the node still runs jobs.
 
+REPAIR is the repair loop's state of the node (decide.repair.cluster_state: its Comment claim,
+reason and state flags): resetting, rebooting, validating, rma, waiting_for_idle,
+waiting_for_budget, drained (waiting for its next check), or "-" where the loop has no part.
+
 --json prints a list of objects with keys node, state, gpu, pci, serial, check, value, context,
-job, time, ours, refused and raw_reason (ours first, then refused drains, then the others).
+job, time, repair, ours, refused and raw_reason (ours first, then refused drains, then the others).
 """
 
 from __future__ import annotations
 
 import json
 import sys
-from typing import TYPE_CHECKING, Any, Dict, List, Mapping, Optional, TextIO
+from typing import TYPE_CHECKING, Any, Dict, List, Mapping, Optional, TextIO, Union
 
 from ..decide.exitcodes import done_exit
 
 if TYPE_CHECKING:
     from ..config import Config
 
-COLUMNS = ("node", "state", "gpu", "pci", "serial", "check", "value", "context", "job", "time")
+COLUMNS = ("node", "state", "gpu", "pci", "serial", "check", "value", "context", "job", "time",
+           "repair")
 
 
-def rows_from_show_nodes(text: str) -> List[Dict[str, Any]]:
-    """Pure: one row per node drained by us or by someone else, ours first."""
+def rows_from_show_nodes(text: str, max_concurrent: Union[int, float] = 1) -> List[Dict[str, Any]]:
+    """Pure: one row per node drained by us or by someone else, ours first; max_concurrent is
+    repair.max_concurrent (whether a drained node waits for the repair budget)."""
     from ..act.scontrol import parse_node_line, reason_time
+    from ..decide.repair import cluster_state
     from ..decide.verdict import is_ours, refused_reason, refused_time
 
     ours: List[Dict[str, Any]] = []
     refused: List[Dict[str, Any]] = []
     others: List[Dict[str, Any]] = []
-    for line in text.splitlines():
-        node = parse_node_line(line)
+    parsed = [(line, parse_node_line(line)) for line in text.splitlines()]
+    cluster = [node for _, node in parsed if node is not None]
+    for line, node in parsed:
         if node is None:
             continue
         would_have = refused_reason(node.comment)
@@ -57,6 +65,7 @@ def rows_from_show_nodes(text: str) -> List[Dict[str, Any]]:
         if is_ours(node.reason):
             row = _our_row(node.name, node.state, node.reason, node.reason)
             row["time"] = reason_time(line)
+            row["repair"] = cluster_state(node, cluster, max_concurrent)
             ours.append(row)
         else:
             row = dict.fromkeys(COLUMNS)
@@ -137,7 +146,7 @@ def show_cluster(config: "Config", environ: Mapping[str, str], as_json: bool, ou
     except ScontrolError as exc:
         print(f"gpu-healthcheck: --cluster: cannot list nodes with scontrol: {exc}", file=err)
         return done_exit(False)
-    rows = rows_from_show_nodes(text)
+    rows = rows_from_show_nodes(text, config.repair.max_concurrent)
     if as_json:
         json.dump(rows, out, indent=2)
         out.write("\n")

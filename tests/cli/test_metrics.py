@@ -3,7 +3,6 @@ text under `promtool check metrics`."""
 
 from __future__ import annotations
 
-import shutil
 import stat
 import subprocess
 from pathlib import Path
@@ -12,16 +11,16 @@ import pytest
 
 from healthcheck.act.metrics import empty_state, render, update_state
 from tests.lib.metrics import parse_metrics, run_outcome, value_of
+from tests.lib.prometheus import tool
 
 DBE = ("gpus = 4\ngpu.2.ecc.volatile.uncorrected = 3\ngpu.2.serial = 1650522003802\n"
        "gpu.2.pci_bus_id = 00000000:38:00.0\n")
 JOB_ENV = {"SLURM_JOB_ID": "1234", "SLURMD_NODENAME": "gpu-a", "SLURM_JOB_GPUS": "2"}
 
 
-@pytest.mark.skipif(shutil.which("promtool") is None, reason="promtool is not installed")
 def test_promtool_check_metrics_is_clean():
     text = render(update_state(empty_state(), run_outcome(), "node", now=1.0))
-    done = subprocess.run(["promtool", "check", "metrics"], input=text, capture_output=True,
+    done = subprocess.run([tool("promtool"), "check", "metrics"], input=text, capture_output=True,
                           text=True, timeout=30)
     assert done.returncode == 0 and not done.stdout.strip(), done.stdout + done.stderr
 

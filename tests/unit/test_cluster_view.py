@@ -11,7 +11,8 @@ def test_our_reason_is_split_into_columns_with_slurms_time():
     [row] = rows_from_show_nodes(GPU_A)
     assert row == {"node": "gpu-a", "state": "IDLE+DRAIN", "gpu": "2", "pci": "00000000:38:00.0",
                    "serial": "1650522003802", "check": "ecc.volatile_uncorrected", "value": "3",
-                   "context": "epilog", "job": "12", "time": "2026-11-29T19:01:02", "ours": True, "refused": False,
+                   "context": "epilog", "job": "12", "time": "2026-11-29T19:01:02", "repair": "drained",
+                   "ours": True, "refused": False,
                    "raw_reason": "gpu-healthcheck: gpu2 pci=00000000:38:00.0 sn=1650522003802 "
                                  "ecc.volatile_uncorrected=3 epilog job=12"}
 
@@ -32,7 +33,8 @@ def test_table_has_the_columns_and_a_not_ours_section():
     lines = _table(SHOW_NODES)
     assert lines[0].split() == [c.upper() for c in COLUMNS]
     assert lines[1].split() == ["gpu-a", "IDLE+DRAIN", "2", "00000000:38:00.0", "1650522003802",
-                                "ecc.volatile_uncorrected", "3", "epilog", "12", "2026-11-29T19:01:02"]
+                                "ecc.volatile_uncorrected", "3", "epilog", "12", "2026-11-29T19:01:02",
+                                "drained"]
     assert lines[2].split()[:7] == ["gpu-b", "MIXED+DRAIN", "5", "00000000:9A:00.0",
                                     "1650522003805", "remap.failure", "1"]
     # a reason of ours we cannot split still shows whole
