@@ -15,7 +15,7 @@ FIXTURES = ROOT / "tests" / "fixtures"
 
 
 def ensure_fakegpu() -> Path:
-    libs = [FAKE_BUILD / "libnvidia-ml.so.1", FAKE_BUILD / "libcuda.so.1"]
+    libs = [FAKE_BUILD / "libnvidia-ml.so.1", FAKE_BUILD / "libcuda.so.1", FAKE_BUILD / "nvidia-smi"]
     sources = list(FAKEGPU.glob("*.c")) + list(FAKEGPU.glob("*.h")) + [FAKEGPU / "Makefile"]
     newest = max(p.stat().st_mtime for p in sources)
     if not all(p.exists() and p.stat().st_mtime >= newest for p in libs):
