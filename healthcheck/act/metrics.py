@@ -79,7 +79,7 @@ FAMILIES: Tuple[Family, ...] = (
     Family("gpu_healthcheck_repairs_attempted_reset_total", "counter",
            "GPU resets the repair loop ran through nvidia-smi on this node (refused ones too)."),
     Family("gpu_healthcheck_repairs_attempted_reboot_total", "counter",
-           "Reboots the repair loop asked Slurm for (scontrol reboot ASAP)."),
+           "Reboots the repair loop asked Slurm for (scontrol reboot)."),
     Family("gpu_healthcheck_repairs_succeeded_reset_total", "counter",
            "Resets after which the full check passed and the node was resumed."),
     Family("gpu_healthcheck_repairs_succeeded_reboot_total", "counter",

@@ -7,9 +7,16 @@ the ledger, mark rma with evidence.  The decisions are decide.repair's; the flow
 
 Every step is one LogEvent of kind "repair" (journald MESSAGE_ID, a history line, the metrics):
 its GPU_HEALTHCHECK_REPAIR_STEP field says which (skipped, would_reset, would_reboot, claimed,
-budget, persistence_off, reset, reset_refused, persistence_on, reboot, resumed, still_failing,
-rma, error), GPU_HEALTHCHECK_REPAIR_ACTION
-the action, GPU_HEALTHCHECK_EVIDENCE the evidence files.
+budget, persistence_off, reset, reset_refused, persistence_on, reboot, rebooting, booted,
+reboot_timed_out, reboot_cancelled, released, would_validate, resumed, still_failing, rma,
+error), GPU_HEALTHCHECK_REPAIR_ACTION the action,
+GPU_HEALTHCHECK_EVIDENCE the evidence files.
+
+A reboot spans runs: this run claims, records the attempt (outcome "reboot") and asks Slurm
+(`scontrol reboot reason=<our reason> NODE`: the DRAIN survives the boot); the runs while
+slurmctld shows a reboot flag wait; the first run after slurmctld registered the boot turns
+the claim into "validating" and returns True, so the full check runs and finish() resumes or
+keeps it drained, as after a reset.  A reboot slurmctld timed out is left for a person.
 """
 
 from __future__ import annotations
@@ -20,16 +27,13 @@ from typing import Dict, List, Optional, Sequence
 
 from ..config import Config
 from ..decide import repair as rd
-from ..decide.verdict import drain_reason
+from ..decide.verdict import NodeState, drain_reason, is_ours
 from ..model import CRIT, ERR, INFO, NOTICE, WARNING, DoorError, Finding, LogEvent, Mode, NodeAction, NodeSnapshot
 from ..text import iso_utc
 from . import ledger
 from .state import StateStore
 
-SETTLE_S = 1.0
-# The reboot action (Repairer._reboot) stays off until the post-boot validation is built and
-# what 22.05 and 24.11 do after `scontrol reboot` is recorded in deploy/slurm/README.md.
-REBOOT_VERIFIED = False  # after our claim, before the re-read: concurrent claims become visible
+SETTLE_S = 1.0  # after our claim, before the re-read: concurrent claims become visible
 
 
 class Repairer:
@@ -39,6 +43,8 @@ class Repairer:
         self.events, self.fields = events, fields
         self.plan: Optional[rd.RepairPlan] = None
         self.drained_at: Optional[str] = None
+        self.reason: Optional[str] = None  # the node's reason when this run read it
+        self.rebooted: Optional[Dict[int, str]] = None  # after a boot: GPU -> its ledger of that reboot
 
     def _log(self, step: str, priority: int, message: str, action: str = "",
              **extra: str) -> None:
@@ -60,7 +66,10 @@ class Repairer:
         if this is None:
             self._log("skipped", WARNING, "not in scontrol's node list: nothing done")
             return False
-        self.drained_at = this.reason_time
+        self.drained_at, self.reason = this.reason_time, this.reason
+        mark = rd.parse_mark(this.comment)
+        if mark and mark["state"] in rd.AFTER_REBOOT:
+            return self._after_reboot(snapshot, this, mark, report_only)
         gpus = snapshot.gpus
         try:
             attempts = ledger.read_ledgers(self.config.state_dir, [rd.ledger_key(g) for g in gpus])
@@ -81,12 +90,6 @@ class Repairer:
             return False
         if plan.action == rd.RMA:
             self.mark_rma(snapshot, plan.rma_gpu, plan.attempts, plan.trigger)
-            return False
-        if plan.action == rd.REBOOT and not REBOOT_VERIFIED:
-            self._log("skipped", WARNING, f"a reboot would repair it ({plan.why}), but what each "
-                                          f"Slurm version does after `scontrol reboot` is not "
-                                          f"verified yet (deploy/slurm/README.md): left for a person",
-                      rd.REBOOT)
             return False
         if not self._claim(plan):
             return False
@@ -170,17 +173,130 @@ class Repairer:
         return done.ok
 
     def _reboot(self, snapshot: NodeSnapshot, plan: rd.RepairPlan) -> bool:
-        reason = f"gpu-healthcheck: repair reboot for {plan.trigger.check if plan.trigger else 'a fault'}"
+        """Record the attempt, then ask Slurm, keeping our drain reason (its GPU, check and
+        context stay what judge_as_drained reads after the boot).  The ledger goes first: a
+        reboot that happens must be counted, or a GPU that keeps falling off the bus would be
+        rebooted for ever."""
         try:
-            self.ctl.reboot(self.node, reason)  # type: ignore[attr-defined]
             self._record(snapshot, plan, "reboot")
-        except (DoorError, ValueError, OSError) as exc:
+        except (ValueError, OSError) as exc:
             self.release()
+            self._log("error", ERR, f"cannot write the repair ledger ({exc}): no reboot", rd.REBOOT)
+            return False
+        try:
+            self.ctl.reboot(self.node, self.reason or drain_reason(  # type: ignore[attr-defined]
+                [plan.trigger] if plan.trigger else [], snapshot.gpus, Mode.NODE, None) or rd.REPAIR_MARK)
+        except DoorError as exc:
+            self.release()
+            self._set_outcome(list(self._pending_reboots(snapshot).values()), f"refused: {str(exc)[:200]}")
             self._log("error", ERR, f"cannot ask Slurm for a reboot: {exc}", rd.REBOOT)
             return False
-        self._log("reboot", NOTICE, f"asked Slurm to reboot it (scontrol reboot ASAP nextstate=DOWN): "
-                                    f"{plan.why}", rd.REBOOT)
+        self._log("reboot", NOTICE, f"asked Slurm to reboot it (scontrol reboot, our reason kept; "
+                                    f"the site's RebootProgram runs once it is idle): {plan.why}",
+                  rd.REBOOT)
         return False
+
+    def _after_reboot(self, snapshot: NodeSnapshot, this: NodeState, mark: Dict[str, str],
+                      report_only: bool) -> bool:
+        """A run on a node whose Comment holds our reboot claim.  True: it booted, validate now."""
+        rebooted = self._pending_reboots(snapshot)
+        pending = list(rebooted.values())
+        if not this.drained or not is_ours(this.reason):
+            # back in service (an admin, or ReturnToService after a timed-out reboot) or the
+            # admin's now: the claim is ours to drop, the node is theirs
+            self.release()
+            self._set_outcome(pending, "released")
+            self._log("released", NOTICE, f"the node is no longer drained by us (State={this.state}, "
+                                          f"Reason={this.reason}): our reboot claim is dropped",
+                      rd.REBOOT)
+            return False
+        progress = rd.reboot_progress(this, mark)
+        if progress == rd.PENDING:
+            self._log("rebooting", INFO, f"waiting for the reboot Slurm was asked for (State="
+                                         f"{this.state}): no second reboot", rd.REBOOT,
+                      GPU_HEALTHCHECK_REPAIR_STATE="rebooting")
+            return False
+        if progress == rd.TIMED_OUT:
+            if mark["state"] != rd.REBOOT_TIMED_OUT:
+                self._set_claim(rd.REBOOT_TIMED_OUT, mark)
+                self._set_outcome(pending, "reboot_timed_out")
+                self._log("reboot_timed_out", ERR, f"the reboot did not come back within Slurm's "
+                                                   f"ResumeTimeout ({this.reason}): left as it is for "
+                                                   f"a person; no further reboot", rd.REBOOT,
+                          GPU_HEALTHCHECK_REPAIR_STATE="reboot_timed_out")
+            else:
+                self._log("skipped", INFO, "our reboot timed out earlier: left for a person",
+                          rd.REBOOT, GPU_HEALTHCHECK_REPAIR_STATE="reboot_timed_out")
+            return False
+        if progress == rd.CANCELLED:
+            self.release()
+            self._set_outcome(pending, "cancelled")
+            self._log("reboot_cancelled", WARNING, f"no reboot flag and no boot after our claim "
+                                                   f"(BootTime={this.boot_time}, claim at "
+                                                   f"{mark['at']}): the reboot was cancelled; the "
+                                                   f"node stays drained", rd.REBOOT)
+            return False
+        if report_only:
+            self._log("would_validate", WARNING, f"report_only: booted at {this.boot_time}; would "
+                                                 f"prove it healthy with --level full and resume it",
+                      rd.REBOOT)
+            return False
+        gpus = tuple(int(g) for g in mark["gpus"].split(",") if g.isdigit())
+        if not self._set_claim(rd.VALIDATING, mark):
+            return False
+        self.plan = rd.RepairPlan(rd.REBOOT, "after our reboot", gpus or tuple(g.index for g in snapshot.gpus))
+        self.rebooted = rebooted
+        self.drained_at = self._drained_at() or self.drained_at
+        self._log("booted", NOTICE, f"booted after our reboot (BootTime={this.boot_time}); proving "
+                                    f"it healthy with --level full", rd.REBOOT,
+                  GPU_HEALTHCHECK_REPAIR_STATE="validating")
+        return True
+
+    def _set_claim(self, state: str, mark: Dict[str, str]) -> bool:
+        gpus = [int(g) for g in mark["gpus"].split(",") if g.isdigit()]
+        try:
+            self.ctl.set_comment(self.node, rd.mark_text(state, gpus, mark["at"]))  # type: ignore[attr-defined]
+        except DoorError as exc:
+            self._log("error", WARNING, f"cannot mark the repair {state} in its Comment ({exc}): "
+                                        f"nothing done", rd.REBOOT)
+            return False
+        return True
+
+    def _pending_reboots(self, snapshot: NodeSnapshot) -> Dict[int, str]:
+        """GPU -> its ledger whose last attempt is a reboot not judged yet (outcome "reboot").
+        A GPU NVML had lost when the reboot was asked for had no serial then: its ledger is
+        the index's (decide.repair.ledger_key), and the GPU back from the boot has a serial."""
+        keys: Dict[int, str] = {}
+        for gpu in snapshot.gpus:
+            for key in dict.fromkeys((rd.ledger_key(gpu), rd.ledger_key(gpu._replace(serial=None, uuid=None)))):
+                try:
+                    attempts = ledger.read_ledger(self.config.state_dir, key)
+                except (ValueError, OSError):
+                    continue
+                if attempts and attempts[-1].action == rd.REBOOT and attempts[-1].outcome == "reboot":
+                    keys[gpu.index] = key
+                    break
+        return keys
+
+    def _set_outcome(self, keys: Sequence[str], outcome: str) -> None:
+        for key in keys:
+            try:
+                ledger.update_last(self.config.state_dir, key, outcome)
+            except (ValueError, OSError) as exc:
+                self._log("error", ERR, f"cannot write the repair ledger {key}: {exc}", rd.REBOOT)
+
+    def _drained_at(self) -> Optional[str]:
+        """When we drained it (our note), for drain-to-resume: slurmctld restamps the reason
+        when it issues the reboot."""
+        from .state import read_our_drain
+
+        try:
+            ours = read_our_drain(self.store)
+        except (ValueError, OSError):
+            return None
+        if ours is None or ours.node != self.node:
+            return None
+        return time.strftime("%Y-%m-%dT%H:%M:%S", time.localtime(ours.drained_at))
 
     # --- after the full check --------------------------------------------------------------
 
@@ -189,7 +305,8 @@ class Repairer:
         plan = self.plan
         assert plan is not None
         self.release()
-        keys = {g.index: rd.ledger_key(g) for g in snapshot.gpus if g.index in plan.gpus}
+        keys = (dict(self.rebooted) if self.rebooted is not None else
+                {g.index: rd.ledger_key(g) for g in snapshot.gpus if g.index in plan.gpus})
         if action.taken == "resume":
             for key in keys.values():
                 ledger.update_last(self.config.state_dir, key, "resumed")

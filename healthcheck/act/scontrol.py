@@ -53,6 +53,7 @@ _REASON_RE = re.compile(r"\sReason=(?P<text>(?:.*?\S)??)(?:\s+\[(?P<who>[^\]@\s]
 
 
 _GRES_RE = re.compile(r"\sGres=(\S+)")
+_BOOT_RE = re.compile(r"\sBootTime=(\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d)")
 # Comment=<text> is free text printed after Reason (22.05+), to the end of the line.
 _COMMENT_RE = re.compile(r"\sComment=([^\n]*)$")
 
@@ -70,10 +71,12 @@ def parse_node_line(line: str) -> Optional[NodeState]:
     when = reason_match.group("when") if reason_match and reason else None
     gres = _GRES_RE.search(line)
     comment = _COMMENT_RE.search(line)
+    boot = _BOOT_RE.search(line)
     return NodeState(name=name.group(1), state=state.group(1) if state else "UNKNOWN",
                      reason=reason, reason_time=when or None,
                      gres=None if gres is None else ("" if gres.group(1) == "(null)" else gres.group(1)),
-                     comment=comment.group(1).strip() if comment else None)
+                     comment=comment.group(1).strip() if comment else None,
+                     boot_time=boot.group(1) if boot else None)
 
 
 def reason_time(line: str) -> Optional[str]:
@@ -161,10 +164,15 @@ class Scontrol:
         self._run(["update", f"NodeName={node}", "State=RESUME"])
 
     def reboot(self, node: str, reason: str) -> None:
-        """`scontrol reboot ASAP nextstate=DOWN reason=...`: slurmctld runs the site's
-        RebootProgram once the node is idle.  DOWN: after the boot no job starts until our full
-        check resumes it (deploy/slurm/README.md says what each Slurm version does)."""
-        self._run(["reboot", "ASAP", "nextstate=DOWN", f"reason={sanitise(reason)}", node])
+        """`scontrol reboot reason=... NODE` on a node we drained: slurmctld runs the site's
+        RebootProgram once the node is idle.  No ASAP and no nextstate, on purpose (seen on
+        22.05 and 24.11, deploy/slurm/README.md): then the node's DRAIN survives the boot
+        (IDLE+DRAIN, our reason + " : reboot issued"), so no job starts before our full check
+        resumes it.  nextstate=DOWN clears DRAIN at registration, and with ReturnToService=2
+        slurmctld makes the DOWN node IDLE at its next ping; ASAP alone on 22.05 means
+        nextstate=RESUME.  A second request while one is pending is refused by slurmctld
+        (24.11 exits 1, 22.05 ignores it)."""
+        self._run(["reboot", f"reason={sanitise(reason)}", node])
 
     def show_job(self, job_id: str) -> str:
         """`scontrol show job ID` (several lines: AdminComment gets a line of its own)."""

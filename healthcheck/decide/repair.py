@@ -24,20 +24,30 @@ from typing import Dict, List, Mapping, Optional, Sequence, Tuple, Union
 from ..config import RepairConfig
 from ..model import Action, Finding, GpuSnapshot, Severity
 from ..records import NamedTuple
-from .verdict import PREFIX, NodeState, drain_budget, draining, gpu_nodes, is_ours, is_rma
+from .verdict import PREFIX, REBOOT_HOLDS, NodeState, drain_budget, draining, gpu_nodes, is_ours, is_rma
 
 REPAIR_MARK = PREFIX + " repair"
 # A claim's states: the node is being reset or rebooted (counted by the budget); "validating"
-# only names the full check that follows a reboot.
+# names the full check that follows a reboot; "reboot_timed_out" a reboot slurmctld gave up on
+# (ResumeTimeout), left for a person.
 RESETTING, REBOOTING = "resetting", "rebooting"
+VALIDATING, REBOOT_TIMED_OUT = "validating", "reboot_timed_out"
 ACTIVE = (RESETTING, REBOOTING)
-VALIDATING = "validating"
+AFTER_REBOOT = (REBOOTING, VALIDATING, REBOOT_TIMED_OUT)
+assert REBOOT_HOLDS == (f"{REPAIR_MARK} {REBOOTING}", f"{REPAIR_MARK} {REBOOT_TIMED_OUT}")
+# What slurmctld appends to a node's reason after `scontrol reboot` (22.05 and 24.11,
+# src/slurmctld: set_node_reboot_reason / set_node_reason): " : reboot issued" when it asks
+# slurmd to run RebootProgram, " : reboot timed out" when the node did not register a newer
+# boot time within ResumeTimeout (the node is then DOWN, DRAIN cleared).
+REBOOT_TIMED_OUT_TEXT = "reboot timed out"
+# Where a reboot of ours stands, as slurmctld shows the node (reboot_progress)
+PENDING, BOOTED, TIMED_OUT, CANCELLED = "pending", "booted", "timed_out", "cancelled"
 # A node's repair state, as --cluster shows it and the gpu_healthcheck_repair_state metric
 # exports it: in service; drained with no repair under way (a person's, a fault no repair
 # fixes, or waiting for the next check); the waits of decide_repair; a claim; rma.
 IN_SERVICE, DRAINED = "in_service", "drained"
 REPAIR_STATES = (IN_SERVICE, DRAINED, "waiting_for_idle", "cooldown", "waiting_for_budget",
-                 RESETTING, REBOOTING, VALIDATING, "rma")
+                 RESETTING, REBOOTING, VALIDATING, REBOOT_TIMED_OUT, "rma")
 _MARK_RE = re.compile(r"^gpu-healthcheck: repair (?P<state>[a-z_]+)(?: gpus=(?P<gpus>[0-9,]*))?"
                       r"(?: at=(?P<at>\S+))?")
 
@@ -133,20 +143,31 @@ def repair_budget(cluster: Sequence[NodeState], max_concurrent: Union[int, float
     return max(1, max_concurrent)
 
 
+def active_claim(node: NodeState) -> Optional[Dict[str, str]]:
+    """The node's repair claim while it counts against the budget: a reset or a reboot in
+    progress.  A reboot slurmctld timed out no longer counts: that node may never run us again
+    to clear its claim, and would hold the cluster's budget for ever."""
+    mark = parse_mark(node.comment)
+    if not mark or mark["state"] not in ACTIVE:
+        return None
+    if mark["state"] == REBOOTING and REBOOT_TIMED_OUT_TEXT in (node.reason or ""):
+        return None
+    return mark
+
+
 def repairs_beyond_budget(cluster: Sequence[NodeState], max_concurrent: Union[int, float]) -> List[str]:
     """The nodes whose active repair claim ranks past the budget, by (claim time, name)."""
     claims = []
     for node in cluster:
-        mark = parse_mark(node.comment)
-        if mark and mark["state"] in ACTIVE:
+        mark = active_claim(node)
+        if mark:
             claims.append((mark["at"], node.name))
     return [name for _, name in sorted(claims)[repair_budget(cluster, max_concurrent):]]
 
 
 def busy_repairing(cluster: Sequence[NodeState], but: str = "") -> List[str]:
     """The nodes (other than `but`) whose Comment claims an active repair."""
-    return [n.name for n in cluster if n.name != but
-            and (parse_mark(n.comment) or {}).get("state") in ACTIVE]
+    return [n.name for n in cluster if n.name != but and active_claim(n)]
 
 
 def cluster_state(node: NodeState, cluster: Sequence[NodeState],
@@ -167,6 +188,49 @@ def cluster_state(node: NodeState, cluster: Sequence[NodeState],
     if len(busy_repairing(cluster, node.name)) >= repair_budget(cluster, max_concurrent):
         return "waiting_for_budget"
     return DRAINED
+
+
+def reboot_flags(state: str) -> List[str]:
+    """slurmctld's reboot flags in a node state: REBOOT_REQUESTED (waiting for idle),
+    REBOOT_ISSUED (RebootProgram asked, boot not registered yet); older versions: REBOOT."""
+    return [f for f in state.upper().replace("*", "").replace("$", "").split("+")
+            if f.startswith("REBOOT")]
+
+
+def stamp_epoch(stamp: Optional[str], utc: bool) -> Optional[float]:
+    """"2026-12-01T21:01:39" (scontrol: the controller's zone; utc=False) or a claim's
+    "2026-12-01T21:01:38+00:00" (iso_utc; utc=True) in epoch seconds; None if unreadable."""
+    import calendar
+    import time
+
+    if not stamp:
+        return None
+    try:
+        parsed = time.strptime(stamp[:19], "%Y-%m-%dT%H:%M:%S")
+        return float(calendar.timegm(parsed)) if utc else time.mktime(parsed)
+    except (ValueError, OverflowError):
+        return None
+
+
+def reboot_progress(this: NodeState, mark: Mapping[str, str]) -> str:
+    """Where our reboot of this node stands (its Comment holds the claim `mark`):
+    - TIMED_OUT: slurmctld gave up (ResumeTimeout): left for a person, never rebooted again;
+    - PENDING: a reboot flag is still set (requested: waiting for idle; issued: booting);
+    - BOOTED: no flag, and slurmctld registered a boot after the claim (BootTime; unknown
+      BootTime counts as booted once the flags are gone): the full check decides;
+    - CANCELLED: no flag and no newer boot: someone cancelled it (scontrol cancel_reboot).
+    Not boot_id: a real boot changes it, but slurmctld's word is what every version shows,
+    and what the test cluster's simulated boot changes (BootTime, from /proc/uptime)."""
+    if mark.get("state") == VALIDATING:
+        return BOOTED  # a validation cut short (the run was killed): validate again
+    if mark.get("state") == REBOOT_TIMED_OUT or REBOOT_TIMED_OUT_TEXT in (this.reason or ""):
+        return TIMED_OUT
+    if reboot_flags(this.state):
+        return PENDING
+    boot, claimed = stamp_epoch(this.boot_time, utc=False), stamp_epoch(mark.get("at"), utc=True)
+    if boot is None or claimed is None or boot >= claimed:
+        return BOOTED
+    return CANCELLED
 
 
 def in_window(attempts: Sequence[Attempt], now: float, window_s: float) -> List[Attempt]:
@@ -233,7 +297,9 @@ def rma_finding(gpu: int, attempts: int, trigger: Optional[Finding]) -> Finding:
 STEP_STATES = {"claimed": "", "budget": "waiting_for_budget", "reset": VALIDATING,
                "reset_refused": DRAINED, "reboot": REBOOTING, "validating": VALIDATING,
                "resumed": IN_SERVICE, "still_failing": DRAINED, "rma": "rma",
-               "would_reset": DRAINED, "would_reboot": DRAINED, "would_rma": DRAINED}
+               "would_reset": DRAINED, "would_reboot": DRAINED, "would_rma": DRAINED,
+               "rebooting": REBOOTING, "booted": VALIDATING, "reboot_timed_out": REBOOT_TIMED_OUT,
+               "reboot_cancelled": DRAINED}
 
 
 def state_after(step: str, action: str, state_field: str) -> Optional[str]:

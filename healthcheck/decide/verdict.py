@@ -140,6 +140,7 @@ class NodeState(NamedTuple):
     reason_time: Optional[str] = None  # the suffix's time, ISO 8601 in the controller's zone
     gres: Optional[str] = None  # "gpu:8", "gpu:a100:4(S:0),mps:400"; "" = none; None = not shown
     comment: Optional[str] = None  # the node's Comment (where we note a refused drain)
+    boot_time: Optional[str] = None  # BootTime: when slurmd last registered a boot (controller's zone)
 
     @property
     def drained(self) -> bool:
@@ -245,6 +246,12 @@ def beyond_budget(cluster: Sequence[NodeState], max_fraction: float) -> List[str
     return [n.name for n in ranked[drain_budget(len(gpu_nodes(cluster)), max_fraction):]]
 
 
+# A repair claim (decide.repair) that holds a node drained whatever a check finds: our reboot
+# is pending, or did not come back.  After the boot only the repair step resumes the node,
+# once its own full check passes (act.repair); an ordinary passing run must not do it first.
+REBOOT_HOLDS = (PREFIX + " repair rebooting", PREFIX + " repair reboot_timed_out")
+
+
 def may_resume(this: NodeState, findings: Sequence[Finding], gpus: Sequence[GpuSnapshot],
                partial: bool = False, drain_context: Optional[str] = None,
                context_findings: Sequence[Finding] = ()) -> Optional[str]:
@@ -261,6 +268,9 @@ def may_resume(this: NodeState, findings: Sequence[Finding], gpus: Sequence[GpuS
         return "drained by someone else"
     if is_rma(this.reason):
         return "drained for RMA: only an admin may resume it"
+    if (this.comment or "").startswith(REBOOT_HOLDS):
+        return ("a reboot of ours is pending or did not come back (its Comment): the repair "
+                "step proves the node healthy after the boot")
     if partial:
         return "only some GPUs were checked (--gpus): resuming needs a full check of every GPU"
     fails = [f for f in findings if f.severity is Severity.FAIL]

@@ -20,6 +20,31 @@ from tests.lib.slurmcluster import SlurmCluster, slurm_missing_reason
 
 NODES = ["gpu-a", "gpu-b", "gpu-c"]
 HEALTHY = "gpus = 8\n"
+# The fake-reboot hook (tests/lib/fake-reboot runs it with the node's name while the node is
+# "off"): the GPUs' state after the power cycle replaces the scenario when the test gave one,
+# and the driver's load prints its init line for each GPU it finds (not a lost one), which
+# ends the Xids logged before it (read.kernlog REINIT), as a fresh kernel log would.  While
+# scenarios/NODE.hold-boot exists the node stays "off" (a slow boot, or one that never comes
+# back: slurmctld's ResumeTimeout), up to 10 minutes.
+AFTER_BOOT = """#!/bin/sh
+set -eu
+node=$1 wd={wd}
+scenario=$wd/scenarios/$node.scenario
+deadline=$(( $(date +%s) + 600 ))
+while [ -e "$wd/scenarios/$node.hold-boot" ] && [ "$(date +%s)" -lt "$deadline" ]; do sleep 0.1; done
+if [ -e "$wd/scenarios/$node.after-boot" ]; then
+    cp "$wd/scenarios/$node.after-boot" "$scenario.new" && mv "$scenario.new" "$scenario"
+fi
+gpus=$(sed -n 's/^gpus *= *//p' "$scenario" | tail -n 1)
+i=0
+while [ "$i" -lt "${{gpus:-8}}" ]; do
+    if ! grep -q "^gpu\\.$i\\.lost *= *1" "$scenario"; then
+        printf 'NVRM: GPU at PCI:0000:%02x:00: GPU-%08x-0000-0000-0000-000000000000\\n' \\
+            $(( 0x18 + i * 16 )) "$i" >> "$wd/kern/$node.log"
+    fi
+    i=$(( i + 1 ))
+done
+"""
 
 
 def pci(index: int) -> str:
@@ -60,14 +85,17 @@ class GpuCluster:
                  weights: Optional[Dict[str, int]] = None, nodes: Optional[List[str]] = None,
                  gres_minors: Optional[Dict[str, List[int]]] = None, scripts: bool = True,
                  plugstack: Optional[str] = None,
-                 shared_gres: Optional[Dict[str, str]] = None) -> None:
+                 shared_gres: Optional[Dict[str, str]] = None,
+                 reboot_timeout_s: Optional[int] = None) -> None:
         """gres_minors: per node, the /dev/nvidiaN that gres.conf lists (default 0-7), e.g.
         {"gpu-a": [0, 1, 2, 4, 5, 6, 7]} for a node whose broken GPU 3 was taken out.
         scripts: Prolog=/Epilog= run our scripts.  plugstack: arguments of our SPANK plugin
         (spank/build/gpu_healthcheck.so, built by `make -C spank`) in this cluster's
         plugstack.conf, e.g. "run=prolog,epilog,report"; its exec= defaults to
         `exec_wrapper`, which runs gpu-healthcheck with the node's scenario and config.
-        shared_gres: per node, "mps:COUNT" or "shard:COUNT" (GresTypes=gpu,mps,shard)."""
+        shared_gres: per node, "mps:COUNT" or "shard:COUNT" (GresTypes=gpu,mps,shard).
+        reboot_timeout_s: `scontrol reboot` works: RebootProgram is tests/lib/fake-reboot (the
+        node's slurmd comes back as if booted, see `after_boot`), ResumeTimeout this long."""
         self.wd = wd
         self.nodes = list(nodes or NODES)
         self.fake = fake
@@ -81,7 +109,8 @@ class GpuCluster:
                                     prolog=str(wd / "prolog-wrapper") if scripts else None,
                                     epilog=str(wd / "epilog-wrapper") if scripts else None,
                                     prolog_epilog_timeout=120, gres_minors=gres_minors,
-                                    shared_gres=shared_gres)
+                                    shared_gres=shared_gres,
+                                    extra_conf=self._reboot_conf(reboot_timeout_s))
         for node in self.nodes:
             self.scenario(node).write_text(HEALTHY)
             (wd / "kern" / f"{node}.log").write_text("")
@@ -94,6 +123,24 @@ class GpuCluster:
         self.exec_wrapper = self.cluster.write_wrapper(wd / "exec-wrapper", str(bin_dir / "gpu-healthcheck"), env)
         if plugstack is not None:
             self.write_plugstack(plugstack)
+
+    def _reboot_conf(self, timeout_s: Optional[int]) -> List[str]:
+        if timeout_s is None:
+            return []
+        hook = self.wd / "bin" / "after-boot"
+        hook.write_text(AFTER_BOOT.format(wd=self.wd))
+        hook.chmod(0o755)
+        return [f'RebootProgram="{ROOT / "tests" / "lib" / "fake-reboot"} {hook}"',
+                f"ResumeTimeout={timeout_s}"]
+
+    def after_boot(self, node: str) -> Path:
+        """Where a test puts the node's scenario after a power cycle (the GPUs as the reboot
+        leaves them); without it the scenario stays as it was (the fault survives the boot)."""
+        return self.wd / "scenarios" / f"{node}.after-boot"
+
+    def hold_boot(self, node: str) -> Path:
+        """While this file exists a rebooting node stays off (tests/lib/fake-reboot's hook)."""
+        return self.wd / "scenarios" / f"{node}.hold-boot"
 
     def write_plugstack(self, args: str) -> Path:
         """This cluster's plugstack.conf: our plugin with these arguments (read by slurmd and by
