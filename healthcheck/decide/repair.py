@@ -59,8 +59,14 @@ NONE, RESET, REBOOT, RMA = "none", "reset", "reboot", "rma"
 
 # On an NVSwitch system NVIDIA's documents (Fabric Manager user guide, nvidia-smi manual) say
 # which GPUs and switches must be reset together and when the fabric manager takes part.
-# NOTES.md (what this project has verified) is silent on those rules, so no single GPU is reset
-# on such a node: a reboot resets every GPU and switch together, which is complete by any rule.
+# NOTES.md (what this project has verified) is silent on those rules, and the one real account
+# found of such a reset is the driver's own note after `nvidia-smi -r` on an HGX node: "The
+# operation has successfully reset all GPUs and NVSwitches. If the services, such as
+# nvidia-fabricmanager, which manage or monitor NVSwitches are running, they might have been
+# affected by this operation" (its author then restarted nvidia-fabricmanager by hand).  A reset
+# there is the whole baseboard plus a restart of a host service we do not own, so no GPU is
+# reset on such a node: a reboot resets every GPU and switch together and starts the fabric
+# manager again, which is complete by any rule.
 NVSWITCH_WHY = ("NVSwitch system: which GPUs and switches must be reset together is not "
                 "verified (NOTES.md), so the node is rebooted instead of resetting GPU(s)")
 
