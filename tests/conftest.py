@@ -21,7 +21,7 @@ from typing import Dict, Optional
 import pytest
 
 # the shared test bodies and helpers in tests/lib assert as the test modules do
-pytest.register_assert_rewrite("tests.lib.fakenode", "tests.lib.metrics", "tests.lib.snapshots")
+pytest.register_assert_rewrite("tests.lib.fakenode", "tests.lib.metrics", "tests.lib.repair", "tests.lib.snapshots")
 
 from tests.lib import hermetic  # noqa: E402
 from tests.lib.fakenode import FAKE_BUILD, FAKEGPU, FIXTURES, ROOT, ensure_fakegpu, make_sysfs  # noqa: F401,E402

@@ -23,7 +23,7 @@ from __future__ import annotations
 
 import os
 import time
-from typing import Dict, List, Optional, Sequence
+from typing import TYPE_CHECKING, Dict, List, Optional, Sequence
 
 from ..config import Config
 from ..decide import repair as rd
@@ -32,6 +32,9 @@ from ..model import CRIT, ERR, INFO, NOTICE, WARNING, DoorError, Finding, LogEve
 from ..text import iso_utc
 from . import ledger
 from .state import StateStore
+
+if TYPE_CHECKING:  # the door is imported where a reset runs, never on a run that repairs nothing
+    from .nvidiasmi import NvidiaSmi
 
 SETTLE_S = 1.0  # after our claim, before the re-read: concurrent claims become visible
 
@@ -145,12 +148,7 @@ class Repairer:
         # persistence mode holds the device like a client and the driver refuses the reset
         # (NVIDIA/NVSentinel#1690): off for the reset, back on after, whatever the reset did
         persistent = [g.index for g in snapshot.gpus if g.index in plan.gpus and g.persistence_mode]
-        if persistent:
-            off = smi.persistence(persistent, False)
-            self._log("persistence_off" if off.ok else "error", NOTICE if off.ok else WARNING,
-                      f"persistence mode of GPU(s) {_list(persistent)} turned off for the reset"
-                      if off.ok else f"cannot turn persistence mode off on GPU(s) "
-                                     f"{_list(persistent)}: {off.message}", rd.RESET)
+        self._persistence(smi, persistent, False)
         done = smi.reset(plan.gpus)
         try:
             self._record(snapshot, plan, "reset" if done.ok else f"refused: {done.message[:200]}")
@@ -162,15 +160,28 @@ class Repairer:
         else:
             self._log("reset_refused", ERR, f"nvidia-smi refused to reset GPU(s) {_list(plan.gpus)}: "
                                             f"{done.message}", rd.RESET)
-        if persistent:
-            on = smi.persistence(persistent, True)
-            self._log("persistence_on" if on.ok else "error", NOTICE if on.ok else ERR,
-                      f"persistence mode of GPU(s) {_list(persistent)} turned on again" if on.ok
-                      else f"persistence mode of GPU(s) {_list(persistent)} is left OFF: {on.message}; "
-                           f"set it again with `nvidia-smi -pm 1 -i {_list(persistent)}`", rd.RESET)
+        self._persistence(smi, persistent, True)
         if not done.ok:
             self.release()
         return done.ok
+
+    def _persistence(self, smi: NvidiaSmi, gpus: Sequence[int], enabled: bool) -> None:
+        """Persistence mode of `gpus` off (before the reset) or on again (after), logged; a mode
+        left off is an error entry naming the command that sets it again."""
+        if not gpus:
+            return
+        done = smi.persistence(gpus, enabled)
+        which = _list(gpus)
+        if done.ok:
+            self._log("persistence_on" if enabled else "persistence_off", NOTICE,
+                      f"persistence mode of GPU(s) {which} turned "
+                      f"{'on again' if enabled else 'off for the reset'}", rd.RESET)
+        elif enabled:
+            self._log("error", ERR, f"persistence mode of GPU(s) {which} is left OFF: {done.message}; "
+                                    f"set it again with `nvidia-smi -pm 1 -i {which}`", rd.RESET)
+        else:
+            self._log("error", WARNING, f"cannot turn persistence mode off on GPU(s) {which}: "
+                                        f"{done.message}", rd.RESET)
 
     def _reboot(self, snapshot: NodeSnapshot, plan: rd.RepairPlan) -> bool:
         """Record the attempt, then ask Slurm, keeping our drain reason (its GPU, check and

@@ -24,7 +24,7 @@ from __future__ import annotations
 import threading
 import time
 from ctypes import byref
-from typing import Any, Callable, Dict, List, Optional, Tuple
+from typing import Any, Callable, Dict, FrozenSet, List, Optional, Tuple
 
 from ..model import GpuProcess, GpuSnapshot, MigDevice
 from ..nvmlcodes import NVML_ERROR_NAMES as ERROR_NAMES
@@ -59,6 +59,7 @@ _FIELD_BATCH = list(_SCALAR_FIELDS) + [(f, link) for link in range(_NVLINK_BATCH
 _MEMORY_V2 = 0x02000028  # nvmlMemory_v2
 _PSTATE_UNKNOWN = 32  # NVML_PSTATE_UNKNOWN
 _NOT_FOUND = 6
+_NO_PERMISSION = frozenset({4})
 
 
 def error_name(exc: BaseException) -> str:
@@ -93,8 +94,10 @@ class _GpuReader:
         self.trace = trace
         self.done = threading.Event()
 
-    def query(self, name: str, fn: Callable[..., Any], *args: Any) -> Any:
-        """Call one NVML function; None when the GPU cannot answer it."""
+    def query(self, name: str, fn: Callable[..., Any], *args: Any,
+              absent: FrozenSet[int] = frozenset()) -> Any:
+        """Call one NVML function; None when the GPU cannot answer it.  `absent`: error codes
+        that mean "not available" for this query alone, besides NOT_AVAILABLE's."""
         try:
             value = fn(*args)
         except UnicodeDecodeError as exc:  # a string query's bytes were not UTF-8 (pynvml decodes)
@@ -109,7 +112,7 @@ class _GpuReader:
                 self.trace.append((self._call(name, args), outcome))
             if code in GPU_FATAL:
                 raise _GpuLost(outcome) from None
-            if code not in NOT_AVAILABLE:
+            if code not in NOT_AVAILABLE and code not in absent:
                 self.errors.append((name, outcome))
             return None
         if self.trace is not None:
@@ -231,10 +234,9 @@ class _GpuReader:
         if make is None or call is None:
             return  # a pynvml older than the call (nvidia-ml-py 12.550): not available
         status = make()
-        if self.query("SramEccErrorStatus", call, handle, byref(status)) is None:
-            # NVML requires root for it: a user's `--node` has no flag to read, and that is
-            # no fault of the GPU (a root prolog reads it)
-            self.errors = [e for e in self.errors if e != ("SramEccErrorStatus", "NO_PERMISSION")]
+        # NVML requires root for it: a user's `--node` has no flag to read, and that is no fault
+        # of the GPU (a root prolog reads it)
+        if self.query("SramEccErrorStatus", call, handle, byref(status), absent=_NO_PERMISSION) is None:
             return
         f = self.fields
         f["sram_threshold_exceeded"] = bool(status.bThresholdExceeded)

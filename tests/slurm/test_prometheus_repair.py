@@ -12,7 +12,7 @@ import pytest
 
 from tests.lib.gpucluster import GpuCluster, require_slurm, serial
 from tests.lib.prometheus import PromStack, tool
-from tests.slurm.test_repair_slurm import drain_by_epilog, enable_repair
+from tests.lib.repair import drain_by_epilog, enable_repair
 
 pytestmark = pytest.mark.slurm
 RULES_DIR = Path(__file__).resolve().parents[2] / "deploy" / "prometheus"

@@ -10,7 +10,6 @@ import time
 import pytest
 
 from tests.lib.gpucluster import pci, serial
-from tests.slurm.test_repair_slurm import repair_cluster  # noqa: F401
 
 pytestmark = pytest.mark.slurm
 

@@ -15,7 +15,7 @@ from prometheus_client.parser import text_string_to_metric_families
 from healthcheck.act.journal import MESSAGE_IDS
 from tests.lib.fakenode import ROOT
 from tests.lib.journalsock import FakeJournal, private_run_argv
-from tests.slurm.test_repair_slurm import drain_by_epilog, repair_cluster, repair_events  # noqa: F401
+from tests.lib.repair import drain_by_epilog, repair_events
 
 pytestmark = pytest.mark.slurm
 

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import pytest
 
-from tests.slurm.test_repair_slurm import drain_by_epilog, repair_cluster, repair_events  # noqa: F401
+from tests.lib.repair import drain_by_epilog, repair_events
 
 pytestmark = pytest.mark.slurm
 

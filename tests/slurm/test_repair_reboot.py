@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 
 from tests.lib.gpucluster import GpuCluster, pci, require_slurm, serial
-from tests.slurm.test_repair_slurm import enable_repair  # [repair] on, the PCIe scenario of base_scenario
+from tests.lib.repair import enable_repair  # [repair] on, the PCIe scenario of base_scenario
 
 pytestmark = pytest.mark.slurm
 
