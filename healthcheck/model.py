@@ -434,3 +434,16 @@ def not_a_co_tenant(proc: GpuProcess, gpu_index: int, shared: Tuple[str, ...],
         given = ",".join(map(str, proc.job_gpus)) or "none"
         return f"job {proc.job_id} was given GPU(s) {given}, not this one"
     return None
+
+
+def co_tenant_mib(gpu: GpuSnapshot, snapshot: NodeSnapshot) -> int:
+    """The memory live co-tenants hold on a shared GPU (pure): processes of other live jobs
+    given it, and the MPS server, on a node with gres/shard or gres/mps (not_a_co_tenant).
+    It is not free for the probe (read/node.py sizes it below), and an OUT_OF_MEMORY behind it
+    is no fault (checks/probe.py): sized as if it were free, the allocation fails on a GPU a
+    co-tenant has filled, or takes the co-tenant's last memory."""
+    if not snapshot.shared_gres or not gpu.processes:
+        return 0
+    this_job = snapshot.job.job_id if snapshot.job else None
+    return sum(p.used_mib or 0 for p in gpu.processes
+               if not_a_co_tenant(p, gpu.index, snapshot.shared_gres, this_job) is None)

@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import Iterator, Optional, Tuple
 
 from ..model import (Action, Finding, GpuSnapshot, NodeSnapshot, ProbeResult, ProbeStatus, Severity,
-                     is_mps_daemon, not_a_co_tenant)
+                     co_tenant_mib, is_mps_daemon, not_a_co_tenant)
 from .fabric import fabric_training
 from .registry import CheckContext, finding as _f, gpu_check, in_boot_grace, label
 
@@ -118,7 +118,7 @@ def busy_not_faulty(probe: ProbeResult, gpu: GpuSnapshot,
     if mps and (code in CU_MPS or code == CU_OUT_OF_MEMORY or probe.status is ProbeStatus.TIMEOUT):
         return Severity.UNKNOWN, (f"{mps} (compute mode {mode}) and the probe waited or was "
                                   f"refused behind it; not probed, {NOT_A_FAULT}")
-    held = sum(p.used_mib or 0 for p in tenants)
+    held = co_tenant_mib(gpu, node)  # the MPS server's share: judged above
     if code == CU_OUT_OF_MEMORY and held > 0:
         total = f" of {gpu.memory_total_mib} MiB" if gpu.memory_total_mib else ""
         return Severity.UNKNOWN, (

@@ -18,7 +18,7 @@ from ..config import Config
 from ..decide.budget import probe_timeout
 from ..model import (ERR, NOTICE, WARNING, Baseline, DoorError, GpuSnapshot, JobContext,
                      KernelLogWindow, LogEvent, Mode, NodeSnapshot, ProbeResult, ProbeStatus,
-                     RunRequest, UsageError, not_a_co_tenant)
+                     RunRequest, UsageError, co_tenant_mib)
 from ..staterecords import XidAck
 from ..netmodel import NetworkRead
 from ..pci import normalise_pci, nvml_form
@@ -62,7 +62,7 @@ def read_node(request: RunRequest, config: Config, host: str, node: str,
         if missing:
             raise UsageError(f"--gpus {','.join(map(str, missing))}: this node has "
                              f"{len(gpus)} GPU(s), NVML indices 0-{len(gpus) - 1}"
-                             if gpus else f"--gpus: this node has no GPUs")
+                             if gpus else "--gpus: this node has no GPUs")
     layout = None
     if job is not None:
         if job.gpu_ids is not None:
@@ -349,18 +349,6 @@ def probe(snapshot: NodeSnapshot, config: Config, level: str,
                                f"plugin's deadline)")
             for t in targets), targets) + tuple(skipped)
     return _with_devices(run_probes(targets, size, timeout_s), targets) + tuple(skipped)
-
-
-def co_tenant_mib(gpu: GpuSnapshot, snapshot: NodeSnapshot) -> int:
-    """The memory live co-tenants hold on a shared GPU (pure): processes of other live jobs
-    given it, and the MPS server, on a node with gres/shard or gres/mps (model.not_a_co_tenant).
-    It is not free for the probe: sized as if it were, the probe's allocation fails
-    OUT_OF_MEMORY on a GPU a co-tenant has filled, or takes the co-tenant's last memory."""
-    if not snapshot.shared_gres or not gpu.processes:
-        return 0
-    this_job = snapshot.job.job_id if snapshot.job else None
-    return sum(p.used_mib or 0 for p in gpu.processes
-               if not_a_co_tenant(p, gpu.index, snapshot.shared_gres, this_job) is None)
 
 
 def _with_devices(results: Tuple[ProbeResult, ...], targets: List[Any]) -> Tuple[ProbeResult, ...]:

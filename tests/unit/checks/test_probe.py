@@ -81,7 +81,7 @@ def test_cuda_probe_an_mps_server_in_the_way_is_unknown_but_wrong_data_still_fai
 
 def test_cuda_probe_sizes_below_what_live_co_tenants_leave():
     from healthcheck.read.cudaprobe import MIB, ProbeSize, probe_bytes
-    from healthcheck.read.node import co_tenant_mib
+    from healthcheck.model import co_tenant_mib
 
     total = 81920 * MIB
     quick, full = ProbeSize(256), ProbeSize(256, 0.9)
