@@ -141,3 +141,12 @@ def test_github_anchor_follows_githubs_rules() -> None:
     assert github_anchor("The SPANK plugin (plugstack.conf)") == "the-spank-plugin-plugstackconf"
     assert github_anchor("Network checks (InfiniBand, RoCE, GPUDirect RDMA)") == \
         "network-checks-infiniband-roce-gpudirect-rdma"
+
+
+def test_failures_page_names_test_files_that_exist() -> None:
+    """docs/failures.md's tests column names files under tests/ without the prefix."""
+    text = (ROOT / "docs" / "failures.md").read_text()
+    named = set(re.findall(r"(?<![\w/])((?:unit|cli|slurm|readers|packaging)/[\w/]+\.py)", text))
+    assert len(named) > 20, named
+    missing = sorted(n for n in named if not (ROOT / "tests" / n).is_file())
+    assert not missing, f"docs/failures.md names test files that do not exist: {missing}"
