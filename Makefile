@@ -91,7 +91,7 @@ bench: venv
 	@$(MAKE) -s -C tests/fakegpu PYTHON=$(abspath $(VPY))
 	$(VPY) -m tests.bench $(BENCH_ARGS)
 
-# The deep level's kernels: one CUDA C source, its PTX committed (tests/ptx/; README, "deep").
+# The deep level's kernels: one CUDA C source, its PTX committed (tests/ptx/; docs/deep.md).
 ptx: venv
 	$(VPY) tests/ptx/make_ptx.py
 

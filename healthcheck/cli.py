@@ -76,7 +76,7 @@ def build_parser() -> "argparse.ArgumentParser":
                       "HealthCheckProgram with --act)")
     what.add_argument("--repair", action="store_true", help="repair this node if gpu-healthcheck "
                       "drained it and it is idle: reset GPUs or ask Slurm for a reboot, prove "
-                      "it healthy with a full check, resume; escalate to rma (README: Repair)")
+                      "it healthy with a full check, resume; escalate to rma (docs/repair.md)")
     what.add_argument("--prolog", action="store_true", help="Slurm Prolog: check the job's GPUs "
                       "before it starts; drain and requeue on a fault")
     what.add_argument("--epilog", action="store_true", help="Slurm Epilog: judge what changed "
