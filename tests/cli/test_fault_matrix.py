@@ -1,5 +1,5 @@
-"""The fault matrix (README "Failure behaviour"): one test per row, named after its row; here the
-rows without a Slurm cluster (the others: tests/slurm/test_fault_matrix.py).
+"""The fault matrix (docs/failures.md, "Failure behaviour"): one test per row, named after its
+row; here the rows without a Slurm cluster (the others: tests/slurm/test_fault_matrix.py).
 
 Each runs the real CLI against the fake GPU libraries.  Each asserts the documented outcome and
 that nothing is lost: every finding, drain and refusal reaches the history file (and the journal

@@ -1,5 +1,5 @@
-"""The fault matrix (README "Failure behaviour"): one test per row, named after its row; here the
-rows that need the real local Slurm cluster (the others: tests/cli/test_fault_matrix.py).
+"""The fault matrix (docs/failures.md, "Failure behaviour"): one test per row, named after its
+row; here the rows that need the real local Slurm cluster (the others: tests/cli/test_fault_matrix.py).
 
 Each runs the real CLI against the fake GPU libraries and the real local Slurm cluster (munge,
 slurmctld, three slurmd) with the real scontrol.  Each asserts the documented outcome and that

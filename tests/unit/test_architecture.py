@@ -1,4 +1,4 @@
-"""The package's rooms keep their rules (README "Architecture"): read the imports, never run them.
+"""The package's rooms keep their rules (docs/architecture.md): read the imports, never run them.
 
 - read/, checks/ and decide/ import nothing from act/ or report/; checks/ imports no reader;
 - config.py is a leaf: it imports nothing of ours but records (and its own configsections);

@@ -1,6 +1,6 @@
 """The worst case of scontrol calls on the drain path, counted on the drain protocol itself
-(act.slurm.Slurm against the in-process door), is the one decide.budget, the README and
-slurm.conf.example state."""
+(act.slurm.Slurm against the in-process door), is the one decide.budget,
+deploy/slurm/README.md and slurm.conf.example state."""
 
 from __future__ import annotations
 
