@@ -83,6 +83,9 @@ def test_deb_ships_the_package_entry_points_man_page_config_and_units(contents: 
         assert contents[f"/usr/lib/systemd/system/{unit}"] == "-rw-r--r--"
     for doc in ("README.md", "copyright", "slurm.conf.example"):
         assert f"/usr/share/doc/gpu-healthcheck/{doc}" in contents, doc
+    # the docs/ pages README.md links to, beside it, and nothing else of docs/
+    pages = sorted(f"/usr/share/doc/gpu-healthcheck/docs/{p.name}" for p in (ROOT / "docs").glob("*.md"))
+    assert pages and sorted(f for f in contents if f.startswith("/usr/share/doc/gpu-healthcheck/docs/")) == pages
     package = ROOT / "healthcheck"
     modules = sorted(str(p.relative_to(ROOT)) for p in package.rglob("*.py"))
     assert {"healthcheck/read/__init__.py", "healthcheck/checks/__init__.py"} <= set(modules)

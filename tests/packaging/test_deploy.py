@@ -152,6 +152,10 @@ def test_rpm_ships_entry_points_config_units_state_dir_and_package(
         assert rpm_files[UNITDIR + unit]["mode"] == "-rw-r--r--", unit
     for doc in ("README.md", "slurm.conf.example"):
         assert f"/usr/share/doc/gpu-healthcheck/{doc}" in rpm_files, doc
+    # the docs/ pages README.md links to, beside it, and nothing else of docs/
+    pages = sorted(f"/usr/share/doc/gpu-healthcheck/docs/{p.name}" for p in (ROOT / "docs").glob("*.md"))
+    assert pages and sorted(f for f in rpm_files
+                            if f.startswith("/usr/share/doc/gpu-healthcheck/docs/")) == pages
 
     _check_package_is_private(list(rpm_files))
     assert "/usr/share/man/man8/gpu-healthcheck.8.gz" in rpm_files
