@@ -31,6 +31,10 @@ def find_nvidia_smi(configured: Optional[str], environ: Mapping[str, str]) -> st
     return find_tool("nvidia-smi", configured, environ)
 
 
+# what we keep of nvidia-smi's answer to a reset or -pm (a few lines; 2000 characters are logged)
+SMI_CAP_BYTES = 1 << 20
+
+
 class NvidiaSmi:
     def __init__(self, path: str, timeout_s: float) -> None:
         self.path = path
@@ -49,23 +53,17 @@ class NvidiaSmi:
         return self._run(["-pm", "1" if enabled else "0", "-i", ",".join(str(g) for g in gpus)])
 
     def _run(self, args: Sequence[str]) -> SmiResult:
-        import subprocess
+        from ..outside import run_bounded
 
         argv = [self.path, *args]
-        try:
-            done = subprocess.run(argv, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
-                                  stderr=subprocess.STDOUT, timeout=self.timeout_s, check=False,
-                                  start_new_session=True)
-        except FileNotFoundError:
-            return SmiResult(False, f"{self.path} not found (config key nvidia_smi)", argv)
-        except PermissionError:
-            return SmiResult(False, f"{self.path} is not executable (config key nvidia_smi)", argv)
-        except subprocess.TimeoutExpired:
+        ran = run_bounded(argv, self.timeout_s, cap_bytes=SMI_CAP_BYTES, term_grace_s=2.0,
+                          merge_stderr=True)
+        if ran.timed_out:
             return SmiResult(False, f"{' '.join(argv)}: no answer within {self.timeout_s:g} s "
                                     f"(nvidia_smi_timeout_s)", argv)
-        except OSError as exc:
-            return SmiResult(False, f"{self.path}: {exc}", argv)
-        text = " ".join(done.stdout.decode("utf-8", "replace").split())[:2000]
-        if done.returncode != 0:
-            return SmiResult(False, f"exit status {done.returncode}: {text}", argv)
+        if ran.error:
+            return SmiResult(False, f"{ran.error} (config key nvidia_smi)", argv)
+        text = " ".join(ran.text().split())[:2000]
+        if ran.returncode != 0:
+            return SmiResult(False, f"exit status {ran.returncode}: {text}", argv)
         return SmiResult(True, text, argv)

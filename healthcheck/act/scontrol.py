@@ -25,6 +25,8 @@ from ..decide.verdict import NodeState, beyond_budget, gpu_nodes, is_ours, sanit
 
 
 NO_STEPS = "No job steps exist on this node"
+# `scontrol -o show nodes` prints about 1 KiB a node: 64 MiB holds a 50,000-node cluster
+SCONTROL_CAP_BYTES = 64 << 20
 
 
 class ScontrolError(DoorError):
@@ -125,28 +127,24 @@ class Scontrol:
         self.unanswered: Optional[str] = None  # why the rest of this run's calls are skipped
 
     def _run(self, args: Sequence[str]) -> str:
-        import subprocess  # only when we act: keeps the healthy prolog free of the import
+        from ..outside import run_bounded  # only when we act: keeps the healthy prolog lean
 
         argv = [self.path, *args]
         if self.unanswered:
             raise ScontrolError(argv, f"not called: {self.unanswered}")
-        try:
-            done = subprocess.run(argv, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
-                                  stderr=subprocess.PIPE, timeout=self.timeout_s, check=False,
-                                  start_new_session=True)
-        except FileNotFoundError:
-            raise ScontrolError(argv, f"{self.path} not found") from None
-        except PermissionError:
-            raise ScontrolError(argv, f"{self.path} is not executable") from None
-        except subprocess.TimeoutExpired:
+        ran = run_bounded(argv, self.timeout_s, cap_bytes=SCONTROL_CAP_BYTES, term_grace_s=1.0)
+        if ran.timed_out:
             self.unanswered = f"an earlier scontrol call got no answer within {self.timeout_s:g} s"
-            raise ScontrolError(argv, f"no answer within {self.timeout_s:g} s") from None
-        except OSError as exc:
-            raise ScontrolError(argv, str(exc)) from None
-        if done.returncode != 0:
-            err = done.stderr.decode("utf-8", "replace").strip().splitlines()
-            raise ScontrolError(argv, f"exit status {done.returncode}: {err[-1] if err else ''}")
-        return done.stdout.decode("utf-8", "replace")
+            raise ScontrolError(argv, f"no answer within {self.timeout_s:g} s")
+        if ran.error:
+            raise ScontrolError(argv, ran.error)
+        if ran.truncated:
+            # a cut node list would silently drop nodes from the budget's count
+            raise ScontrolError(argv, f"output larger than {SCONTROL_CAP_BYTES >> 20} MiB: not read")
+        if ran.returncode != 0:
+            err = ran.text("stderr").strip().splitlines()
+            raise ScontrolError(argv, f"exit status {ran.returncode}: {err[-1] if err else ''}")
+        return ran.text()
 
     def show_nodes_raw(self) -> str:
         return self._run(["-o", "show", "nodes"])

@@ -17,14 +17,16 @@ from __future__ import annotations
 import json
 import os
 import shutil
-import subprocess
 from typing import Any, List, Optional, Tuple
 
 from ..config import Config
 from ..deepmodel import DcgmRead, DcgmResult
+from ..outside import run_bounded
 
 STATUS = {"pass": "pass", "warn": "warn", "warning": "warn", "fail": "fail", "skip": "skip"}
 MAX_OUTPUT = 4 << 20
+# dcgmi's own SIGTERM handler stops the diagnostic and its nvvs children; give it this long
+TERM_GRACE_S = 10.0
 
 
 def dcgmi_path(config: Config) -> Optional[str]:
@@ -54,17 +56,17 @@ def read_dcgm(config: Config, diag: bool) -> Optional[DcgmRead]:
 
 def run_dcgmi(argv: List[str], timeout_s: float) -> Tuple[str, Optional[str]]:
     """(stdout, None), or ("", why): dcgmi exits non-zero when a test fails, so only output
-    that does not parse is an error, not the exit status alone."""
-    try:
-        run = subprocess.run(argv, stdin=subprocess.DEVNULL, capture_output=True, timeout=timeout_s)
-    except subprocess.TimeoutExpired:
-        return "", f"{' '.join(argv)} did not finish within {timeout_s:g} s; killed"
-    except OSError as exc:
-        return "", f"cannot run {argv[0]}: {exc.strerror or exc}"
-    text = run.stdout[:MAX_OUTPUT].decode("utf-8", "replace")
+    that does not parse is an error, not the exit status alone.  Past its deadline dcgmi gets
+    SIGTERM, on which it stops the nvvs processes running the tests on the GPUs (a SIGKILL
+    would leave them running), and SIGKILL only if it is still there after the grace period.
+    Only the first MAX_OUTPUT bytes are kept (outside.run_bounded reads the rest and drops it)."""
+    ran = run_bounded(argv, timeout_s, cap_bytes=MAX_OUTPUT, term_grace_s=TERM_GRACE_S)
+    if ran.error:
+        return "", ran.error
+    text = ran.text()
     if not text.strip():
-        err = run.stderr[:400].decode("utf-8", "replace").strip()
-        return "", f"{' '.join(argv)} exited {run.returncode} with no output" + (f": {err}" if err else "")
+        err = ran.text("stderr")[:400].strip()
+        return "", f"{' '.join(argv)} exited {ran.returncode} with no output" + (f": {err}" if err else "")
     return text, None
 
 

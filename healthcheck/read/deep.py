@@ -22,29 +22,21 @@ events on the device, never the host's clock.
 from __future__ import annotations
 
 import ctypes
-import os
 import time
-from typing import Any, Dict, List, Optional, Sequence, Tuple
+from typing import Any, Dict, Optional, Sequence
 
-from ..deepmodel import DeepGpu, DeepPeer, DeepRun, MemError
+from ..deepmodel import DeepGpu, DeepRun, MemError
 from ..records import NamedTuple
 from .cudaprobe import MIB, ChildOutcome, ProbeTarget, _Cuda, _CudaError, child_failure, run_children
 from ..model import ProbeStatus
+from .deepcuda import CU_ERROR_NOT_READY, FLIP, THREADS, DeepTarget, Device, GpuClocks, read_ptx, u64
+from .deeplinks import host_copies, run_peer_ring
 
-PTX_PATH = os.path.join(os.path.dirname(os.path.abspath(__file__)), "ptx", "deep_kernels.ptx")
-KERNELS = ("hc_addr_write", "hc_addr_check", "hc_mi_fill", "hc_mi_step", "hc_read", "hc_copy",
-           "hc_fma")
 MAX_RECORDS = 8  # HC_MAX_RECORDS in deep_kernels.cu
 RESULT_BYTES = (1 + 3 * MAX_RECORDS) * 8
-THREADS = 256
 BLOCKS_PER_SM = 8
 FMA_BLOCKS_PER_SM = 4
-FLIP = (1 << 64) - 1
 MI_PATTERN = 0x5555555555555555  # and its complement 0xAAAA...: every bit both ways
-CU_ATTR_SM_COUNT = 16
-CU_ERROR_NOT_READY = 600
-CU_ERROR_PEER_ACCESS_ALREADY_ENABLED = 704
-NVML_CLOCK_SM = 1
 LOAD_POLL_S = 0.02  # between NVML reads while the FMA kernel runs
 
 
@@ -57,92 +49,7 @@ class DeepPlan(NamedTuple):
     fma_iters: int = 8192  # ~18 GFLOP per launch on 132 SMs: ~0.3 s at 60 TFLOPS
 
 
-class DeepTarget(NamedTuple):
-    index: int  # type: ignore[assignment]
-    uuid: str  # GPU-<uuid> (several, comma-separated, for the peer child)
-    indices: Tuple[int, ...] = ()  # the peer child: the NVML index of each listed GPU
-
-
-def read_ptx() -> bytes:
-    with open(PTX_PATH, "rb") as handle:
-        return handle.read() + b"\0"
-
-
-class _Device:
-    """One GPU in a child: its context, the module, and the launch and timing helpers."""
-
-    def __init__(self, cuda: _Cuda, ordinal: int, ptx: bytes) -> None:
-        c = ctypes
-        self.cuda, self.dev, self.ctx, self.module = cuda, c.c_int(), c.c_void_p(), c.c_void_p()
-        self.allocs: List[int] = []
-        err = ProbeStatus.INIT_ERROR
-        cuda.call(err, "cuDeviceGet", c.byref(self.dev), c.c_int(ordinal))
-        cuda.call(err, "cuDevicePrimaryCtxRetain", c.byref(self.ctx), self.dev)
-        self.current()
-        cuda.call(err, "cuModuleLoadData", c.byref(self.module), c.c_char_p(ptx))
-        self.fn: Dict[str, Any] = {}
-        for name in KERNELS:
-            fn = c.c_void_p()
-            cuda.call(err, "cuModuleGetFunction", c.byref(fn), self.module, name.encode())
-            self.fn[name] = fn
-        sms = c.c_int()
-        cuda.call(err, "cuDeviceGetAttribute", c.byref(sms), c.c_int(CU_ATTR_SM_COUNT), self.dev)
-        self.sms = max(1, sms.value)
-
-    def current(self) -> None:
-        self.cuda.call(ProbeStatus.INIT_ERROR, "cuCtxSetCurrent", self.ctx)
-
-    def alloc(self, nbytes: int) -> int:
-        ptr = ctypes.c_uint64()
-        self.cuda.call(ProbeStatus.ALLOC_ERROR, "cuMemAlloc_v2", ctypes.byref(ptr), ctypes.c_size_t(nbytes))
-        self.allocs.append(ptr.value)
-        return ptr.value
-
-    def free(self, ptr: int) -> None:
-        self.allocs.remove(ptr)
-        self.cuda.lib.cuMemFree_v2(ctypes.c_uint64(ptr))
-
-    def free_mem(self) -> int:
-        free, total = ctypes.c_size_t(), ctypes.c_size_t()
-        self.cuda.call(ProbeStatus.ALLOC_ERROR, "cuMemGetInfo_v2", ctypes.byref(free), ctypes.byref(total))
-        return int(free.value)
-
-    def launch(self, name: str, blocks: int, *args: Any) -> None:
-        params = (ctypes.c_void_p * len(args))(*(ctypes.cast(ctypes.pointer(a), ctypes.c_void_p)
-                                                  for a in args))
-        self.cuda.call(ProbeStatus.COPY_ERROR, "cuLaunchKernel", self.fn[name],
-                       ctypes.c_uint(blocks), ctypes.c_uint(1), ctypes.c_uint(1),
-                       ctypes.c_uint(THREADS), ctypes.c_uint(1), ctypes.c_uint(1),
-                       ctypes.c_uint(0), ctypes.c_void_p(0), params, ctypes.c_void_p(0))
-
-    def event(self) -> ctypes.c_void_p:
-        ev = ctypes.c_void_p()
-        self.cuda.call(ProbeStatus.INIT_ERROR, "cuEventCreate", ctypes.byref(ev), ctypes.c_uint(0))
-        return ev
-
-    def record(self, ev: ctypes.c_void_p) -> None:
-        self.cuda.call(ProbeStatus.COPY_ERROR, "cuEventRecord", ev, ctypes.c_void_p(0))
-
-    def seconds(self, start: ctypes.c_void_p, end: ctypes.c_void_p) -> float:
-        self.cuda.call(ProbeStatus.COPY_ERROR, "cuEventSynchronize", end)
-        ms = ctypes.c_float()
-        self.cuda.call(ProbeStatus.COPY_ERROR, "cuEventElapsedTime", ctypes.byref(ms), start, end)
-        return max(ms.value / 1000.0, 1e-9)
-
-    def close(self) -> None:
-        for ptr in list(self.allocs):
-            self.free(ptr)
-        if self.ctx.value:
-            release = getattr(self.cuda.lib, "cuDevicePrimaryCtxRelease_v2", None) or getattr(
-                self.cuda.lib, "cuDevicePrimaryCtxRelease")
-            release(self.dev)
-
-
-def u64(value: int) -> ctypes.c_uint64:
-    return ctypes.c_uint64(value & FLIP)
-
-
-def _memtest(d: _Device, plan: DeepPlan, out: Dict[str, Any]) -> bool:
+def _memtest(d: Device, plan: DeepPlan, out: Dict[str, Any]) -> bool:
     """The memory test; False when it found failing words (recorded in out)."""
     nbytes = int(d.free_mem() * plan.fraction) - RESULT_BYTES - 2 * MIB
     nbytes -= nbytes % MIB
@@ -194,7 +101,7 @@ def _memtest(d: _Device, plan: DeepPlan, out: Dict[str, Any]) -> bool:
     return ok
 
 
-def _bandwidth(d: _Device, plan: DeepPlan, out: Dict[str, Any]) -> None:
+def _bandwidth(d: Device, plan: DeepPlan, out: Dict[str, Any]) -> None:
     nbytes = min(plan.bandwidth_mib * MIB, d.free_mem() // 4)
     nbytes -= nbytes % MIB
     src, dst, sink = d.alloc(nbytes), d.alloc(nbytes), d.alloc(4096)
@@ -215,72 +122,15 @@ def _bandwidth(d: _Device, plan: DeepPlan, out: Dict[str, Any]) -> None:
         out["times"][key] = seconds
     d.free(src)
     d.free(sink)
-    host_bytes = min(plan.host_mib * MIB, nbytes)
-    pinned = ctypes.c_void_p()
-    d.cuda.call(ProbeStatus.ALLOC_ERROR, "cuMemHostAlloc", ctypes.byref(pinned), ctypes.c_size_t(host_bytes),
-                ctypes.c_uint(0))
-    try:
-        copies: Tuple[Tuple[str, str, Tuple[Any, ...]], ...] = (
-            ("h2d", "cuMemcpyHtoD_v2", (ctypes.c_uint64(dst), pinned)),
-            ("d2h", "cuMemcpyDtoH_v2", (pinned, ctypes.c_uint64(dst))))
-        for key, call, args in copies:
-            d.cuda.call(ProbeStatus.COPY_ERROR, call, *args, ctypes.c_size_t(host_bytes))
-            d.record(start)
-            for _ in range(plan.reps):
-                d.cuda.call(ProbeStatus.COPY_ERROR, call, *args, ctypes.c_size_t(host_bytes))
-            d.record(end)
-            seconds = d.seconds(start, end)
-            out[f"{key}_gbps"] = host_bytes * plan.reps / seconds / 1e9
-            out["times"][key] = seconds
-    finally:
-        d.cuda.lib.cuMemFreeHost(pinned)
+    host_copies(d, plan, out, dst, nbytes)
     d.free(dst)
 
 
-class _Nvml:
-    """The SM clock and clocks event reasons of one GPU, by UUID, for the FMA's duration.  Any
-    failure leaves the readings None: they are a bonus, never the deep run's failure."""
-
-    def __init__(self, uuid: str) -> None:
-        self.handle = ctypes.c_void_p()
-        self.lib: Any = None
-        try:
-            lib = ctypes.CDLL("libnvidia-ml.so.1")
-            if lib.nvmlInit_v2() == 0:
-                self.lib = lib
-                if lib.nvmlDeviceGetHandleByUUID(uuid.encode(), ctypes.byref(self.handle)) != 0:
-                    self.close()
-        except (OSError, AttributeError):
-            self.lib = None
-
-    def sample(self) -> Tuple[Optional[int], Optional[int]]:
-        if self.lib is None:
-            return None, None
-        reasons, clock = ctypes.c_ulonglong(), ctypes.c_uint()
-        fn = getattr(self.lib, "nvmlDeviceGetCurrentClocksEventReasons", None) or getattr(
-            self.lib, "nvmlDeviceGetCurrentClocksThrottleReasons")
-        got_reasons = fn(self.handle, ctypes.byref(reasons)) == 0
-        got_clock = self.lib.nvmlDeviceGetClockInfo(self.handle, NVML_CLOCK_SM, ctypes.byref(clock)) == 0
-        return (int(reasons.value) if got_reasons else None, int(clock.value) if got_clock else None)
-
-    def max_clock(self) -> Optional[int]:
-        clock = ctypes.c_uint()
-        if self.lib is None or self.lib.nvmlDeviceGetMaxClockInfo(self.handle, NVML_CLOCK_SM,
-                                                                   ctypes.byref(clock)) != 0:
-            return None
-        return int(clock.value)
-
-    def close(self) -> None:
-        if self.lib is not None:
-            self.lib.nvmlShutdown()
-            self.lib = None
-
-
-def _compute(d: _Device, plan: DeepPlan, uuid: str, out: Dict[str, Any]) -> None:
+def _compute(d: Device, plan: DeepPlan, uuid: str, out: Dict[str, Any]) -> None:
     blocks = d.sms * FMA_BLOCKS_PER_SM
     sink = d.alloc(blocks * THREADS * 4)
     start, end = d.event(), d.event()
-    nvml = _Nvml(uuid)
+    nvml = GpuClocks(uuid)
     try:
         d.record(start)
         d.launch("hc_fma", blocks, ctypes.c_uint64(sink), ctypes.c_uint(plan.fma_iters), ctypes.c_float(1.0))
@@ -312,10 +162,10 @@ def _deep_in_child(target: DeepTarget, plan: DeepPlan, ptx: bytes) -> Dict[str, 
         cuda = _Cuda()
     except OSError as exc:
         return {"status": "error", "detail": f"cannot load libcuda.so.1: {exc}"}
-    device: Optional[_Device] = None
+    device: Optional[Device] = None
     try:
         cuda.call(ProbeStatus.INIT_ERROR, "cuInit", ctypes.c_uint(0))
-        device = _Device(cuda, 0, ptx)
+        device = Device(cuda, 0, ptx)
         if _memtest(device, plan, out):
             _bandwidth(device, plan, out)
             _compute(device, plan, target.uuid, out)
@@ -325,56 +175,6 @@ def _deep_in_child(target: DeepTarget, plan: DeepPlan, ptx: bytes) -> Dict[str, 
         if device is not None:
             device.close()
     return out
-
-
-def _peers_in_child(target: DeepTarget, plan: DeepPlan, ptx: bytes) -> Dict[str, object]:
-    """Copies from each listed GPU to the next (a ring), one pair at a time."""
-    cuda = _Cuda()
-    cuda.call(ProbeStatus.INIT_ERROR, "cuInit", ctypes.c_uint(0))
-    devices: List[_Device] = []
-    pairs: List[List[Any]] = []
-    try:
-        for ordinal in range(len(target.indices)):
-            devices.append(_Device(cuda, ordinal, ptx))
-        n = len(devices)
-        for i in range(n if n > 2 else 1):
-            a, b = devices[i], devices[(i + 1) % n]
-            src_index, dst_index = target.indices[i], target.indices[(i + 1) % n]
-            can = ctypes.c_int()
-            cuda.call(ProbeStatus.INIT_ERROR, "cuDeviceCanAccessPeer", ctypes.byref(can), a.dev, b.dev)
-            if not can.value:
-                pairs.append([src_index, dst_index, None, "no peer access between them"])
-                continue
-            a.current()
-            code = cuda.lib.cuCtxEnablePeerAccess(b.ctx, ctypes.c_uint(0))
-            if code not in (0, CU_ERROR_PEER_ACCESS_ALREADY_ENABLED):
-                pairs.append([src_index, dst_index, None, f"cuCtxEnablePeerAccess returned {cuda.name(code)}"])
-                continue
-            nbytes = min(plan.peer_mib * MIB, a.free_mem() // 4)
-            b.current()
-            nbytes = min(nbytes, b.free_mem() // 4) // MIB * MIB
-            a.current()
-            src = a.alloc(nbytes)
-            b.current()
-            dst = b.alloc(nbytes)
-            a.current()
-            start, end = a.event(), a.event()
-            copy = (ctypes.c_uint64(dst), b.ctx, ctypes.c_uint64(src), a.ctx, ctypes.c_size_t(nbytes))
-            cuda.call(ProbeStatus.COPY_ERROR, "cuMemcpyPeer", *copy)
-            a.record(start)
-            for _ in range(plan.reps):
-                cuda.call(ProbeStatus.COPY_ERROR, "cuMemcpyPeer", *copy)
-            a.record(end)
-            pairs.append([src_index, dst_index, nbytes * plan.reps / a.seconds(start, end) / 1e9, ""])
-            a.free(src)
-            b.current()
-            b.free(dst)
-    except _CudaError as err:
-        return {"status": "error", "detail": str(err), "pairs": pairs}
-    finally:
-        for device in devices:
-            device.close()
-    return {"status": "ok", "pairs": pairs}
 
 
 def run_deep(targets: Sequence[ProbeTarget], peer_capable: Sequence[int], plan: DeepPlan,
@@ -390,13 +190,7 @@ def run_deep(targets: Sequence[ProbeTarget], peer_capable: Sequence[int], plan: 
     if len(ring) < 2:
         why = ("fewer than two GPUs with NVLink under test" if len(ring) < 2 else None)
         return DeepRun(gpus=results, peer_detail=why)
-    peer_target = DeepTarget(-1, ",".join(t.uuid for t in ring), tuple(t.index for t in ring))
-    (outcome,) = run_children([peer_target], lambda t: _peers_in_child(t, plan, ptx), timeout_s)
-    failure = child_failure(outcome, timeout_s)
-    data = outcome.data or {}
-    peers = tuple(DeepPeer(int(p[0]), int(p[1]), None if p[2] is None else float(p[2]), str(p[3]))
-                  for p in data.get("pairs") or ())
-    detail = failure[1] if failure else (str(data.get("detail")) if data.get("status") != "ok" else None)
+    peers, detail = run_peer_ring(ring, plan, ptx, timeout_s)
     return DeepRun(gpus=results, peers=peers, peer_detail=detail)
 
 

@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import os
 import stat
+import subprocess
+import sys
 from pathlib import Path
 
 from healthcheck.checks import CheckContext, run_checks
@@ -111,3 +113,32 @@ def test_dcgm_real_output_through_a_fake_dcgmi(tmp_path):
     assert read is not None and read.diag_error is None and read.health_error is None
     assert len(read.diag) > 8 and dcgm_findings(read) == []
     assert os.path.exists(diag)
+
+
+def test_dcgm_output_of_a_gibibyte_is_read_to_the_cap_without_holding_it(tmp_path):
+    # a dcgmi gone wrong that prints 1 GiB: we keep read.dcgm.MAX_OUTPUT and drop the rest as it
+    # is read, so the reading process's peak memory stays far below the output's size (measured
+    # in a child of its own, as /proc's VmHWM: the peak of that process image alone, where
+    # ru_maxrss would carry the pytest parent's peak across the exec)
+    body = 'head -c 1073741824 /dev/zero | tr "\\0" "x"\n'
+    dcgmi = fake_dcgmi(tmp_path, body)
+    code = ("import sys\n"
+            "from healthcheck.read.dcgm import MAX_OUTPUT, run_dcgmi\n"
+            f"out, error = run_dcgmi([{dcgmi!r}, 'diag', '-r', '2', '-j'], 300)\n"
+            "assert error is None and len(out) == MAX_OUTPUT, (error, len(out))\n"
+            "print([l for l in open('/proc/self/status') if l.startswith('VmHWM:')][0].split()[1])\n")
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr
+    peak_kib = int(done.stdout.split()[-1])
+    assert peak_kib < 128 << 10, f"reading dcgmi's output peaked at {peak_kib >> 10} MiB"
+
+
+def test_dcgm_deadline_ends_dcgmi_with_sigterm_so_it_stops_nvvs(tmp_path):
+    # dcgmi stops a running diagnostic (and its nvvs children) on SIGTERM, not on SIGKILL
+    marker = tmp_path / "stopped"
+    body = f"trap 'echo nvvs-stopped > {marker}; exit 1' TERM\nwhile :; do sleep 0.1; done\n"
+    config = Config(dcgmi=fake_dcgmi(tmp_path, body),
+                    dcgm=DcgmConfig(enabled="true", timeout_s=0.5, health_timeout_s=0.5))
+    read = read_dcgm(config, diag=True)
+    assert read is not None and "did not finish within 0.5 s" in (read.diag_error or "")
+    assert marker.read_text().strip() == "nvvs-stopped"
