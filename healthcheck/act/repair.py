@@ -74,13 +74,17 @@ class Repairer:
         if mark and mark["state"] in rd.AFTER_REBOOT:
             return self._after_reboot(snapshot, this, mark, report_only)
         gpus = snapshot.gpus
+        now = time.time()
         try:
             attempts = ledger.read_ledgers(self.config.state_dir, [rd.ledger_key(g) for g in gpus])
+            for key in list(attempts):
+                attempts[key] = self._from_the_future(key, attempts[key], now)
         except (ValueError, OSError) as exc:
             self._log("skipped", ERR, f"{exc}: nothing repaired until it is fixed")
             return False
-        plan = rd.decide_repair(this, cluster, findings, gpus, attempts, time.time(),
-                                self.config.repair, _nvswitch(snapshot))
+        plan = rd.decide_repair(this, cluster, findings, gpus, attempts, now,
+                                self.config.repair, _nvswitch(snapshot),
+                                excluded=[index for index, _ in snapshot.out_of_service])
         self.plan = plan
         if plan.action == rd.NONE:
             if this.drained:
@@ -99,6 +103,21 @@ class Repairer:
         if plan.action == rd.REBOOT:
             return self._reboot(snapshot, plan)
         return self._reset(snapshot, plan)
+
+    def _from_the_future(self, key: str, attempts: List[rd.Attempt], now: float) -> List[rd.Attempt]:
+        """Attempts stamped after now (the clock stepped back since) are restamped now, in the
+        ledger too, and logged: read as they are, they would hold the node in cooldown until
+        the clock caught up.  Raises OSError or ValueError when the ledger cannot be written."""
+        future = rd.from_the_future(attempts, now)
+        if not future:
+            return attempts
+        fixed = [a._replace(at=now) if i in future else a for i, a in enumerate(attempts)]
+        path = ledger.write_ledger(self.config.state_dir, key, fixed)
+        for i in future:
+            self._log("error", WARNING, f"{path}: attempt {i + 1} is stamped {iso_utc(attempts[i].at)}, "
+                                        f"{attempts[i].at - now:.0f} s after now (the clock stepped "
+                                        f"back?): counted as made now, {iso_utc(now)}")
+        return fixed
 
     # --- the budget ----------------------------------------------------------------------
 

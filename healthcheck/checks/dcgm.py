@@ -39,6 +39,14 @@ def check_dcgm_diag(node: NodeSnapshot, ctx: CheckContext) -> Iterator[Finding]:
         if severity is None:
             continue
         gpu = node.gpu(r.gpu) if r.gpu is not None else None
+        if r.gpu is not None and gpu is None:
+            # DCGM's id names no GPU NVML lists here (DCGM sees other GPUs, or misreports):
+            # blaming some GPU, or every one, would reset or drain healthy boards
+            yield _f("dcgm.diag", Severity.UNKNOWN, None,
+                     f"DCGM diagnostic {r.test}: {r.status} on GPU {r.gpu}, which this node does "
+                     f"not have (NVML lists {len(node.gpus)}): not judged; check `dcgmi discovery -l`"
+                     + (f": {r.text}" if r.text else ""), value=r.status, threshold="pass")
+            continue
         yield _f("dcgm.diag", severity, gpu, f"{_name(node, r.gpu)}: DCGM diagnostic {r.test}: "
                  f"{r.status}" + (f": {r.text}" if r.text else ""), value=r.status, threshold="pass",
                  action=Action.RESET if severity is Severity.FAIL else Action.NONE)

@@ -77,7 +77,7 @@ class Attempt(NamedTuple):
     at: float
     action: str  # reset | reboot
     trigger: str  # the finding that called for it, "check=value"
-    outcome: str  # started | resumed | still_failing: CHECK | refused: ... | rma
+    outcome: str  # started | resumed | still_failing: CHECK | refused: ... | blocked: ... | rma
     node: str
     gpu: int
     pci: str = ""
@@ -101,8 +101,11 @@ def ledger_key(gpu: GpuSnapshot) -> str:
 
 
 def repair_action(findings: Sequence[Finding], gpus: Sequence[GpuSnapshot],
-                  nvswitch: bool) -> Tuple[str, Tuple[int, ...], Optional[Finding], str]:
-    """(action, GPUs, the finding that calls for it, why) for what the findings drain for."""
+                  nvswitch: bool, excluded: Sequence[int] = ()) -> Tuple[str, Tuple[int, ...], Optional[Finding], str]:
+    """(action, GPUs, the finding that calls for it, why) for what the findings drain for.
+    A reset names its GPUs: one a finding names that this node has, never an excluded one
+    (`exclude_gpus`); a reset finding that names no GPU of this node (a DCGM result or an Xid
+    on a GPU that is not here) is no reason to reset every GPU: a person decides."""
     found = draining(findings)
     if not found:
         return NONE, (), None, "nothing drains: no repair needed"
@@ -117,10 +120,17 @@ def repair_action(findings: Sequence[Finding], gpus: Sequence[GpuSnapshot],
     if len(resets) != len(found):
         other = next(f for f in found if f.action is not Action.RESET)
         return NONE, (), other, f"{other.check} is not fixed by a reset or a reboot"
+    stray = next((f for f in resets if f.gpu not in every), None)
+    if stray is not None:
+        return NONE, (), stray, (f"{stray.check} names no GPU of this node "
+                                 f"({'GPU ' + str(stray.gpu) if stray.gpu is not None else 'none'}): "
+                                 f"no GPU is reset for it, a person decides")
+    targets = tuple(sorted({f.gpu for f in resets if f.gpu is not None} - set(excluded)))
+    if not targets:
+        return NONE, (), resets[0], (f"{resets[0].check} names only GPU(s) excluded from service "
+                                     f"(exclude_gpus): never repaired")
     if nvswitch:
         return REBOOT, every, resets[0], NVSWITCH_WHY
-    targets = every if any(f.gpu is None for f in resets) else tuple(sorted({f.gpu for f in resets
-                                                                              if f.gpu is not None}))
     return RESET, targets, resets[0], f"{resets[0].check} calls for a GPU reset"
 
 
@@ -239,14 +249,39 @@ def reboot_progress(this: NodeState, mark: Mapping[str, str]) -> str:
     return CANCELLED
 
 
+BLOCKED = "blocked"  # an attempt's outcome when the reset never ran (nvidia-smi missing, GPU held)
+# A stamp later than this past the run's clock is from before a clock step back (NTP, a wrong
+# RTC at boot): it counts as now, or the node would sit in cooldown, and its attempts in the
+# window, until the clock caught up (30 days for a 30-day step)
+FUTURE_SLACK_S = 60.0
+
+
+def counted(attempt: Attempt) -> bool:
+    """A repair that ran: a reset nvidia-smi never carried out (blocked) is no attempt."""
+    return not attempt.outcome.startswith(BLOCKED)
+
+
+def stamped_at(attempt: Attempt, now: float) -> float:
+    """When the attempt counts as made: its stamp, or now for one dated in the future."""
+    return min(attempt.at, now)
+
+
+def from_the_future(attempts: Sequence[Attempt], now: float) -> List[int]:
+    """The positions of the attempts stamped more than FUTURE_SLACK_S after `now`."""
+    return [i for i, a in enumerate(attempts) if a.at > now + FUTURE_SLACK_S]
+
+
 def in_window(attempts: Sequence[Attempt], now: float, window_s: float) -> List[Attempt]:
-    return [a for a in attempts if now - a.at <= window_s]
+    """The attempts that ran within the last `window_s` (one dated in the future counts as now)."""
+    return [a for a in attempts if counted(a) and now - stamped_at(a, now) <= window_s]
 
 
 def decide_repair(this: NodeState, cluster: Sequence[NodeState], findings: Sequence[Finding],
                   gpus: Sequence[GpuSnapshot], attempts: Mapping[str, Sequence[Attempt]],
-                  now: float, config: RepairConfig, nvswitch: bool) -> RepairPlan:
-    """What the repair step does now.  `attempts`: ledger_key -> that GPU's attempts."""
+                  now: float, config: RepairConfig, nvswitch: bool,
+                  excluded: Sequence[int] = ()) -> RepairPlan:
+    """What the repair step does now.  `attempts`: ledger_key -> that GPU's attempts;
+    `excluded`: the NVML indices out of service (exclude_gpus), which no repair touches."""
     if not this.drained:
         return RepairPlan(NONE, "not drained")
     if not is_ours(this.reason):
@@ -256,7 +291,7 @@ def decide_repair(this: NodeState, cluster: Sequence[NodeState], findings: Seque
     if job_running(this):
         return RepairPlan(NONE, f"a job runs on it (state {this.state}): waiting for idle",
                           state="waiting_for_idle")
-    action, targets, trigger, why = repair_action(findings, gpus, nvswitch)
+    action, targets, trigger, why = repair_action(findings, gpus, nvswitch, excluded)
     if action == NONE:
         return RepairPlan(NONE, why, trigger=trigger)
     by_index = {g.index: g for g in gpus}
@@ -270,8 +305,8 @@ def decide_repair(this: NodeState, cluster: Sequence[NodeState], findings: Seque
             return RepairPlan(RMA, f"GPU {index} needed {len(recent)} repairs within "
                                    f"{config.window_s:g} s (repair.max_attempts = {config.max_attempts})",
                               targets, trigger, index, len(recent))
-    ours = [a for runs in attempts.values() for a in runs if a.node == this.name]
-    last = max((a.at for a in ours), default=None)
+    ours = [a for runs in attempts.values() for a in runs if a.node == this.name and counted(a)]
+    last = max((stamped_at(a, now) for a in ours), default=None)
     if last is not None and now - last < config.cooldown_s:
         return RepairPlan(NONE, f"last repair {now - last:.0f} s ago, repair.cooldown_s = "
                                 f"{config.cooldown_s:g}", trigger=trigger, state="cooldown")
