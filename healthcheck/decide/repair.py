@@ -122,9 +122,10 @@ def repair_action(findings: Sequence[Finding], gpus: Sequence[GpuSnapshot],
         return NONE, (), other, f"{other.check} is not fixed by a reset or a reboot"
     stray = next((f for f in resets if f.gpu not in every), None)
     if stray is not None:
-        return NONE, (), stray, (f"{stray.check} names no GPU of this node "
-                                 f"({'GPU ' + str(stray.gpu) if stray.gpu is not None else 'none'}): "
-                                 f"no GPU is reset for it, a person decides")
+        which = (f"GPU {stray.gpu}, which this node does not have" if stray.gpu is not None
+                 else "no one GPU")
+        return NONE, (), stray, (f"{stray.check} names no GPU of this node ({which}): no GPU is "
+                                 f"reset for it, a person decides")
     targets = tuple(sorted({f.gpu for f in resets if f.gpu is not None} - set(excluded)))
     if not targets:
         return NONE, (), resets[0], (f"{resets[0].check} names only GPU(s) excluded from service "
