@@ -1,0 +1,369 @@
+"""The fabric sweep's decisions (pure): which nodes run together in each round, how a job's
+output is judged, which node is bad, and the drain reason.
+
+    planner = SweepPlanner(candidates, Thresholds(floor_gbps=100.0), partners=2, group_size=0)
+    while True:
+        jobs = planner.next_jobs()          # one round: disjoint sets of nodes, each one Slurm job
+        if not jobs:
+            break
+        planner.record(run_them(jobs))      # JobResult per job (act/sweep.py runs them)
+    outcome = planner.outcome()             # per node: bad | transient | unknown | pass | skipped
+
+The rounds (the issue's design, each bounded by the jobs' time limit):
+1. **pairs**: the candidates in disjoint pairs, all at once.  A pair below the bus-bandwidth
+   floor, or below `median_ratio_fail` of the round's median, or with an NCCL error, wrong
+   elements, a hang or a slow rail, makes both its nodes suspects; an odd node out is a suspect
+   with no evidence yet.
+2. **partners**: each suspect runs with `partners` different known-good nodes (from passing
+   pairs), one job at a time per node, so `partners` rounds when good nodes are plenty.  Failing
+   with every one of them is **bad** (drained); passing with every one is **transient** (history
+   only: the pair's failure did not come back); mixed, or too few good partners to tell, is
+   **unknown** (tested first at the next sweep).  A suspect's partners are judged against the
+   floor and the first round's median: a partner round's own median is made of suspects.
+3. **group** (optional, `group_size`): the nodes still in service in groups of that size, all at
+   once; a group that fails while its pairs passed is **bisected**: both halves at once, and so
+   on, at most log2(n) rounds, until a failing pair is left (its two nodes go to the partner
+   round) or both halves pass (the failure needs the whole group: its nodes are unknown).
+
+So one bad node among N is found in 3 rounds (pairs, then two partners), and one that fails
+only at scale in 3 + ceil(log2 N); gcm's all-pairs mode runs N(N-1)/2 jobs instead.
+"""
+
+from __future__ import annotations
+
+import statistics
+from typing import Dict, List, Optional, Sequence, Set, Tuple
+
+from ..read.nccltests import NcclRun
+from ..records import NamedTuple
+from .verdict import PREFIX, sanitise
+
+FABRIC_PREFIX = PREFIX + " fabric "
+BAD, TRANSIENT, UNKNOWN, PASS, SKIPPED = "bad", "transient", "unknown", "pass", "skipped"
+
+
+class Thresholds(NamedTuple):
+    floor_gbps: float = 0.0  # [fabric] busbw_floor_gbps; 0 = only the median rule
+    median_ratio_fail: float = 0.7
+    rail_floor_gbps: float = 0.0  # [fabric] rail_floor_gbps: ib_write_bw per rail; 0 = off
+
+
+class Job(NamedTuple):
+    nodes: Tuple[str, ...]
+    kind: str  # pair | partner | group
+    round: int
+
+
+class RailResult(NamedTuple):
+    node: str  # the node whose HCA this is (the job's first node runs the client)
+    hca: str
+    gbps: Optional[float]
+    problem: Optional[str] = None
+
+
+class JobResult(NamedTuple):
+    job: Job
+    busbw_gbps: Optional[float] = None
+    problem: Optional[str] = None  # failed outright: "hang", "NCCL WARN ...", "wrong=3", ...
+    rails: Tuple[RailResult, ...] = ()
+    job_id: Optional[str] = None
+    skipped: Optional[str] = None  # never ran (Slurm could not place it): no evidence either way
+
+
+class NodeOutcome(NamedTuple):
+    node: str
+    outcome: str  # bad | transient | unknown | pass | skipped
+    busbw_gbps: Optional[float] = None  # the figure that decided (a bad node's worst)
+    partners: Tuple[str, ...] = ()
+    why: str = ""  # "busbw=41.2<100", "NCCL WARN ...", "passed with gpu-c,gpu-e"
+
+
+class SweepOutcome(NamedTuple):
+    nodes: Tuple[NodeOutcome, ...]
+    rounds: int
+    jobs: int
+    median_gbps: Optional[float]
+    results: Tuple[JobResult, ...]
+
+    def of(self, outcome: str) -> List[str]:
+        return [n.node for n in self.nodes if n.outcome == outcome]
+
+
+def judge_collective(run: NcclRun, exited: Optional[int], timed_out: bool) -> Tuple[Optional[float], Optional[str]]:
+    """A collective's output -> (bus bandwidth GB/s, why it failed outright or None).  A run
+    that hung, printed an NCCL error, counted wrong elements or never reached its summary fails
+    whatever its figure; the error is named."""
+    if timed_out:
+        return run.busbw_gbps, "hang: ended by its time limit"
+    if run.warnings:
+        return run.busbw_gbps, f"NCCL WARN {run.warnings[0]}"
+    if run.errors:
+        return run.busbw_gbps, run.errors[0]
+    if run.oob_failed or run.wrong:
+        return run.busbw_gbps, f"wrong={run.wrong}"
+    if not run.complete or run.busbw_gbps is None:
+        why = "no result table" if not run.rows else "cut off before its summary"
+        return run.busbw_gbps, why + (f" (exit status {exited})" if exited else "")
+    if exited:
+        return run.busbw_gbps, f"exit status {exited}"
+    return run.busbw_gbps, None
+
+
+def median_of(results: Sequence[JobResult]) -> Optional[float]:
+    """The median bus bandwidth of the jobs that ran to a figure without failing outright."""
+    figures = [r.busbw_gbps for r in results if r.busbw_gbps is not None and not r.problem
+               and not r.skipped]
+    return statistics.median(figures) if figures else None
+
+
+def failure(result: JobResult, thresholds: Thresholds, median: Optional[float]) -> Optional[str]:
+    """Why this job failed, in the drain reason's words, or None when it passed."""
+    if result.problem:
+        return result.problem
+    busbw = result.busbw_gbps
+    if busbw is None:
+        return "no bus bandwidth"
+    if thresholds.floor_gbps and busbw < thresholds.floor_gbps:
+        return f"busbw={busbw:.1f}<{thresholds.floor_gbps:g}"
+    if median and busbw < thresholds.median_ratio_fail * median:
+        return f"busbw={busbw:.1f}<{thresholds.median_ratio_fail:g}*median={median:.1f}"
+    for rail in result.rails:
+        if rail.problem:
+            return f"rail {rail.node}:{rail.hca} {rail.problem}"
+        if rail.gbps is None:
+            return f"rail {rail.node}:{rail.hca} no result"
+        if thresholds.rail_floor_gbps and rail.gbps < thresholds.rail_floor_gbps:
+            return f"rail {rail.node}:{rail.hca}={rail.gbps:.1f}<{thresholds.rail_floor_gbps:g}"
+    return None
+
+
+def disjoint_pairs(nodes: Sequence[str]) -> Tuple[List[Tuple[str, str]], List[str]]:
+    """Consecutive nodes in pairs; the odd one out (if any) separately."""
+    pairs = [(nodes[i], nodes[i + 1]) for i in range(0, len(nodes) - 1, 2)]
+    return pairs, list(nodes[len(pairs) * 2:])
+
+
+def halves(nodes: Tuple[str, ...]) -> List[Tuple[str, ...]]:
+    middle = len(nodes) // 2
+    return [nodes[:middle], nodes[middle:]]
+
+
+class SweepPlanner:
+    """The rounds of one sweep as a state machine; see the module docstring.  Pure: it never
+    runs anything, so the same planner drives the real sweep and the benchmark's simulation."""
+
+    def __init__(self, candidates: Sequence[str], thresholds: Thresholds, partners: int = 2,
+                 group_size: int = 0, first: Sequence[str] = ()) -> None:
+        seen: Set[str] = set()
+        ordered = [n for n in [*first, *candidates] if n in set(candidates) and not (n in seen or seen.add(n))]  # type: ignore[func-returns-value]
+        self.candidates = ordered
+        self.thresholds = thresholds
+        self.partners = max(1, partners)
+        self.group_size = group_size
+        self.round = 0
+        self.phase = "pairs"
+        self.median: Optional[float] = None
+        self.results: List[JobResult] = []
+        self.good: List[str] = []  # nodes of passing first-round pairs, in order
+        # suspect -> its partner jobs: (the partners, why it failed or None, busbw)
+        self.suspects: Dict[str, List[Tuple[Tuple[str, ...], Optional[str], Optional[float]]]] = {}
+        self.at_scale: Set[str] = set()  # suspects found by a group: their partner jobs are triples
+        self.leaf_of: Dict[str, Tuple[str, ...]] = {}  # such a suspect -> its failing leaf group
+        self.first_failure: Dict[str, Tuple[str, Optional[float]]] = {}  # suspect -> (why, busbw)
+        self.skipped: Dict[str, str] = {}
+        self.settled: Dict[str, NodeOutcome] = {}
+        self.failing_sets: List[Tuple[str, ...]] = []
+        self.grouped = False  # the group round ran (bisection's suspects come back to partners)
+        self.jobs = 0
+
+    # --- planning ------------------------------------------------------------------------
+
+    def next_jobs(self) -> List[Job]:
+        """The next round's jobs; [] when the sweep is over."""
+        while True:
+            jobs = self._plan()
+            if jobs or self.phase == "done":
+                break
+        if jobs:
+            self.round += 1
+            jobs = [j._replace(round=self.round) for j in jobs]
+            self.jobs += len(jobs)
+        return jobs
+
+    def _plan(self) -> List[Job]:
+        if self.phase == "pairs":
+            pairs, odd = disjoint_pairs(self.candidates)
+            for node in odd:
+                self.suspects[node] = []
+                self.first_failure[node] = ("not paired in the first round", None)
+            self.phase = "partners"
+            return [Job(p, "pair", 0) for p in pairs]
+        if self.phase == "partners":
+            jobs = self._partner_round()
+            if not jobs:
+                self._settle_suspects()
+                self.phase = "group" if self.group_size >= 2 and not self.grouped else "done"
+            return jobs
+        if self.phase == "group":
+            self.grouped = True
+            members = [n for n in self.candidates if n not in self.settled or
+                       self.settled[n].outcome in (PASS, TRANSIENT)]
+            members = [n for n in members if n not in self.skipped]
+            self.phase = "bisect"
+            groups = [tuple(members[i:i + self.group_size]) for i in range(0, len(members), self.group_size)]
+            if len(groups) > 1 and len(groups[-1]) < 2:
+                groups[-2] += groups.pop()
+            return [Job(g, "group", 0) for g in groups if len(g) >= 2]
+        if self.phase == "bisect":
+            failing, self.failing_sets = self.failing_sets, []
+            jobs = [Job(h, "group", 0) for s in failing for h in halves(s) if len(h) >= 2]
+            if not jobs:
+                self.phase = "partners" if self._pending_suspects() else "done"
+            return jobs
+        return []
+
+    def _pending_suspects(self) -> List[str]:
+        return [s for s, tried in self.suspects.items() if s not in self.settled
+                and len(tried) < self.partners]
+
+    def _partner_round(self) -> List[Job]:
+        """One job per suspect still short of partners, each with a good node it has not run
+        with (two, for a suspect found at scale: a pair cannot show what needs three); every
+        node in at most one job of the round."""
+        busy: Set[str] = set()
+        jobs = []
+        good = [g for g in self.good if g not in self.suspects and g not in self.skipped]
+        for suspect in self._pending_suspects():
+            tried = {p for partners, _, _ in self.suspects[suspect] for p in partners}
+            free = [g for g in good if g not in busy and g not in tried and g != suspect]
+            wanted = 2 if suspect in self.at_scale else 1
+            if len(free) < wanted:
+                continue
+            busy.update((suspect, *free[:wanted]))
+            jobs.append(Job((suspect, *free[:wanted]), "partner", 0))
+        return jobs
+
+    # --- recording -----------------------------------------------------------------------
+
+    def record(self, results: Sequence[JobResult]) -> None:
+        self.results.extend(results)
+        for result in results:
+            if result.skipped:
+                for node in result.job.nodes:
+                    self.skipped.setdefault(node, result.skipped)
+        ran = [r for r in results if not r.skipped]
+        kinds = {r.job.kind for r in ran}
+        if "pair" in kinds:
+            self.median = median_of(ran)
+            for r in ran:
+                why = failure(r, self.thresholds, self.median)
+                if why is None:
+                    self.good.extend(r.job.nodes)
+                    continue
+                for node in r.job.nodes:
+                    self.suspects.setdefault(node, [])
+                    self.first_failure.setdefault(node, (why, r.busbw_gbps))
+        for r in ran:
+            if r.job.kind == "partner":
+                suspect, *partners = r.job.nodes
+                self.suspects[suspect].append((tuple(partners), failure(r, self.thresholds, self.median),
+                                               r.busbw_gbps))
+            elif r.job.kind == "group":
+                self._record_group(r)
+
+    def _record_group(self, result: JobResult) -> None:
+        why = failure(result, self.thresholds, self.median)
+        if why is None:
+            return
+        nodes = result.job.nodes
+        if len(nodes) // 2 < 3:
+            # a failing leaf (its halves would be pairs, which passed): each of its nodes is
+            # tried in triples with known-good nodes
+            for node in nodes:
+                self.leaf_of[node] = nodes
+                self.settled.pop(node, None)
+                self.suspects[node] = []
+                self.at_scale.add(node)
+                self.first_failure[node] = (f"group of {len(nodes)} {why}", result.busbw_gbps)
+            return
+        self.failing_sets.append(nodes)
+        # both halves of an earlier failing set passed: the failure needs the whole set
+        for node in nodes:
+            outcome = self.settled.get(node)
+            if outcome is not None and outcome.outcome == PASS:
+                self.settled[node] = outcome._replace(why=f"in a failing group of {len(nodes)}: {why}")
+
+    def _settle_suspects(self) -> None:
+        for suspect, tried in self.suspects.items():
+            if suspect in self.settled and self.settled[suspect].outcome != PASS:
+                continue
+            why, figure = self.first_failure.get(suspect, ("", None))
+            partners = tuple(p for ps, _, _ in tried for p in ps)
+            failed = [(p, w, f) for p, w, f in tried if w]
+            if suspect in self.skipped:
+                self.settled[suspect] = NodeOutcome(suspect, SKIPPED, why=self.skipped[suspect])
+            elif len(tried) >= self.partners and len(failed) == len(tried):
+                figures = [f for _, _, f in failed if f is not None]
+                worst = min(figures) if figures else None
+                self.settled[suspect] = NodeOutcome(suspect, BAD, worst, partners, failed[-1][1] or why)
+            elif tried and not failed and suspect in self.at_scale:
+                # its group failed, and it passes with every partner: the failure needs the group
+                self.settled[suspect] = NodeOutcome(suspect, UNKNOWN, figure, partners,
+                                                    f"{why}; passed with {','.join(partners)}")
+            elif tried and not failed:
+                self.settled[suspect] = NodeOutcome(suspect, TRANSIENT, figure, partners,
+                                                    f"{why}; passed with {','.join(partners)}")
+            elif not tried:
+                self.settled[suspect] = NodeOutcome(suspect, UNKNOWN, figure, (),
+                                                    f"{why}; no known-good partner to tell")
+            else:
+                short = "" if len(tried) >= self.partners else (
+                    f"; only {len(tried)} of {self.partners} known-good partners could be found")
+                self.settled[suspect] = NodeOutcome(suspect, UNKNOWN, figure, partners,
+                                                    f"{why}; failed with {len(failed)} of {len(tried)}" + short)
+
+        for suspect in self.at_scale:
+            # a leaf's bad node explains its group: the others that passed every triple are clear
+            outcome = self.settled.get(suspect)
+            culprits = [n for n in self.leaf_of.get(suspect, ()) if n != suspect
+                        and n in self.settled and self.settled[n].outcome == BAD]
+            if outcome is not None and outcome.outcome == UNKNOWN and culprits and \
+                    not any(w for _, w, _ in self.suspects[suspect]):
+                self.settled[suspect] = outcome._replace(outcome=TRANSIENT,
+                                                         why=outcome.why + f"; {culprits[0]} is bad")
+
+    def outcome(self) -> SweepOutcome:
+        nodes = []
+        for node in self.candidates:
+            if node in self.settled:
+                nodes.append(self.settled[node])
+            elif node in self.skipped:
+                nodes.append(NodeOutcome(node, SKIPPED, why=self.skipped[node]))
+            else:
+                nodes.append(NodeOutcome(node, PASS))
+        return SweepOutcome(tuple(nodes), self.round, self.jobs, self.median, tuple(self.results))
+
+
+def reason_token(why: str) -> str:
+    """A failure in one word of a drain reason: busbw=41.2<100, wrong=3, nccl=hang,
+    nccl_warn=Net_:_Connection_closed..., rail_gpu-a:mlx5_1=150.0<360."""
+    if why.startswith(("busbw=", "wrong=")):
+        return why.split()[0]
+    if why.startswith("hang"):
+        return "nccl=hang"
+    if why.startswith("NCCL WARN "):
+        return "nccl_warn=" + "_".join(why[len("NCCL WARN "):].split())[:80]
+    if why.startswith("rail "):
+        return "rail_" + "_".join(why[len("rail "):].split())
+    return "nccl_error=" + "_".join(why.split())[:80]
+
+
+def fabric_reason(outcome: NodeOutcome, collective: str) -> str:
+    """The drain reason of a bad node, e.g.
+    `gpu-healthcheck: fabric busbw=41.2<100 partners=gpu-c,gpu-e all_reduce_perf sweep`."""
+    why = reason_token(outcome.why) if outcome.why else "failed"
+    return sanitise(f"{FABRIC_PREFIX}{why} partners={','.join(outcome.partners) or '-'} {collective} sweep")
+
+
+def is_fabric_reason(reason: Optional[str]) -> bool:
+    return bool(reason) and reason.startswith(FABRIC_PREFIX)  # type: ignore[union-attr]

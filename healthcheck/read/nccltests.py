@@ -1,0 +1,191 @@
+"""nccl-tests' output (`all_reduce_perf`, `all_gather_perf`, ...) as a plain record (pure: text in).
+
+    run = parse_nccl_tests(text)
+    run.busbw_gbps          # bus bandwidth at the largest message size, GB/s (None: no row)
+    run.avg_busbw_gbps      # "# Avg bus bandwidth    : 68.4048" (None: the run never got there)
+    run.wrong, run.out_of_bounds, run.oob_failed
+    run.warnings            # the text after each "NCCL WARN"
+    run.errors              # "Test NCCL failure common.cu:777 'unhandled system error'", ...
+    run.hosts               # the hosts of the "#  Rank  N ... on HOST device ..." lines
+    run.complete            # the summary was printed: the run was not cut off
+
+What it reads, from nccl-tests' src/common.cu as real runs print it (tests/fixtures/fabric):
+- the table rows, in both layouts: the current one (`size count type redop root time algbw
+  busbw #wrong time algbw busbw #wrong`, redop `none` for all_gather) and the older one (no
+  `root`, and for all_gather no `redop`; its `error` column is `N/A` without validation or the
+  largest error as a float with it, never a count);
+- `# Out of bounds values : N OK|FAILED` and `# Avg bus bandwidth    : X` (a trailing blank is
+  common);
+- `NCCL WARN` lines (NCCL_DEBUG=WARN or INFO), and the test's own failures (`Test NCCL
+  failure`, `NCCL failure`, `Test CUDA failure`, ` .. host pid N: Test failure ...`);
+- every line may carry a launcher's prefix: Open MPI's `--tag-output` (`[1,0]<stdout>:`,
+  with blanks before it where a log indents it) or srun's `--label` (`0: `);
+- a run cut off anywhere (a hang ended at its deadline, a crash, a truncated log): rows cut
+  mid-line are skipped, and `complete` stays False.
+
+Which figure is judged: the bus bandwidth at the largest message size, the better of
+out-of-place and in-place.  `# Avg bus bandwidth` averages every size from -b to -e, so it
+depends on the sizes asked for (68 GB/s above for a run whose large messages reach 235 GB/s);
+the largest size is the one nearest the links' capacity, which is what a floor is about.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from typing import List, Optional, Tuple
+
+from ..records import NamedTuple
+
+# Open MPI's --tag-output ("[1,0]<stdout>:"), srun's --label ("0: ", "12: ").
+_PREFIX_RE = re.compile(r"^\s*(?:\[\d+,\d+\]<std(?:out|err)>:|\d+:\s)")
+_OOB_RE = re.compile(r"^#\s*Out of bounds values\s*:\s*(\d+)\s+(OK|FAILED)\b")
+_AVG_RE = re.compile(r"^#\s*Avg bus bandwidth\s*:\s*(\S+)")
+_RANK_RE = re.compile(r"^#\s*Rank\s+(\d+)\s+(?:Group\s+\d+\s+)?Pid\s+\d+\s+on\s+(\S+)\s+device\s+(\d+)")
+# Greedy to the end, stripped after: a lazy `(.*?)\s*$` is quadratic on a line of blanks.
+_WARN_RE = re.compile(r"\bNCCL WARN\s(.*)")
+_FAILURE_RE = re.compile(r"\b((?:Test (?:NCCL|CUDA) failure|NCCL failure|Test failure)\b.*)")
+# The data types nccl-tests prints in its `type` column (src/common.cu test_typenames).
+_TYPES = frozenset({"int8", "uint8", "int32", "uint32", "int64", "uint64", "half", "float",
+                    "double", "bfloat16", "f8e4m3", "f8e5m2", "char", "int", "uint"})
+MAX_KEPT = 20  # warnings and errors kept: a run that repeats one WARN per rank says it enough
+
+
+class NcclRow(NamedTuple):
+    """One row of the table: out-of-place and in-place figures of one message size."""
+
+    size_bytes: int
+    elements: int  # the count column: elements per rank
+    dtype: str
+    redop: Optional[str]  # None: the older all_gather layout has no redop column
+    busbw_out_gbps: float
+    busbw_in_gbps: float
+    algbw_out_gbps: float
+    time_out_us: float
+    wrong_out: Optional[int]  # None: the column is N/A or a float error (older layout)
+    wrong_in: Optional[int]
+
+    @property
+    def busbw_gbps(self) -> float:
+        return max(self.busbw_out_gbps, self.busbw_in_gbps)
+
+
+class NcclRun(NamedTuple):
+    rows: Tuple[NcclRow, ...] = ()
+    avg_busbw_gbps: Optional[float] = None
+    out_of_bounds: Optional[int] = None
+    oob_failed: bool = False
+    warnings: Tuple[str, ...] = ()
+    errors: Tuple[str, ...] = ()
+    hosts: Tuple[str, ...] = ()  # in rank order, each host once
+    ranks: int = 0
+
+    @property
+    def complete(self) -> bool:
+        """The summary line was printed: the run reached its end."""
+        return self.avg_busbw_gbps is not None
+
+    @property
+    def busbw_gbps(self) -> Optional[float]:
+        """Bus bandwidth (GB/s) at the largest message size; None without a row."""
+        if not self.rows:
+            return None
+        largest = max(r.size_bytes for r in self.rows)
+        return max(r.busbw_gbps for r in self.rows if r.size_bytes == largest)
+
+    @property
+    def wrong(self) -> int:
+        """Wrong elements the rows count (out-of-place and in-place), plus the out-of-bounds
+        count where the rows cannot say (older layout)."""
+        counted = sum((r.wrong_out or 0) + (r.wrong_in or 0) for r in self.rows)
+        return max(counted, self.out_of_bounds or 0)
+
+
+def strip_prefix(line: str) -> str:
+    """The line without a launcher's per-rank prefix."""
+    return _PREFIX_RE.sub("", line, count=1)
+
+
+def _number(text: str) -> Optional[float]:
+    try:
+        value = float(text)
+    except ValueError:
+        return None
+    return value if math.isfinite(value) else None
+
+
+def _count(text: str) -> Optional[int]:
+    """A #wrong cell: a count; None for N/A or an older layout's float error."""
+    return int(text) if text.isascii() and text.isdigit() and len(text) < 19 else None
+
+
+def parse_row(line: str) -> Optional[NcclRow]:
+    """One table row, or None when the line is not one (a header, a log line, a row cut off)."""
+    tokens = line.split()
+    if not 11 <= len(tokens) <= 13 or tokens[2] not in _TYPES:
+        return None
+    size, count = _count(tokens[0]), _count(tokens[1])
+    if size is None or count is None:
+        return None
+    middle = tokens[3:-8]  # redop and/or root, or nothing (older all_gather)
+    if len(middle) > 2 or (middle and not middle[0].isalpha()):
+        return None
+    if len(middle) == 2 and _number(middle[1]) is None:
+        return None
+    time_out, algbw_out, busbw_out, wrong_out, _, _, busbw_in, wrong_in = tokens[-8:]
+    figures = [_number(t) for t in (time_out, algbw_out, busbw_out, busbw_in)]
+    if any(f is None or f < 0 for f in figures):
+        return None
+    for cell in (wrong_out, wrong_in):
+        if _count(cell) is None and cell != "N/A" and _number(cell) is None:
+            return None
+    t_out, a_out, b_out, b_in = (float(f) for f in figures)  # type: ignore[arg-type]
+    return NcclRow(size, count, tokens[2], middle[0] if middle else None, b_out, b_in, a_out, t_out,
+                   _count(wrong_out), _count(wrong_in))
+
+
+def parse_nccl_tests(text: str) -> NcclRun:
+    """Everything nccl-tests printed (stdout and stderr merged, in any order) as an NcclRun."""
+    rows: List[NcclRow] = []
+    warnings: List[str] = []
+    errors: List[str] = []
+    hosts: List[str] = []
+    ranks = set()
+    avg: Optional[float] = None
+    oob: Optional[int] = None
+    failed = False
+    for raw in text.splitlines():
+        line = strip_prefix(raw).strip()
+        if not line:
+            continue
+        if line.startswith("#"):
+            m = _AVG_RE.match(line)
+            if m:
+                avg = _number(m.group(1))
+                continue
+            m = _OOB_RE.match(line)
+            if m:
+                oob, failed = int(m.group(1)), m.group(2) == "FAILED"
+                continue
+            m = _RANK_RE.match(line)
+            if m:
+                ranks.add(int(m.group(1)))
+                if m.group(2) not in hosts:
+                    hosts.append(m.group(2))
+            continue
+        m = _WARN_RE.search(line)
+        if m:
+            warning = m.group(1).strip()
+            if len(warnings) < MAX_KEPT and warning not in warnings:
+                warnings.append(warning)
+            continue
+        m = _FAILURE_RE.search(line)
+        if m:
+            if len(errors) < MAX_KEPT:
+                errors.append(m.group(1).strip())
+            continue
+        row = parse_row(line)
+        if row is not None:
+            rows.append(row)
+    return NcclRun(tuple(rows), avg, oob, failed, tuple(warnings), tuple(errors), tuple(hosts),
+                   len(ranks))
