@@ -15,7 +15,7 @@ What it reads, from nccl-tests' src/common.cu as real runs print it (tests/fixtu
   `root`, and for all_gather no `redop`; its `error` column is `N/A` without validation or the
   largest error as a float with it, never a count);
 - `# Out of bounds values : N OK|FAILED` and `# Avg bus bandwidth    : X` (a trailing blank is
-  common);
+  common; before nccl-tests 2.10 without the `#`);
 - `NCCL WARN` lines (NCCL_DEBUG=WARN or INFO), and the test's own failures (`Test NCCL
   failure`, `NCCL failure`, `Test CUDA failure`, ` .. host pid N: Test failure ...`);
 - every line may carry a launcher's prefix: Open MPI's `--tag-output` (`[1,0]<stdout>:`,
@@ -39,9 +39,10 @@ from ..records import NamedTuple
 
 # Open MPI's --tag-output ("[1,0]<stdout>:"), srun's --label ("0: ", "12: ").
 _PREFIX_RE = re.compile(r"^\s*(?:\[\d+,\d+\]<std(?:out|err)>:|\d+:\s)")
-_OOB_RE = re.compile(r"^#\s*Out of bounds values\s*:\s*(\d+)\s+(OK|FAILED)\b")
-_AVG_RE = re.compile(r"^#\s*Avg bus bandwidth\s*:\s*(\S+)")
-_RANK_RE = re.compile(r"^#\s*Rank\s+(\d+)\s+(?:Group\s+\d+\s+)?Pid\s+\d+\s+on\s+(\S+)\s+device\s+(\d+)")
+# Before nccl-tests 2.10 the summary and the header had no leading "#" (its PRINT(" Out of ...")).
+_OOB_RE = re.compile(r"^#?\s*Out of bounds values\s*:\s*(\d+)\s+(OK|FAILED)\b")
+_AVG_RE = re.compile(r"^#?\s*Avg bus bandwidth\s*:\s*(\S+)")
+_RANK_RE = re.compile(r"^#?\s*Rank\s+(\d+)\s+(?:Group\s+\d+\s+)?Pid\s+\d+\s+on\s+(\S+)\s+device\s+(\d+)")
 # Greedy to the end, stripped after: a lazy `(.*?)\s*$` is quadratic on a line of blanks.
 _WARN_RE = re.compile(r"\bNCCL WARN\s(.*)")
 _FAILURE_RE = re.compile(r"\b((?:Test (?:NCCL|CUDA) failure|NCCL failure|Test failure)\b.*)")
@@ -158,20 +159,21 @@ def parse_nccl_tests(text: str) -> NcclRun:
         line = strip_prefix(raw).strip()
         if not line:
             continue
+        m = _AVG_RE.match(line)
+        if m:
+            avg = _number(m.group(1))
+            continue
+        m = _OOB_RE.match(line)
+        if m:
+            oob, failed = int(m.group(1)), m.group(2) == "FAILED"
+            continue
+        m = _RANK_RE.match(line)
+        if m:
+            ranks.add(int(m.group(1)))
+            if m.group(2) not in hosts:
+                hosts.append(m.group(2))
+            continue
         if line.startswith("#"):
-            m = _AVG_RE.match(line)
-            if m:
-                avg = _number(m.group(1))
-                continue
-            m = _OOB_RE.match(line)
-            if m:
-                oob, failed = int(m.group(1)), m.group(2) == "FAILED"
-                continue
-            m = _RANK_RE.match(line)
-            if m:
-                ranks.add(int(m.group(1)))
-                if m.group(2) not in hosts:
-                    hosts.append(m.group(2))
             continue
         m = _WARN_RE.search(line)
         if m:

@@ -15,8 +15,10 @@ FIXTURES = ROOT / "tests" / "fixtures"
 
 
 def ensure_fakegpu() -> Path:
-    libs = [FAKE_BUILD / "libnvidia-ml.so.1", FAKE_BUILD / "libcuda.so.1", FAKE_BUILD / "nvidia-smi"]
-    sources = list(FAKEGPU.glob("*.c")) + list(FAKEGPU.glob("*.h")) + [FAKEGPU / "Makefile"]
+    libs = [FAKE_BUILD / "libnvidia-ml.so.1", FAKE_BUILD / "libcuda.so.1", FAKE_BUILD / "nvidia-smi",
+            FAKE_BUILD / "all_reduce_perf", FAKE_BUILD / "all_gather_perf", FAKE_BUILD / "ib_write_bw"]
+    sources = list(FAKEGPU.glob("*.c")) + list(FAKEGPU.glob("*.h")) + [FAKEGPU / "Makefile",
+                                                                      FAKEGPU / "fabric.py"]
     newest = max(p.stat().st_mtime for p in sources)
     if not all(p.exists() and p.stat().st_mtime >= newest for p in libs):
         # PYTHON: nvml.h is found in this interpreter's site-packages (the venv's)

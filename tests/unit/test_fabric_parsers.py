@@ -127,3 +127,12 @@ def test_ib_write_bw_table_in_its_own_format_reads_back(table, unit) -> None:
 def test_fabric_parsers_return_on_backtracking_bait(text: str, no_hang) -> None:
     parse_nccl_tests(text)
     parse_ib_write_bw(text)
+
+
+def test_nccl_tests_summary_without_hash_of_older_versions() -> None:
+    """nccl-tests before 2.10 printed " Out of bounds values : %d %s" and " Avg bus bandwidth
+    : %g" without the leading "#" (its src/common.cu PRINT calls)."""
+    run = parse_nccl_tests("  Rank  0 Pid   1320 on ip-172-31-20-228 device  0 [0x00] Tesla V100\n"
+                           " Out of bounds values : 2 FAILED\n Avg bus bandwidth    : 11.25 \n")
+    assert run.oob_failed and run.wrong == 2 and run.avg_busbw_gbps == 11.25
+    assert run.hosts == ("ip-172-31-20-228",)
