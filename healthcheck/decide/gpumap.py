@@ -69,38 +69,71 @@ def map_job_gpus(ids: Sequence[str], gpus: Sequence[GpuSnapshot],
     return tuple(found), None
 
 
+# AutoDetect values of NVIDIA's plugins, and the gpu plugins each lets slurmd use
+NVIDIA_AUTODETECT = ("nvml", "nvidia", "full")
+OTHER_VENDORS = ("rsmi", "oneapi", "nrt")  # AMD, Intel, AWS Neuron: not GPUs NVML lists
+_PLUGINS = {"nvml": ("nvml",), "nvidia": ("nvidia",), "full": ("nvml", "nvidia")}
+
+
+def autodetect_kind(value: Optional[str]) -> Optional[str]:
+    """The plugin an AutoDetect value selects, as slurmd reads it (`_handle_autodetect_flags`:
+    a case-insensitive substring, `full` first, `off` exact); None = not given."""
+    if value is None:
+        return None
+    low = value.lower()
+    for kind in ("full", "nvml", "rsmi", "oneapi", "nrt", "nvidia"):
+        if kind in low:
+            return kind
+    return "off" if low in ("off", "none") else low
+
+
 def device_order(layout: GresLayout, gpus: Sequence[GpuSnapshot]) -> Tuple[List[Optional[int]], Optional[str]]:
     """For each gres index, the NVML index of its GPU (None where unknown), and why any are
-    unknown."""
+    unknown.
+
+    With NVIDIA's AutoDetect, slurmd numbers by the GPUs its gpu plugin finds, if it has one
+    that finds them: AutoDetect=nvml by NVML's order (a slurmd built without NVML -- Debian
+    12's 22.05: "cannot find gpu plugin for gpu/nvml" -- keeps gres.conf's File= order),
+    AutoDetect=nvidia (24.11 and later; unknown to 22.05, which ignores it) by device file
+    name, AutoDetect=full (26.05) by NVML's where slurmd has NVML, else gpu/nvidia's.  We
+    cannot know which slurmd we serve, so an index is mapped only where every order it may
+    use agrees."""
     by_minor = {g.minor_number: g.index for g in gpus if g.minor_number is not None}
     numbers = file_minors(layout)
     by_file: List[Optional[int]] = [by_minor.get(n) if n is not None else None for n in numbers]
-    if layout.autodetect != "nvml":
+    kind = autodetect_kind(layout.autodetect)
+    if kind not in NVIDIA_AUTODETECT:
         return by_file, None
-    # _merge_system_gres_conf: detected GPUs that match a configured file (all of them when no
-    # File= is given), in NVML enumeration order; configured files not detected follow.  But
-    # only a slurmd built with NVML does that: Debian 12's slurmd 22.05 has no gpu/nvml plugin
-    # ("cannot find gpu plugin for gpu/nvml") and keeps gres.conf's File= order.  Where the
-    # two orders differ we cannot know which slurmd we serve, so those indices are unknown.
-    if layout.typed and not layout.files:
-        return typed_order(layout, gpus)  # Count= records: only NVML names number them
+    plugins = _PLUGINS[str(kind)]
+    if layout.typed and not layout.files:  # Count= records: only the detected names number them
+        return _agree([typed_order(layout, gpus, p) for p in plugins], layout.autodetect, None)
     if any(g.minor_number is None for g in gpus):
         return [None] * max(len(layout.files), len(gpus)), \
-            "AutoDetect=nvml and a GPU did not tell its minor number: slurmd's order is unknown"
-    if layout.typed:
-        by_nvml, typed_why = typed_order(layout, gpus)
-        if typed_why:
-            return by_nvml, typed_why
-    else:
-        by_nvml = nvml_order(layout, gpus)
+            f"AutoDetect={layout.autodetect} and a GPU did not tell its minor number: slurmd's order is unknown"
+    found = [typed_order(layout, gpus, p) if layout.typed else (nvml_order(layout, gpus, p), None)
+             for p in plugins]
     if not layout.files:
-        return by_nvml, None  # no File=: only a slurmd with NVML has devices to number
-    agreed = [a if a == b else None for a, b in zip(by_file, by_nvml)]
-    why = None
-    if agreed != by_file:
-        why = ("AutoDetect=nvml with File= out of NVML's order: slurmd built with NVML numbers "
-               "GPUs in NVML order, one without it (Debian 12) in File= order")
-    return agreed, why
+        return _agree(found, layout.autodetect, None)  # no File=: only a gpu plugin numbers them
+    return _agree(found + [(by_file, None)], layout.autodetect, by_file)
+
+
+def _agree(orders: Sequence[Tuple[List[Optional[int]], Optional[str]]], autodetect: Optional[str],
+           by_file: Optional[List[Optional[int]]]) -> Tuple[List[Optional[int]], Optional[str]]:
+    """The indices every candidate order agrees on (None elsewhere), and why any differ."""
+    for order, why in orders:
+        if why:
+            return order, why
+    lists = [order for order, _ in orders]
+    length = max(len(o) for o in lists)
+    padded = [o + [None] * (length - len(o)) for o in lists]
+    agreed = [column[0] if all(c == column[0] for c in column) else None for column in zip(*padded)]
+    if agreed == padded[0]:
+        return agreed, None
+    if by_file is not None and autodetect_kind(autodetect) == "nvml":
+        return agreed, (f"AutoDetect={autodetect} with File= out of NVML's order: slurmd built with "
+                        f"NVML numbers GPUs in NVML order, one without it (Debian 12) in File= order")
+    return agreed, (f"AutoDetect={autodetect}: the orders slurmd may use (gpu/nvml: NVML's, gpu/nvidia: "
+                    f"device file names{', no plugin: File=' if by_file is not None else ''}) differ here")
 
 
 def file_minors(layout: GresLayout) -> List[Optional[int]]:
@@ -119,7 +152,17 @@ def nvml_type(name: str) -> str:
     return "".join("_" if ch in " \t" else ch.lower() for ch in name)
 
 
-def typed_order(layout: GresLayout, gpus: Sequence[GpuSnapshot]) -> Tuple[List[Optional[int]], Optional[str]]:
+def plugin_order(gpus: Sequence[GpuSnapshot], plugin: str = "nvml") -> List[GpuSnapshot]:
+    """The GPUs in the order a gpu plugin leaves them: gpu/nvml's Links mark NVML's
+    enumeration order; gpu/nvidia sets no Links, so `_sort_gpu_by_file` leaves them sorted by
+    device file name as a string (/dev/nvidia10 before /dev/nvidia2)."""
+    if plugin == "nvidia":
+        return sorted(gpus, key=lambda g: f"/dev/nvidia{g.minor_number}")
+    return sorted(gpus, key=lambda g: g.index)
+
+
+def typed_order(layout: GresLayout, gpus: Sequence[GpuSnapshot],
+                plugin: str = "nvml") -> Tuple[List[Optional[int]], Optional[str]]:
     """AutoDetect=nvml with Type=: the NVML index at each gres index as slurmd numbers them.
 
     Followed: Slurm 22.05's gres/gpu as a real `slurmd -G` runs it on a system GPU list
@@ -129,33 +172,45 @@ def typed_order(layout: GresLayout, gpus: Sequence[GpuSnapshot]) -> Tuple[List[O
     File=, if any, must name the GPU too); a GPU no record takes is ignored ("The following
     autodetected GPUs are being ignored"); the kept GPUs are numbered in NVML (Links) order,
     types mixed.  The device name is nvml_type(NVML's name).  A GPU whose name or minor
-    number NVML did not give leaves every index from its position on unknown."""
+    number NVML did not give leaves every index from its position on unknown.
+
+    plugin "nvidia" (gpu/nvidia: the same names, from /proc/driver/nvidia/gpus/*/information)
+    numbers the kept GPUs by device file name instead (plugin_order); it detects them in that
+    directory's order, which nothing promises is NVML's, so where a GPU is left over (which
+    one depends on that order) every index is unknown."""
     left = [count for _, count, _ in layout.typed]
     wanted = [{trailing_number(f) for f in files} for _, _, files in layout.typed]
-    order: List[Optional[int]] = []
+    taken: List[GpuSnapshot] = []
+    ignored = False
     for gpu in sorted(gpus, key=lambda g: g.index):
         if not gpu.name or gpu.minor_number is None:
-            return order + [None] * max(0, sum(left)), (
-                f"AutoDetect=nvml with Type=: GPU {gpu.index} did not tell its "
+            before = [g.index for g in plugin_order(taken, plugin)] if plugin == "nvml" else []
+            return before + [None] * max(0, sum(left) + len(taken) - len(before)), (
+                f"AutoDetect={layout.autodetect} with Type=: GPU {gpu.index} did not tell its "
                 f"{'name' if not gpu.name else 'minor number'}, so slurmd's match from it on is unknown")
         device = nvml_type(gpu.name)
         for i, (kind, _, files) in enumerate(layout.typed):
             if left[i] > 0 and kind.lower() in device and (not files or gpu.minor_number in wanted[i]):
                 left[i] -= 1
-                order.append(gpu.index)
+                taken.append(gpu)
                 break
-    return order, None
+        else:
+            ignored = True
+    if plugin == "nvidia" and ignored:
+        return [None] * len(taken), (f"AutoDetect={layout.autodetect} with Type=: gpu/nvidia keeps "
+                                     f"{len(taken)} of {len(gpus)} GPUs in an order nothing fixes")
+    return [g.index for g in plugin_order(taken, plugin)], None
 
 
-def nvml_order(layout: GresLayout, gpus: Sequence[GpuSnapshot]) -> List[Optional[int]]:
+def nvml_order(layout: GresLayout, gpus: Sequence[GpuSnapshot], plugin: str = "nvml") -> List[Optional[int]]:
     """The NVML index at each gres index as a slurmd built with NVML numbers them
     (`_merge_system_gres_conf`): the detected GPUs that match a configured file (all of them
     when no File= is given) sorted by their Links position, which gpu_nvml.c sets from NVML's
     enumeration; configured files that were not detected follow (None here).
     tests/readers/test_gres.py checks this against a real slurmd (`slurmd -G` with fake_gpus.conf)."""
     wanted = set(file_minors(layout))
-    detected = sorted((g for g in gpus if g.minor_number is not None
-                       and (not layout.files or g.minor_number in wanted)), key=lambda g: g.index)
+    detected = plugin_order([g for g in gpus if g.minor_number is not None
+                             and (not layout.files or g.minor_number in wanted)], plugin)
     order: List[Optional[int]] = [g.index for g in detected]
     return order + [None] * (len(layout.files) - len(order))
 

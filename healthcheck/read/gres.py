@@ -15,128 +15,85 @@ src/plugins/gres/gpu/gres_gpu.c; the same in master's src/interfaces/gres.c):
 - `common_node_config_load` (`gres_node_config_load` in master, `_foreach_fill_in_gres_devices`)
   expands each record's File= as a hostlist (`hostlist_shift`: written order) and gives each
   file the next index; a MultipleFiles= record is one index for several files;
+  a gres.conf record of a type slurm.conf does not give this node, and the files past a
+  type's count, are dropped ("Ignoring extra GRES"): they are no gres index at all;
 - with a system GPU list (AutoDetect=nvml, `gpu_p_get_system_gpu_list` in gpu_nvml.c, which
   enumerates NVML devices by index and records that order in Links), `_merge_system_gres_conf`
   keeps the detected GPUs that match a configured one and sorts them with
   `_sort_gpu_by_links_order`: NVML's enumeration order (PCI bus order); configured files that
-  were not detected follow.
+  were not detected follow.  AutoDetect=nvidia (24.11's gpu/nvidia, reading
+  /proc/driver/nvidia/gpus) sets no Links, so its GPUs stay sorted by device file name
+  (`_sort_gpu_by_file`); AutoDetect=full (26.05) tries nvml, nvidia, rsmi, oneapi and nrt in
+  turn and keeps the first that finds GPUs (`_gpu_plugin_init_full` in src/interfaces/gpu.c).
+  decide/gpumap.py maps an index only where every order the node's slurmd may use agrees.
 Where we cannot prove the order (several types without slurm.conf's order, MultipleFiles,
-records without File, AutoDetect with Type=, another vendor's AutoDetect), an index is
-unmappable: the prolog reports `unknown` for it, probes nothing for it and never drains for it.
+records without File, another vendor's AutoDetect), an index is unmappable: the prolog
+reports `unknown` for it, probes nothing for it and never drains for it.
 
-The parsed gres.conf is cached in state_dir keyed on the file's identity (device, inode,
-mtime, size) and the node name, so a prolog re-reads it only after it changes.
+Both files are read as slurmd reads them, `Include` lines followed (read/slurmconf.py).  The
+parsed layout is cached in state_dir keyed on every file's identity (device, inode, mtime,
+size) and the node name, so a prolog re-reads them only after one changes.
 """
 
 from __future__ import annotations
 
 import json
 import os
-import re
 import stat
 from typing import Dict, List, Optional, Sequence, Tuple
 
+from ..decide.gpumap import NVIDIA_AUTODETECT, OTHER_VENDORS, autodetect_kind
 from ..model import GresLayout
+from .slurmconf import (SHARING, ConfLine, ConfReadError, GresConfError, expand_hostlist,  # noqa: F401  (re-exported)
+                        gpu_counts, include_name, logical_lines, node_gres, read_conf, shared_gres,
+                        unchanged)
 
 CACHE = "gres-map.json"
-MAX_CONF_BYTES = 1 << 20  # a gres.conf is a few lines
-MAX_EXPANSION = 4096  # files or hosts one hostlist may name
-# the gres plugins that let several jobs use one GPU (slurm.conf GresTypes, gres.conf Name=)
-SHARING = ("mps", "shard")
-
-
-class GresConfError(ValueError):
-    """gres.conf (or slurm.conf's Gres=) says something we cannot read; names the part."""
-
-
-# --- hostlists ---------------------------------------------------------------------------
-
-def _split_top(text: str) -> List[str]:
-    """Split on commas outside brackets ("a[0-2,4],b" -> ["a[0-2,4]", "b"])."""
-    parts, depth, start = [], 0, 0
-    for i, ch in enumerate(text):
-        if ch == "[":
-            depth += 1
-        elif ch == "]":
-            depth -= 1
-            if depth < 0:
-                raise GresConfError(f"unbalanced ']' in {text!r}")
-        elif ch == "," and depth == 0:
-            parts.append(text[start:i])
-            start = i + 1
-    if depth:
-        raise GresConfError(f"unbalanced '[' in {text!r}")
-    parts.append(text[start:])
-    return [p for p in (p.strip() for p in parts) if p]
-
-
-_BRACKET_RE = re.compile(r"^(?P<pre>[^\[\]]*)\[(?P<ranges>[^\[\]]+)\](?P<post>[^\[\]]*)$")
-
-
-def expand_hostlist(text: str) -> List[str]:
-    """Slurm's hostlist expansion, in written order: "/dev/nvidia[0-2,4]" -> 4 names.
-
-    Raises:
-        GresConfError: malformed brackets or ranges, or more than MAX_EXPANSION names.
-    """
-    names: List[str] = []
-    for item in _split_top(text):
-        m = _BRACKET_RE.match(item)
-        if not m:
-            if "[" in item or "]" in item:
-                raise GresConfError(f"cannot read the hostlist {item!r}")
-            names.append(item)
-            continue
-        for part in m["ranges"].split(","):
-            low, _, high = part.strip().partition("-")
-            if not low.isdigit() or (high and not high.isdigit()):
-                raise GresConfError(f"bad range {part!r} in {item!r}")
-            width = len(low)
-            first, last = int(low), int(high) if high else int(low)
-            if last < first or last - first >= MAX_EXPANSION:
-                raise GresConfError(f"bad range {part!r} in {item!r}")
-            names.extend(f"{m['pre']}{n:0{width}d}{m['post']}" for n in range(first, last + 1))
-        if len(names) > MAX_EXPANSION:
-            raise GresConfError(f"{text!r} names more than {MAX_EXPANSION} entries")
-    return names
 
 
 # --- gres.conf ---------------------------------------------------------------------------
 
-def _records(text: str) -> List[Dict[str, str]]:
-    """gres.conf lines as {lower-case key: value}; `#` comments, `\\` continuations."""
+def _records(lines: Sequence[ConfLine]) -> List[Dict[str, str]]:
+    """gres.conf lines as {lower-case key: value}, "#at" saying where each is."""
     records = []
-    joined = re.sub(r"\\\n", " ", text)
-    for number, line in enumerate(joined.splitlines(), 1):
-        line = line.split("#", 1)[0].strip()
-        if not line:
-            continue
+    for line in lines:
+        at = f"{line.path} line {line.number}"
+        if include_name(line.text) is not None:
+            raise GresConfError(f"{at}: Include is followed only where gres.conf is read from "
+                                f"its file (read_layout)")
         record: Dict[str, str] = {}
-        for word in line.split():
+        for word in line.text.split():
             key, eq, value = word.partition("=")
             if not eq:
-                raise GresConfError(f"line {number}: {word!r} is not KEY=VALUE")
-            record[key.lower()] = value
-        record["#line"] = str(number)
+                raise GresConfError(f"{at}: {word!r} is not KEY=VALUE")
+            key = key.lower()
+            record["file" if key == "files" else key] = value  # slurmd takes Files= for File=
+        record["#at"] = at
         records.append(record)
     return records
 
 
 def parse_gres_conf(text: str, node: str, source: str = "gres.conf",
                     slurm_gres: Optional[Sequence[Tuple[Optional[str], int]]] = None) -> GresLayout:
+    """This node's gres/gpu files in slurmd's index order, from gres.conf's text (pure; an
+    Include line makes the layout an error here: read_layout follows it)."""
+    return parse_gres_lines(logical_lines(text, source), node, source, slurm_gres)
+
+
+def parse_gres_lines(lines: Sequence[ConfLine], node: str, source: str = "gres.conf",
+                     slurm_gres: Optional[Sequence[Tuple[Optional[str], int]]] = None) -> GresLayout:
     """This node's gres/gpu files in slurmd's index order (pure).
 
-    slurm_gres: slurm.conf's Gres= of this node as (type or None, count) for gpu, in order;
-    it orders several types, and each type keeps only its first COUNT files.
+    slurm_gres: slurm.conf's Gres= of this node as (type or None, count) for gpu, in order
+    (None: slurm.conf unknown); it orders several types, keeps only the first COUNT files of
+    each type and drops the records of a type it does not give this node, as slurmd does.
     """
     try:
-        records = _records(text)
+        records = _records(lines)
         autodetect, local_autodetect = _autodetect(records, node)
         gpu: List[Dict[str, str]] = []
         shared = set()
         for rec in records:
-            if "include" in rec:
-                return GresLayout(source, uncertain=f"line {rec['#line']}: Include= is not followed")
             if "nodename" in rec and node not in expand_hostlist(rec["nodename"]):
                 continue
             if rec.get("name") == "gpu":
@@ -146,43 +103,79 @@ def parse_gres_conf(text: str, node: str, source: str = "gres.conf",
     except GresConfError as exc:
         return GresLayout(source, error=f"{source}: {exc}")
     autodetect = local_autodetect or autodetect
-    typed_autodetect = autodetect == "nvml" and any("type" in r for r in gpu)
+    kind = autodetect_kind(autodetect)
+    typed_autodetect = kind in NVIDIA_AUTODETECT and any("type" in r for r in gpu)
     uncertain = None
-    for rec in gpu:
-        if "multiplefiles" in rec:
-            uncertain = f"line {rec['#line']}: MultipleFiles= gives one index to several files"
-        elif "file" not in rec and not typed_autodetect:
-            uncertain = f"line {rec['#line']}: a gpu record without File= has no device to map to"
-    types = []
-    for rec in gpu:
-        kind = rec.get("type")
-        if kind not in types:
-            types.append(kind)
-    if len(types) > 1 and not typed_autodetect:
-        # _merge_config orders the records by slurm.conf's types, not gres.conf's lines
-        if slurm_gres is None or any(t is None for t, _ in slurm_gres):
+    if slurm_gres is not None and any(t is None for t, _ in slurm_gres) and any(t for t, _ in slurm_gres):
+        uncertain = "slurm.conf's Gres= mixes typed and untyped gpu counts for this node"
+    try:
+        kept = _merge_slurm_conf(gpu, slurm_gres)
+        if kept is None:  # slurm.conf unknown: gres.conf order (several types need its order)
+            kept = [(rec, _files(rec), len(_files(rec)) if "file" in rec else _count(rec)) for rec in gpu]
+    except GresConfError as exc:
+        return GresLayout(source, error=f"{source}: {exc}")
+    if slurm_gres is None:
+        if len({(r.get("type") or "").lower() for r in gpu}) > 1 and not typed_autodetect:
             uncertain = uncertain or ("several Type= values and no typed Gres= for this node "
                                       "in slurm.conf to order them")
-        else:
-            order = [t.lower() for t, _ in slurm_gres if t]
-            gpu.sort(key=lambda r: order.index((r.get("type") or "").lower())
-                     if (r.get("type") or "").lower() in order else len(order))
-    if autodetect and autodetect not in ("off", "none", "nvml"):
+    if slurm_gres is not None and not any(t for t, _ in slurm_gres):
+        typed_autodetect = False  # an untyped gpu:N takes the records' types off (`_match_type`)
+    for rec, _, _ in kept:
+        if "multiplefiles" in rec:
+            uncertain = f"{rec['#at']}: MultipleFiles= gives one index to several files"
+        elif "file" not in rec and not typed_autodetect:
+            uncertain = f"{rec['#at']}: a gpu record without File= has no device to map to"
+    if kind in OTHER_VENDORS:
         uncertain = f"AutoDetect={autodetect} is not NVIDIA's: its order is not NVML's"
     files: List[str] = []
     typed: List[Tuple[str, int, Tuple[str, ...]]] = []
-    try:
-        for rec in gpu:
-            names = expand_hostlist(rec["file"]) if "file" in rec else []
-            files.extend(_within_count(rec, names, files, gpu, slurm_gres, typed_autodetect))
-            if typed_autodetect:
-                count = rec.get("count", "")
-                typed.append((rec.get("type", ""), int(count) if count.isdigit()
-                              else len(names) or 1, tuple(names)))
-    except GresConfError as exc:
-        return GresLayout(source, error=f"{source}: {exc}")
+    for rec, names, count in kept:
+        files.extend(names)
+        if typed_autodetect:
+            typed.append((rec.get("type", ""), count, tuple(names)))
     return GresLayout(source, files=tuple(files), autodetect=autodetect, uncertain=uncertain,
                       typed=tuple(typed), shared=tuple(sorted(shared)))
+
+
+def _files(rec: Dict[str, str]) -> List[str]:
+    return expand_hostlist(rec["file"]) if "file" in rec else []
+
+
+def _count(rec: Dict[str, str]) -> int:
+    """A record's Count= (slurmd: 1 when absent; with File=, the number of files)."""
+    count = rec.get("count", "")
+    return int(count) if count.isdigit() else 1
+
+
+def _merge_slurm_conf(gpu: List[Dict[str, str]], slurm_gres: Optional[Sequence[Tuple[Optional[str], int]]]
+                      ) -> Optional[List[Tuple[Dict[str, str], List[str], int]]]:
+    """The gres.conf gpu records slurmd keeps, in its order, each with the files and count it keeps
+    (`_merge_config` / `_merge_gres2` / `_match_type`, Slurm 22.05 src/common/gres.c): for each
+    gpu entry of slurm.conf's Gres= in turn, the unused records of that type (any type for an
+    untyped entry; case-insensitive) in file order, until its count is used up, the last one
+    cut to what is left (`_set_file_subset`).  A record no entry takes is dropped: "A line in
+    gres.conf for GRES gpu:TYPE has N more configured than expected in slurm.conf. Ignoring
+    extra GRES." (seen with `slurmd -G`, 22.05).  None where slurm.conf is unknown.
+
+    Raises:
+        GresConfError: a File= that is no hostlist.
+    """
+    if slurm_gres is None:
+        return None
+    left = list(gpu)
+    kept: List[Tuple[Dict[str, str], List[str], int]] = []
+    for kind, count in slurm_gres:
+        while count > 0:
+            match = next((r for r in left if kind is None
+                          or (r.get("type") or "").lower() == kind.lower()), None)
+            if match is None:
+                break  # the rest of this count has no device file: no gres index to map
+            left.remove(match)
+            names = _files(match)
+            size = len(names) if "file" in match else _count(match)
+            kept.append((match, names[:count], min(size, count)))
+            count -= min(size, count)
+    return kept
 
 
 def _autodetect(records: List[Dict[str, str]], node: str) -> Tuple[Optional[str], Optional[str]]:
@@ -200,74 +193,19 @@ def _autodetect(records: List[Dict[str, str]], node: str) -> Tuple[Optional[str]
         if "nodename" in rec:
             if node in expand_hostlist(rec["nodename"]):
                 local = value
-        elif set(rec) <= {"autodetect", "#line"}:
+        elif set(rec) <= {"autodetect", "#at"}:
             found_global = value
     return found_global, local
 
 
-def _within_count(rec: Dict[str, str], names: List[str], taken: List[str], gpu: List[Dict[str, str]],
-                  slurm_gres: Optional[Sequence[Tuple[Optional[str], int]]],
-                  typed_autodetect: bool) -> List[str]:
-    """The files of `rec` that slurmd keeps: `_merge_gres2` keeps the first COUNT files of
-    each type that slurm.conf's Gres= gives this node and logs "A line in gres.conf for GRES
-    gpu:TYPE has N more configured than expected in slurm.conf. Ignoring extra GRES." (seen
-    with `slurmd -G`, 22.05).  An untyped `gpu:N` counts every file."""
-    if slurm_gres is None or typed_autodetect:
-        return names
-    kind = (rec.get("type") or "").lower()
-    counts = {(t or "").lower(): c for t, c in slurm_gres}
-    if "" in counts and len(counts) == 1:
-        return names[:max(0, counts[""] - len(taken))]
-    if kind not in counts:
-        return names
-    same = [r for r in gpu if (r.get("type") or "").lower() == kind]
-    before = 0
-    for other in same:
-        if other is rec:
-            break
-        before += len(expand_hostlist(other["file"])) if "file" in other else 0
-    return names[:max(0, counts[kind] - before)]
-
-
 def slurm_conf_shared(text: str, node: str) -> Tuple[str, ...]:
     """The sharing gres (mps, shard) in Gres= on slurm.conf's NodeName line for `node` (pure)."""
-    items = _node_gres(text, node)
-    return tuple(sorted({i.split(":")[0] for i in items or () if i.split(":")[0] in SHARING}))
-
-
-def _node_gres(text: str, node: str) -> Optional[List[str]]:
-    """The Gres= items of slurm.conf's NodeName line for `node`; None = no such line."""
-    for line in re.sub(r"\\\n", " ", text).splitlines():
-        line = line.split("#", 1)[0].strip()
-        words = dict(w.partition("=")[::2] for w in line.split() if "=" in w)
-        lower = {k.lower(): v for k, v in words.items()}
-        if "nodename" not in lower or "gres" not in lower:
-            continue
-        try:
-            if node not in expand_hostlist(lower["nodename"]):
-                continue
-        except GresConfError:
-            continue
-        return lower["gres"].split(",")
-    return None
+    return shared_gres(node_gres(logical_lines(text, "slurm.conf"), node))
 
 
 def slurm_conf_gres(text: str, node: str) -> Optional[List[Tuple[Optional[str], int]]]:
     """The gpu entries of Gres= on slurm.conf's NodeName line for `node`, in order (pure)."""
-    items = _node_gres(text, node)
-    if items is None:
-        return None
-    found: List[Tuple[Optional[str], int]] = []
-    for item in items:
-        parts = item.split(":")
-        if parts[0] != "gpu":
-            continue
-        count = parts[-1].split("(")[0]
-        kind = parts[1] if len(parts) == 3 else None
-        if not count.isdigit():
-            count, kind = "1", parts[1] if len(parts) == 2 else kind
-        found.append((kind, int(count)))
-    return found
+    return gpu_counts(node_gres(logical_lines(text, "slurm.conf"), node))
 
 
 # --- reading, with a cache ---------------------------------------------------------------
@@ -282,22 +220,9 @@ def gres_conf_path(configured: Optional[str], environ: Dict[str, str]) -> str:
     return os.path.join(os.path.dirname(conf) if conf else "/etc/slurm", "gres.conf")
 
 
-def _identity(st: os.stat_result) -> List[int]:
-    return [st.st_dev, st.st_ino, st.st_mtime_ns, st.st_size]
-
-
 def slurm_conf_path(gres_conf: str) -> str:
     """slurm.conf beside gres.conf (slurmd reads both from one directory)."""
     return os.path.join(os.path.dirname(gres_conf), "slurm.conf")
-
-
-def _read_slurm_conf(path: str) -> Tuple[Optional[List[int]], Optional[str]]:
-    """(identity, text) of slurm.conf, (None, None) where it cannot be read."""
-    try:
-        with open(path, "rb") as handle:
-            return _identity(os.fstat(handle.fileno())), handle.read(MAX_CONF_BYTES).decode("utf-8", "replace")
-    except OSError:
-        return None, None
 
 
 def device_minors(files: Sequence[str]) -> Tuple[Tuple[Optional[int], ...], Optional[str]]:
@@ -324,8 +249,9 @@ def device_minors(files: Sequence[str]) -> Tuple[Tuple[Optional[int], ...], Opti
 
 
 def read_layout(path: str, node: str, state_dir: Optional[str] = None) -> GresLayout:
-    """This node's layout from gres.conf and slurm.conf's Gres= beside it, from the cache when
-    neither file has changed; the File= device numbers are stat'ed at every call."""
+    """This node's layout from gres.conf and slurm.conf's Gres= beside it (each with its
+    Includes), from the cache when no file read has changed; the File= device numbers are
+    stat'ed at every call."""
     layout = _read_layout(path, node, state_dir)
     if layout.error or not layout.files:
         return layout
@@ -333,48 +259,62 @@ def read_layout(path: str, node: str, state_dir: Optional[str] = None) -> GresLa
     return layout._replace(minors=minors, note=note)
 
 
-def _read_layout(path: str, node: str, state_dir: Optional[str]) -> GresLayout:
-    from ..safefile import atomic_write, read_file
+def _layout_json(layout: GresLayout) -> dict:
+    return {"files": list(layout.files), "autodetect": layout.autodetect, "uncertain": layout.uncertain,
+            "typed": [list(t) for t in layout.typed], "shared": list(layout.shared)}
+
+
+def _cached(state_dir: str, path: str, node: str) -> Optional[GresLayout]:
+    """The cached layout where it was made for this node and path from files that are all
+    unchanged; None otherwise (a missing or damaged cache is rebuilt)."""
+    from ..safefile import read_file
 
     try:
-        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
-    except OSError as exc:
-        return GresLayout(path, error=f"cannot read {path}: {exc.strerror or exc}")
-    conf_identity, conf_text = _read_slurm_conf(slurm_conf_path(path))
+        cached = json.loads((read_file(state_dir, CACHE) or b"null").decode())
+        if not (isinstance(cached, dict) and cached.get("node") == node and cached.get("path") == path
+                and cached.get("files") and unchanged(cached["files"])):
+            return None
+        layout = cached["layout"]
+        return GresLayout(path, files=tuple(layout["files"]), autodetect=layout["autodetect"],
+                          uncertain=layout["uncertain"],
+                          typed=tuple((t, c, tuple(f)) for t, c, f in layout["typed"]),
+                          shared=tuple(str(n) for n in layout["shared"]))
+    except (OSError, ValueError, KeyError, TypeError):
+        return None
+
+
+def _read_layout(path: str, node: str, state_dir: Optional[str]) -> GresLayout:
+    from ..safefile import atomic_write
+
+    if state_dir:
+        hit = _cached(state_dir, path, node)
+        if hit is not None:
+            return hit
+    conf_dir = os.path.dirname(path)
     try:
-        st = os.fstat(fd)
-        # slurm.conf orders several types and caps each type's count: its identity is part of
-        # the key, or an edited slurm.conf would keep the old order (issue 22, item 12)
-        key = {"identity": _identity(st), "slurm_conf": conf_identity, "node": node, "path": path}
-        if state_dir:
-            try:
-                cached = json.loads((read_file(state_dir, CACHE) or b"null").decode())
-                if isinstance(cached, dict) and cached.get("key") == key:
-                    layout = cached["layout"]
-                    return GresLayout(path, files=tuple(layout["files"]),
-                                      autodetect=layout["autodetect"], uncertain=layout["uncertain"],
-                                      typed=tuple((t, c, tuple(f)) for t, c, f in layout["typed"]),
-                                      shared=tuple(str(n) for n in layout["shared"]))
-            except (OSError, ValueError, KeyError, TypeError):
-                pass  # a missing or damaged cache is rebuilt below
-        text = os.read(fd, MAX_CONF_BYTES).decode("utf-8", "replace")
-    except OSError as exc:
-        return GresLayout(path, error=f"cannot read {path}: {exc.strerror or exc}")
-    finally:
-        os.close(fd)
-    layout = parse_gres_conf(text, node, path,
-                             slurm_conf_gres(conf_text, node) if conf_text is not None else None)
-    if conf_text is not None:
-        # mps may be counted in slurm.conf alone (Gres=gpu:4,mps:400 with AutoDetect=nvml)
-        layout = layout._replace(shared=tuple(sorted(set(layout.shared) | set(
-            slurm_conf_shared(conf_text, node)))))
+        lines, files = read_conf(path, conf_dir)
+    except ConfReadError as exc:
+        return GresLayout(path, error=str(exc))
+    slurm_conf = slurm_conf_path(path)
+    slurm_items: Optional[List[str]] = None
+    if os.path.exists(slurm_conf):
+        try:
+            slurm_lines, slurm_files = read_conf(slurm_conf, conf_dir, cluster_names=True)
+        except ConfReadError as exc:
+            # slurmd does not start with this slurm.conf: nothing it numbers can be known
+            return GresLayout(path, error=str(exc))
+        files += slurm_files
+        slurm_items = node_gres(slurm_lines, node)
+    else:
+        files.append((slurm_conf, None))  # its appearing later must rebuild the cache
+    layout = parse_gres_lines(lines, node, path, gpu_counts(slurm_items))
+    # mps may be counted in slurm.conf alone (Gres=gpu:4,mps:400 with AutoDetect=nvml)
+    layout = layout._replace(shared=tuple(sorted(set(layout.shared) | set(shared_gres(slurm_items)))))
     if state_dir and layout.error is None:
         try:
             atomic_write(state_dir, CACHE, json.dumps(
-                {"key": key, "layout": {"files": list(layout.files), "autodetect": layout.autodetect,
-                                        "uncertain": layout.uncertain,
-                                        "typed": [list(t) for t in layout.typed],
-                                        "shared": list(layout.shared)}}).encode(), durable=False)
+                {"node": node, "path": path, "files": [[p, list(i) if i else None] for p, i in files],
+                 "layout": _layout_json(layout)}).encode(), durable=False)
         except OSError:
             pass  # the cache only saves a parse
     return layout

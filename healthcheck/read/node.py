@@ -165,11 +165,11 @@ def out_of_service(gpus: Tuple[GpuSnapshot, ...], exclude: Tuple[str, ...],
             pcis.add(normalise_pci(entry))
         except ValueError:
             pass  # a serial or UUID
-    from ..decide.gpumap import file_minors
+    from ..decide.gpumap import NVIDIA_AUTODETECT, autodetect_kind, file_minors
 
     in_gres = None
     if (layout is not None and not layout.error and not layout.uncertain and layout.files
-            and layout.autodetect != "nvml"):
+            and autodetect_kind(layout.autodetect) not in NVIDIA_AUTODETECT):
         in_gres = set(file_minors(layout))
     found = []
     for gpu in gpus:
