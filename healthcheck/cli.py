@@ -30,10 +30,16 @@ if TYPE_CHECKING:  # imported lazily at run time: every job start waits for this
 
 EPILOG_TEXT = """\
 exit status:
-  --node    0 healthy, 1 warning, 2 failure (the node must not run jobs), 3 unknown
-  --prolog  non-zero exactly when the job must not start on this node
-  --epilog  non-zero exactly when it drained the node
-  --check-config  0 valid, 1 invalid (each error names the file and key)
+  --node          0 healthy, 1 warning, 2 failure (the node must not run jobs), 3 unknown
+  --repair        as --node, for the check that follows the repair
+  --prolog        non-zero exactly when the job must not start on this node
+  --epilog        non-zero exactly when it drained the node
+  --check-config  0 valid, 3 invalid (every error, each naming the file and key; the
+                  status --node has for the same file)
+  --history, --cluster, --ack, --list-checks, --version   0 done, 3 could not
+  --job-report    0 the job's GPUs are healthy, 2 one of them is at fault, 3 could not check
+  any mode        3 for a command-line mistake (an unknown option, an option the mode does
+                  not take) or an invalid config under --node; 143 on SIGTERM
 
 configuration: /etc/gpu-healthcheck/config.toml, or $GPU_HEALTHCHECK_CONFIG, or --config.
 Slurm: Prolog=/usr/libexec/gpu-healthcheck/gpu-healthcheck-prolog (see deploy/slurm/).
@@ -64,6 +70,14 @@ def build_parser() -> "argparse.ArgumentParser":
     class Parser(argparse.ArgumentParser):
         def error(self, message: str) -> "NoReturn":  # type: ignore[override]
             # argparse exits 2 (= fail for --node): a typo must not read as a sick node
+            if message.startswith("unrecognized arguments: "):
+                words = message.split(": ", 1)[1].split()
+                options = [w for w in words if w.startswith("-")]
+                if options:
+                    message = (f"unknown option{'s' if len(options) > 1 else ''} "
+                               f"{' '.join(options)}")
+                else:
+                    message = f"unexpected argument{'s' if len(words) > 1 else ''} {' '.join(words)}"
             raise UsageError(message)
 
     parser = Parser(
@@ -99,6 +113,9 @@ def build_parser() -> "argparse.ArgumentParser":
     parser.add_argument("--act", action="store_true", help="with --node: drain on failure, "
                         "resume our own drain once the node is healthy")
     parser.add_argument("--config", metavar="FILE", help="configuration file (TOML)")
+    parser.add_argument("--gres", action="store_true", help="with --check-config: this node's "
+                        "job-GPU -> device -> NVML map (gres index, device file, NVML index, "
+                        "UUID), as the prolog computes it from gres.conf and slurm.conf")
     parser.add_argument("--gpus", metavar="LIST", help="with --node: only these NVML indices, "
                         "e.g. 0,3")
     parser.add_argument("--level", choices=LEVELS, default=None,
@@ -134,7 +151,7 @@ def _fast_args(argv: List[str]) -> Optional["argparse.Namespace"]:
                            epilog=modes[0] == "--epilog", version=False, history=None,
                            cluster=False, list_checks=False, check_config=False, ack=False,
                            job_report=False, repair=False, json="--json" in argv, act="--act" in argv,
-                           config=None, gpus=None, level=level)
+                           config=None, gpus=None, level=level, gres=False)
 
 
 def _level(given: Optional[str], mode: "Mode", environ: Mapping[str, str],
@@ -190,8 +207,25 @@ def main(argv: Optional[Sequence[str]] = None, started_monotonic: Optional[float
         return exitcodes.USAGE
 
 
+def _refuse_meaningless(args: "argparse.Namespace") -> None:
+    """--act, --gpus, --level and --gres where the mode does nothing with them: one line, exit 3
+    (a `--history --act` that ran as if --act meant something would mislead)."""
+    mode = next(m for m in ("node", "repair", "prolog", "epilog", "history", "cluster", "list_checks",
+                            "check_config", "job_report", "ack", "version")
+                if getattr(args, m) not in (None, False))
+    takes = {"act": ("node", "repair"), "gpus": ("node", "repair", "ack"),
+             "level": ("node", "repair", "prolog", "epilog", "ack"), "gres": ("check_config",)}
+    for option, modes in takes.items():
+        if mode in ("prolog", "epilog") and option in ("act", "gpus"):
+            continue  # refused below, with why (they act on the job's GPUs by themselves)
+        if getattr(args, option) not in (None, False) and mode not in modes:
+            raise UsageError(f"--{option} means nothing with --{mode.replace('_', '-')} "
+                             f"(it goes with {', '.join('--' + m.replace('_', '-') for m in modes)})")
+
+
 def _main(args_list: List[str], started: float) -> int:
     args = _fast_args(args_list) or build_parser().parse_args(args_list)
+    _refuse_meaningless(args)
     if args.version:
         print(f"gpu-healthcheck {__version__}")
         return exitcodes.done_exit(True)
@@ -202,7 +236,7 @@ def _main(args_list: List[str], started: float) -> int:
     if args.check_config:
         from .report.admin import check_config
 
-        return check_config(args.config, os.environ, args.json, sys.stdout, sys.stderr)
+        return check_config(args.config, os.environ, args.json, sys.stdout, sys.stderr, gres=args.gres)
     if args.ack:
         return _ack(args)
     if args.history is not None or args.cluster:

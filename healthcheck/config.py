@@ -24,22 +24,12 @@ import os
 import stat
 from typing import Any, Collection, Dict, FrozenSet, List, Mapping, Optional, Tuple, Union
 
-from .configsections import DcgmConfig, DeepConfig, NetworkConfig, count_or_share  # noqa: F401  (re-exported)
+from .configsections import (DEEP_FLOOR_METRICS, PORT_NAME_CHARS, ConfigError, DcgmConfig,  # noqa: F401  (re-exported)
+                             DeepConfig, NetworkConfig, count_or_share, floor_entry, port_list)
 from .records import NamedTuple
 
 DEFAULT_CONFIG_PATH = "/etc/gpu-healthcheck/config.toml"
 CONFIG_ENV = "GPU_HEALTHCHECK_CONFIG"
-
-
-class ConfigError(Exception):
-    """A configuration file that cannot be used, with the file and key that are wrong."""
-
-    def __init__(self, path: str, key: Optional[str], problem: str) -> None:
-        self.path = path
-        self.key = key
-        self.problem = problem
-        where = f"{path}: {key}: " if key else f"{path}: "
-        super().__init__(where + problem)
 
 
 class DrainConfig(NamedTuple):
@@ -180,11 +170,10 @@ _NON_NEGATIVE = {"xid_window_s", "history_max_bytes", "expected_gpus", "boot_gra
                  "port_rcv_errors_per_job", "local_link_integrity_errors_per_job",
                  "excessive_buffer_overrun_errors_per_job"}
 _CHOICES = {"gpudirect": ("auto", "true", "false")}
-PORT_NAME_CHARS = frozenset("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789_.-")
+_ABSOLUTE = {"state_dir"}  # keys that must name an absolute path
 _FRACTIONS = {"max_fraction", "full_fraction", "sibling_ratio_warn", "sibling_ratio_fail",
               "floor_fraction", "pcie_fraction"}
 DCGM_ENABLED = ("auto", "true", "false")
-DEEP_FLOOR_METRICS = ("hbm_gbps", "gflops", "nvlink_gbps")
 # The levels a job may ask for (cli.LEVELS; `job_levels`): what that list may hold.
 PROBE_LEVELS = ("quick", "full", "deep")
 _LIST_CHOICES: Dict[str, Tuple[str, ...]] = {"job_levels": PROBE_LEVELS}
@@ -239,7 +228,7 @@ def _coerce(path: str, key: str, annotation: str, value: Any) -> Any:
             raise ConfigError(path, key, f"expected one of {', '.join(_CHOICES[leaf])}, got {value!r}")
         return value
     if base.startswith("Union[int, Tuple[str"):
-        return _port_list(path, key, value)
+        return port_list(path, key, value, _type_name('Union[int, Tuple[str'))
     if base == "Union[int, float]":
         counted, problem = count_or_share(value)
         if counted is None:
@@ -251,7 +240,7 @@ def _coerce(path: str, key: str, annotation: str, value: Any) -> Any:
         raise ConfigError(path, key, f"expected auto, true or false, got {value!r}")
     if key == "deep.floors" and isinstance(value, list):
         for entry in value:
-            if not _floor_entry(entry):
+            if not floor_entry(entry):
                 raise ConfigError(path, key, f"expected \"MODEL:METRIC=VALUE\" (METRIC one of "
                                              f"{', '.join(DEEP_FLOOR_METRICS)}, VALUE > 0), got {entry!r}")
     if base == "bool":
@@ -291,49 +280,33 @@ def _coerce(path: str, key: str, annotation: str, value: Any) -> Any:
     return value
 
 
-def _port_list(path: str, key: str, value: Any) -> Any:
-    """network.expected_ports: a count (>= 0) or a list of "hca:port" names."""
-    if isinstance(value, int) and not isinstance(value, bool):
-        if value < 0:
-            raise ConfigError(path, key, f"must be >= 0, got {value!r}")
-        return value
-    if isinstance(value, list) and all(isinstance(v, str) for v in value):
-        for name in value:
-            hca, colon, port = name.rpartition(":")
-            if not colon or not hca or not port.isdigit() or not set(hca) <= PORT_NAME_CHARS:
-                raise ConfigError(path, key, f"{name!r} is not a port name like \"mlx5_0:1\"")
-        return tuple(value)
-    raise ConfigError(path, key, f"expected {_type_name('Union[int, Tuple[str')}, got {value!r}")
-
-
-def _floor_entry(entry: object) -> bool:
-    """Whether a deep.floors entry reads "MODEL:METRIC=VALUE" (checks/deep.py reads it)."""
-    if not isinstance(entry, str) or ":" not in entry or "=" not in entry:
-        return False
-    model, _, rest = entry.rpartition(":")
-    metric, _, number = rest.partition("=")
-    try:
-        value = float(number)
-    except ValueError:
-        return False
-    return bool(model.strip()) and metric.strip() in DEEP_FLOOR_METRICS and math.isfinite(value) and value > 0
-
-
-def _build(path: str, cls: Any, table: Mapping[str, Any], prefix: str) -> Any:
+def _build(path: str, cls: Any, table: Mapping[str, Any], prefix: str,
+           errors: Optional[List[ConfigError]] = None) -> Any:
+    """The section `cls` from its TOML table.  errors: where each wrong key's ConfigError
+    goes, the key left at its default, so one pass finds every error; None: raise the first."""
     known = {name: _annotation(cls, name) for name in cls._fields
              if name not in ("source", "warnings")}
     values: Dict[str, Any] = {}
     for key, value in table.items():
         dotted = prefix + key
-        if key not in known:
-            choices = ", ".join(sorted(k for k in known if k not in _SECTIONS or not prefix))
-            raise ConfigError(path, dotted, f"unknown key (known: {choices})")
-        if key in _SECTIONS and not prefix:
-            if not isinstance(value, dict):
-                raise ConfigError(path, dotted, f"expected a [{key}] table, got {value!r}")
-            values[key] = _build(path, _SECTIONS[key], value, dotted + ".")
-        else:
-            values[key] = _coerce(path, dotted, str(known[key]), value)
+        try:
+            if key not in known:
+                choices = ", ".join(sorted(k for k in known if k not in _SECTIONS or not prefix))
+                raise ConfigError(path, dotted, f"unknown key (known: {choices})")
+            if key in _SECTIONS and not prefix:
+                if not isinstance(value, dict):
+                    raise ConfigError(path, dotted, f"expected a [{key}] table, got {value!r}")
+                values[key] = _build(path, _SECTIONS[key], value, dotted + ".", errors)
+            else:
+                values[key] = _coerce(path, dotted, str(known[key]), value)
+                if key in _ABSOLUTE and not os.path.isabs(values[key]):
+                    # a relative state_dir would follow whatever directory slurmd starts us in
+                    raise ConfigError(path, dotted, f"must be an absolute path, got {value!r}")
+        except ConfigError as exc:
+            if errors is None:
+                raise
+            errors.append(exc)
+            values.pop(key, None)
     return cls(**values)
 
 
@@ -365,20 +338,25 @@ def keys_set(text: str, path: str = "<config>") -> FrozenSet[str]:
 
 
 def parse_config(text: str, path: str = "<config>",
-                 known_checks: Optional[Collection[str]] = None) -> Config:
+                 known_checks: Optional[Collection[str]] = None,
+                 errors: Optional[List[ConfigError]] = None) -> Config:
     """Parse TOML text into a Config (pure: no file access).
 
     `known_checks`: the check ids `[checks] disabled` may name (the registry's catalogue,
     checks.CATALOGUE, which every caller that runs or lists checks passes).  The config imports
     no check: it is a leaf every module may use.  None leaves the ids to the caller (the crash
-    logger, which needs only the paths).
+    logger, which needs only the paths).  `errors`: collect every ConfigError there (each
+    wrong key keeps its default; --check-config) instead of raising the first.
     """
-    config: Config = _build(path, Config, _load_toml(text, path), "")
+    config: Config = _build(path, Config, _load_toml(text, path), "", errors)
     if known_checks is not None:
         unknown_checks = [c for c in config.checks.disabled if c not in known_checks]
         if unknown_checks:
-            raise ConfigError(path, "checks.disabled",
-                              f"unknown check id(s): {', '.join(unknown_checks)}")
+            problem = ConfigError(path, "checks.disabled",
+                                  f"unknown check id(s): {', '.join(unknown_checks)}")
+            if errors is None:
+                raise problem
+            errors.append(problem)
     return config._replace(source=path)
 
 

@@ -5,7 +5,7 @@ meaning and default are documented beside it, as in config.py."""
 from __future__ import annotations
 
 import math
-from typing import Optional, Tuple, Union
+from typing import Any, Optional, Tuple, Union
 
 from .records import NamedTuple
 
@@ -58,6 +58,49 @@ class NetworkConfig(NamedTuple):
     port_rcv_errors_per_job: int = 10
     local_link_integrity_errors_per_job: int = 10
     excessive_buffer_overrun_errors_per_job: int = 10
+
+
+class ConfigError(Exception):
+    """A configuration file that cannot be used, with the file and key that are wrong."""
+
+    def __init__(self, path: str, key: Optional[str], problem: str) -> None:
+        self.path = path
+        self.key = key
+        self.problem = problem
+        where = f"{path}: {key}: " if key else f"{path}: "
+        super().__init__(where + problem)
+
+
+PORT_NAME_CHARS = frozenset("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789_.-")
+DEEP_FLOOR_METRICS = ("hbm_gbps", "gflops", "nvlink_gbps")
+
+
+def port_list(path: str, key: str, value: Any, expected: str) -> Any:
+    """network.expected_ports: a count (>= 0) or a list of "hca:port" names."""
+    if isinstance(value, int) and not isinstance(value, bool):
+        if value < 0:
+            raise ConfigError(path, key, f"must be >= 0, got {value!r}")
+        return value
+    if isinstance(value, list) and all(isinstance(v, str) for v in value):
+        for name in value:
+            hca, colon, port = name.rpartition(":")
+            if not colon or not hca or not port.isdigit() or not set(hca) <= PORT_NAME_CHARS:
+                raise ConfigError(path, key, f"{name!r} is not a port name like \"mlx5_0:1\"")
+        return tuple(value)
+    raise ConfigError(path, key, f"expected {expected}, got {value!r}")
+
+
+def floor_entry(entry: object) -> bool:
+    """Whether a deep.floors entry reads "MODEL:METRIC=VALUE" (checks/deep.py reads it)."""
+    if not isinstance(entry, str) or ":" not in entry or "=" not in entry:
+        return False
+    model, _, rest = entry.rpartition(":")
+    metric, _, number = rest.partition("=")
+    try:
+        value = float(number)
+    except ValueError:
+        return False
+    return bool(model.strip()) and metric.strip() in DEEP_FLOOR_METRICS and math.isfinite(value) and value > 0
 
 
 MAX_NODES = 100000

@@ -8,7 +8,8 @@ is one function of what happened, never of how a message was worded (CONTRACTS Â
                     config error, and a bug of ours)
     --prolog        non-zero exactly when the job must not start here
     --epilog        non-zero exactly when it drained the node (or left a pending drain)
-    --check-config  0 valid, 1 invalid
+    --check-config  0 valid, 3 invalid (as --node exits on the same file)
+    --repair        as --node (the check that follows the repair)
     --history, --cluster, --ack   0 done, 3 could not
     --job-report    0 healthy, 2 a GPU of the job is at fault, 3 could not check
     SIGTERM         128 + 15, as a shell reports it
@@ -82,7 +83,9 @@ ack_exit = done_exit
 
 
 def check_config_exit(valid: bool) -> int:
-    return 0 if valid else 1
+    """--check-config: 0 valid; an invalid file exits as --node exits on it (CONFIG_ERROR), so a
+    script that checks a config first sees the status the check would give."""
+    return 0 if valid else CONFIG_ERROR
 
 
 def job_report_exit(job_gpu_at_fault: bool, could_check: bool = True) -> int:

@@ -14,6 +14,7 @@ came from.  Neither touches NVML, Slurm or the state directory.
 from __future__ import annotations
 
 import json
+import os
 from typing import Any, Dict, List, Mapping, Optional, TextIO, Tuple
 
 from ..config import (CONFIG_ENV, Config, ConfigError, UNSET_MEANS,
@@ -77,9 +78,26 @@ def effective_values(config: Config, from_file: frozenset, source: Optional[str]
     return rows
 
 
+def path_warnings(config: Config, environ: Mapping[str, str]) -> List[str]:
+    """The paths a run reads that are not there (warnings: a node may lack them by design)."""
+    from ..read.gres import gres_conf_path
+
+    warnings = []
+    for key, path, means in (
+            ("kernel_log", config.kernel_log, "no Xid can be read: the Xid checks are unknown"),
+            ("sysfs_root", config.sysfs_root, "GPUs that fell off the bus cannot be counted"),
+            ("gres_conf", gres_conf_path(config.gres_conf, dict(environ)),
+             "a job's gres indices cannot be mapped: unknown, never probed, never a drain")):
+        if not os.path.exists(path):
+            warnings.append(f"{key}: {path} does not exist: {means}")
+    return warnings
+
+
 def check_config(cli_path: Optional[str], environ: Mapping[str, str], as_json: bool,
-                 out: TextIO, err: TextIO) -> int:
-    """Validate the config the checker would read; 0 when valid, 1 (errors on err) when not."""
+                 out: TextIO, err: TextIO, gres: bool = False) -> int:
+    """Validate the config the checker would read: every error in one pass (on err), then
+    warnings for paths it reads that are missing; with `gres`, this node's gres map.  0 when
+    valid, else the status --node has for the same file (CONFIG_ERROR)."""
     path, explicit = config_path(cli_path, environ)
     chosen_by = _chosen_by(cli_path, environ)
     errors: List[str] = []
@@ -98,15 +116,25 @@ def check_config(cli_path: Optional[str], environ: Mapping[str, str], as_json: b
                               f"this file and runs with built-in defaults")
             from ..checks import CATALOGUE
 
-            config = parse_config(text, path, CATALOGUE)
+            collected: List[ConfigError] = []
+            config = parse_config(text, path, CATALOGUE, errors=collected)
+            errors.extend(str(e) for e in collected)
             from_file = keys_set(text, path)
     except ConfigError as exc:
         errors.append(str(exc))
+    warnings = path_warnings(config, environ)
+    gres_doc = None
+    if gres:
+        from .gresmap import gres_map
+
+        gres_doc = gres_map(config, environ)
     if as_json:
         doc = {"file": path, "chosen_by": chosen_by, "exists": source is not None,
-               "valid": not errors, "errors": errors,
+               "valid": not errors, "errors": errors, "warnings": warnings,
                "values": {k: {"value": list(v) if isinstance(v, tuple) else v, "source": o}
                           for k, v, o in effective_values(config, from_file, source)}}
+        if gres_doc is not None:
+            doc["gres"] = gres_doc
         json.dump(doc, out, indent=2)
         out.write("\n")
     else:
@@ -119,6 +147,12 @@ def check_config(cli_path: Optional[str], environ: Mapping[str, str], as_json: b
             widths = [max(len(r[i]) for r in rows + [("KEY", "VALUE", "SOURCE")]) for i in range(2)]
             for k, v, o in [("KEY", "VALUE", "SOURCE")] + rows:
                 out.write(f"{k.ljust(widths[0])}  {v.ljust(widths[1])}  {o}\n")
+        if gres_doc is not None:
+            from .gresmap import write_gres_map
+
+            write_gres_map(gres_doc, out)
     for problem in errors:
         err.write(f"gpu-healthcheck: config error: {problem}\n")
+    for warning in warnings:
+        err.write(f"gpu-healthcheck: config warning: {warning}\n")
     return check_config_exit(not errors)

@@ -74,7 +74,7 @@ def test_check_config_prints_each_value_and_where_it_came_from(tmp_path: Path, c
     monkeypatch.setenv("GPU_HEALTHCHECK_CONFIG", str(path))
     rc, out, err = _run(capsys, "--check-config")
     if not _running_as_root():
-        assert rc == 1 and "owned by uid" in err
+        assert rc == 3 and "owned by uid" in err
         return
     assert rc == 0, err
     assert out.splitlines()[0] == f"config file: {path} (environment GPU_HEALTHCHECK_CONFIG; valid)"
@@ -109,7 +109,7 @@ def test_check_config_names_the_file_and_key_of_an_error(tmp_path: Path, capsys,
                                                          key: str, problem: str) -> None:
     path = _config(tmp_path, text)
     rc, out, err = _run(capsys, "--check-config", "--config", str(path))
-    assert rc == 1
+    assert rc == 3
     assert "invalid" in out.splitlines()[0]
     prefix = f"gpu-healthcheck: config error: {path}: " + (f"{key}: " if key else "")
     assert any(ln.startswith(prefix) and problem in ln for ln in err.splitlines()), err
@@ -117,13 +117,13 @@ def test_check_config_names_the_file_and_key_of_an_error(tmp_path: Path, capsys,
 
 def test_check_config_missing_named_file(tmp_path: Path, capsys) -> None:
     rc, _, err = _run(capsys, "--check-config", "--config", str(tmp_path / "nope.toml"))
-    assert rc == 1 and f"{tmp_path / 'nope.toml'}: no such file" in err
+    assert rc == 3 and f"{tmp_path / 'nope.toml'}: no such file" in err
 
 
 def test_check_config_refuses_what_root_would_refuse(tmp_path: Path, capsys) -> None:
     path = _config(tmp_path, 'state_dir = "/srv/hc"\n')
     path.chmod(0o666)
     rc, _, err = _run(capsys, "--check-config", "--config", str(path))
-    assert rc == 1
+    assert rc == 3
     assert f"{path}: " in err and ("world-writable" in err or "owned by uid" in err)
     assert "refuses this file" in err

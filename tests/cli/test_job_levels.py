@@ -45,5 +45,5 @@ def test_job_levels_do_not_bind_the_admins_command_line(node):
 def test_job_levels_an_unknown_level_is_a_config_error_naming_the_key(node):
     node.write_config('job_levels = ["quick", "ful"]\n')
     result = node.run("--check-config")
-    assert result.rc == 1
+    assert result.rc == 3
     assert "job_levels: unknown value(s) 'ful' (known: quick, full, deep)" in result.stdout + result.stderr
