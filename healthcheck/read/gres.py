@@ -96,10 +96,11 @@ def parse_gres_lines(lines: Sequence[ConfLine], node: str, source: str = "gres.c
         for rec in records:
             if "nodename" in rec and node not in expand_hostlist(rec["nodename"]):
                 continue
-            if rec.get("name") == "gpu":
+            name = rec.get("name", "").lower()  # slurmd matches gres names in any case
+            if name == "gpu":
                 gpu.append(rec)
-            elif rec.get("name") in SHARING:
-                shared.add(rec["name"])
+            elif name in SHARING:
+                shared.add(name)
     except GresConfError as exc:
         return GresLayout(source, error=f"{source}: {exc}")
     autodetect = local_autodetect or autodetect

@@ -56,7 +56,7 @@ def slurmd_gres(conf_dir: Path, node: str) -> Optional[Tuple[List[str], str]]:
 
     files: List[str] = []
     for line in output.splitlines():
-        if "Gres Name=gpu" not in line:
+        if "gres name=gpu" not in line.lower():
             continue
         found = re.search(r"File=(\S+)", line)
         if found and found.group(1) != "(null)":

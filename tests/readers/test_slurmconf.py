@@ -132,3 +132,34 @@ def test_gres_any_text_with_includes_reads_or_raises_conf_read_error(tmp_path_fa
         assert str(where) in str(exc)
         return
     assert all(l.path.startswith(str(where)) for l in lines)
+
+
+NODE = "n1 CPUs=1"
+CASES = [
+    ("NodeName=DEFAULT Gres=gpu:2\nNodeName=n1 CPUs=1", "Name=gpu File=DIR/nvidia[0-3]\n"),
+    (f"NodeName={NODE} Gres=gpu:3", "Name=GPU Files=DIR/nvidia[3,1,0]\n"),
+    (f"NodeName={NODE} Gres=gpu:4", "AutoDetect=full\nName=gpu File=DIR/nvidia[2,0,3,1]\n"),
+    (f"NodeName={NODE} Gres=gpu:4", "AutoDetect=nvidia\nName=gpu File=DIR/nvidia[1-3]\nName=gpu File=DIR/nvidia0\n"),
+    (f"NodeName={NODE} Gres=gpu:a:1,gpu:b:2", "Name=gpu Type=b File=DIR/nvidia[0-2]\nName=gpu Type=c File=DIR/nvidia3\n"
+                                             "Name=gpu Type=A File=DIR/nvidia3\n"),
+    (f"NodeName={NODE} Gres=gpu:3", "Name=gpu Type=x \\\nFile=DIR/nvidia[0-1] # two\nName=gpu Type=y File=DIR/nvidia3\n"),
+    (f"NodeName={NODE} Gres=gpu:2", "NodeName=n[0-3] Name=gpu File=DIR/nvidia[1-2]\nNodeName=n2 Name=gpu File=DIR/nvidia0\n"),
+    (f"NodeName={NODE}", "Name=gpu File=DIR/nvidia[0-1]\n"),
+]
+
+
+@pytest.mark.parametrize("node_line,gres", CASES)
+def test_gres_slurmd_agrees_on_defaults_case_continuations_types_and_autodetect(tmp_path, node_line, gres):
+    _tree(tmp_path, {"slurm.conf": f"ClusterName=c\nSlurmctldHost=localhost\nGresTypes=gpu\n{node_line}\n"
+                                   "PartitionName=p Nodes=n1\n", "gres.conf": gres})
+    layout = read_layout(str(tmp_path / "gres.conf"), "n1")
+    ours = [os.path.basename(f) for f in layout.files]
+    mapped = {i: map_gres_indices([str(i)], layout, GPUS)[0] for i in range(len(ours))}
+    for minor in range(4):
+        os.mknod(tmp_path / f"nvidia{minor}", 0o666 | 0o020000, os.makedev(195, minor))
+    live = slurmd_gres(tmp_path, "n1")
+    if live is None:
+        pytest.skip("no slurmd -G here")
+    assert ours == live[0], live[1]
+    # every index we map is the GPU slurmd gives it (22.05 without gpu/nvml: File= order)
+    assert all(f"nvidia{g[0]}" == live[0][i] for i, g in mapped.items() if g), (mapped, live[0])
