@@ -6,17 +6,20 @@ The copy's `/dev/nvidiaN` names point at character devices made with mknod in tm
 (slurmd refuses regular files: "gres/gpu count reported lower than configured"), so the real
 slurmd parses the site's files (Include lines and all) and prints its device list: one
 `Gres Name=gpu ... File=...` line per record it kept, in gres index order.  Slurm 24.11 and
-later need a running munged for -G; this returns None there and on a host without slurmd.
+later need a running munged for -G: slurmd_gres returns None there unless the copy's
+slurm.conf names one (private_munged, `AuthInfo=socket=...`), and on a host without slurmd.
 """
 
 from __future__ import annotations
 
+import contextlib
 import os
 import re
 import shutil
 import subprocess
+import time
 from pathlib import Path
-from typing import List, Optional, Tuple
+from typing import Iterator, List, Optional, Tuple
 
 CHR = 0o020000
 
@@ -62,3 +65,37 @@ def slurmd_gres(conf_dir: Path, node: str) -> Optional[Tuple[List[str], str]]:
         if found and found.group(1) != "(null)":
             files.extend(os.path.basename(f) for f in expand_hostlist(found.group(1)))
     return files, output
+
+
+@contextlib.contextmanager
+def private_munged(where: Path) -> Iterator[Path]:
+    """A munged of our own (its own key and socket under `where`), for the slurmd -G of Slurm
+    24.11 and later, which creates a munge credential before it prints the gres list.  Ended
+    (SIGTERM, then SIGKILL) when the block ends."""
+    munged = shutil.which("munged", path="/usr/sbin:/usr/bin:/sbin:/bin")
+    if not munged:
+        raise FileNotFoundError("munged is not installed")
+    where.mkdir(parents=True, exist_ok=True)
+    os.chmod(where, 0o755)  # munged wants its socket folder reachable by any uid
+    key, socket = where / "munge.key", where / "munge.socket"
+    key.write_bytes(os.urandom(1024))
+    key.chmod(0o400)
+    proc = subprocess.Popen([munged, "--foreground", "--force", f"--key-file={key}", f"--socket={socket}",
+                             f"--pid-file={where / 'munged.pid'}", f"--log-file={where / 'munged.log'}",
+                             f"--seed-file={where / 'munged.seed'}"],
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        deadline = time.monotonic() + 20
+        while not (socket.exists() and subprocess.run(["munge", "-n", "-S", str(socket)],
+                                                      capture_output=True, timeout=10).returncode == 0):
+            if proc.poll() is not None or time.monotonic() > deadline:
+                raise RuntimeError(f"munged did not answer on {socket} within 20 s")
+            time.sleep(0.05)
+        yield socket
+    finally:
+        proc.terminate()
+        try:
+            proc.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait(timeout=10)
