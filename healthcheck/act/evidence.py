@@ -1,7 +1,7 @@
 """RMA evidence: the GPU's repair ledger and, where the tool exists, NVIDIA's bug report, copied
 into state_dir/evidence/ when a node is marked rma (README "Repair").
 
-    files = collect(config, "gpu-a", "1650522003802", events)   # the paths written
+    files = collect(config, "gpu-a", ledger_of(gpu), events)   # the paths written
 
 nvidia-bug-report.sh (config `repair.bug_report`) runs with a deadline
 (`repair.bug_report_timeout_s`, its process group killed past it) and a size cap
@@ -16,6 +16,7 @@ import time
 from typing import List, Optional
 
 from ..config import Config
+from ..decide.repair import LedgerRef
 from ..model import WARNING, LogEvent
 from ..safefile import atomic_write, read_file
 from . import ledger
@@ -30,16 +31,18 @@ def find_bug_report(configured: Optional[str]) -> Optional[str]:
     return shutil.which("nvidia-bug-report.sh", path=os.environ.get("PATH") or DEFAULT_PATH)
 
 
-def collect(config: Config, node: str, key: Optional[str], events: List[LogEvent]) -> List[str]:
+def collect(config: Config, node: str, key: Optional[LedgerRef], events: List[LogEvent]) -> List[str]:
     """Write the evidence; best effort (a failure is logged, the rma mark stands)."""
     directory = os.path.join(config.state_dir, EVIDENCE_DIR)
     stamp = time.strftime("%Y%m%dT%H%M%SZ", time.gmtime())
     files: List[str] = []
     try:
         if key:
-            raw = read_file(ledger.ledger_dir(config.state_dir), ledger.ledger_name(key))
+            # the GPU's ledger file, or the one an older version kept for it
+            raw = next((r for r in (read_file(ledger.ledger_dir(config.state_dir), ledger.ledger_name(k))
+                                    for k in (key.key, key.legacy)) if r is not None), None)
             if raw is not None:
-                name = f"{node}-{key}-{stamp}-ledger.json"
+                name = f"{node}-{key.key}-{stamp}-ledger.json"
                 atomic_write(directory, name, raw)
                 files.append(os.path.join(directory, name))
         tool = find_bug_report(config.repair.bug_report)

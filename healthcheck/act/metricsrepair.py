@@ -139,7 +139,7 @@ def gpu_repairs(config: "Config", snapshot: Optional["NodeSnapshot"],
                 now: Optional[float] = None) -> Tuple[Optional[List[Dict[str, Any]]], List[str]]:
     """Each GPU's repairs within repair.window_s from its ledger, and notes; (None, []) where the
     run listed no GPUs (the last read is kept)."""
-    from ..decide.repair import in_window, ledger_key
+    from ..decide.repair import in_window, ledger_of
     from .ledger import read_ledger
 
     if snapshot is None or not snapshot.gpus:
@@ -148,7 +148,7 @@ def gpu_repairs(config: "Config", snapshot: Optional["NodeSnapshot"],
     rows, notes = [], []
     for g in snapshot.gpus:
         try:
-            count = len(in_window(read_ledger(config.state_dir, ledger_key(g)), when,
+            count = len(in_window(read_ledger(config.state_dir, ledger_of(g)), when,
                                   config.repair.window_s))
         except (ValueError, OSError) as exc:
             notes.append(f"gpu_healthcheck_gpu_repairs of GPU {g.index}: {exc}")

@@ -47,7 +47,7 @@ class Repairer:
         self.plan: Optional[rd.RepairPlan] = None
         self.drained_at: Optional[str] = None
         self.reason: Optional[str] = None  # the node's reason when this run read it
-        self.rebooted: Optional[Dict[int, str]] = None  # after a boot: GPU -> its ledger of that reboot
+        self.rebooted: Optional[Dict[int, rd.LedgerRef]] = None  # after a boot: GPU -> its ledger of that reboot
 
     def _log(self, step: str, priority: int, message: str, action: str = "",
              **extra: str) -> None:
@@ -76,7 +76,7 @@ class Repairer:
         gpus = snapshot.gpus
         now = time.time()
         try:
-            attempts = ledger.read_ledgers(self.config.state_dir, [rd.ledger_key(g) for g in gpus])
+            attempts = ledger.read_ledgers(self.config.state_dir, [rd.ledger_of(g) for g in gpus])
             for key in list(attempts):
                 attempts[key] = self._from_the_future(key, attempts[key], now)
         except (ValueError, OSError) as exc:
@@ -156,7 +156,7 @@ class Repairer:
         for gpu in snapshot.gpus:
             if gpu.index in plan.gpus and (plan.action == rd.RESET or trigger is None
                                            or trigger.gpu in (None, gpu.index)):
-                ledger.append_attempt(self.config.state_dir, rd.ledger_key(gpu), rd.Attempt(
+                ledger.append_attempt(self.config.state_dir, rd.ledger_of(gpu), rd.Attempt(
                     at=time.time(), action=plan.action, trigger=cause, outcome=outcome,
                     node=self.node, gpu=gpu.index, pci=gpu.pci_bus_id or "", serial=gpu.serial or ""))
 
@@ -292,13 +292,16 @@ class Repairer:
             return False
         return True
 
-    def _pending_reboots(self, snapshot: NodeSnapshot) -> Dict[int, str]:
+    def _pending_reboots(self, snapshot: NodeSnapshot) -> Dict[int, rd.LedgerRef]:
         """GPU -> its ledger whose last attempt is a reboot not judged yet (outcome "reboot").
-        A GPU NVML had lost when the reboot was asked for had no serial then: its ledger is
-        the index's (decide.repair.ledger_key), and the GPU back from the boot has a serial."""
-        keys: Dict[int, str] = {}
+        A GPU NVML had lost when the reboot was asked for had no serial then (nor, maybe, a
+        PCI address): its ledger is the index's (decide.repair.ledger_of), and the GPU back
+        from the boot has a serial."""
+        keys: Dict[int, rd.LedgerRef] = {}
         for gpu in snapshot.gpus:
-            for key in dict.fromkeys((rd.ledger_key(gpu), rd.ledger_key(gpu._replace(serial=None, uuid=None)))):
+            nameless = gpu._replace(serial=None, uuid=None)
+            for key in dict.fromkeys((rd.ledger_of(gpu), rd.ledger_of(nameless),
+                                      rd.ledger_of(nameless._replace(pci_bus_id=None)))):
                 try:
                     attempts = ledger.read_ledger(self.config.state_dir, key)
                 except (ValueError, OSError):
@@ -308,12 +311,12 @@ class Repairer:
                     break
         return keys
 
-    def _set_outcome(self, keys: Sequence[str], outcome: str) -> None:
+    def _set_outcome(self, keys: Sequence[rd.LedgerRef], outcome: str) -> None:
         for key in keys:
             try:
                 ledger.update_last(self.config.state_dir, key, outcome)
             except (ValueError, OSError) as exc:
-                self._log("error", ERR, f"cannot write the repair ledger {key}: {exc}", rd.REBOOT)
+                self._log("error", ERR, f"cannot write the repair ledger {key.key}: {exc}", rd.REBOOT)
 
     def _drained_at(self) -> Optional[str]:
         """When we drained it (our note), for drain-to-resume: slurmctld restamps the reason
@@ -336,7 +339,7 @@ class Repairer:
         assert plan is not None
         self.release()
         keys = (dict(self.rebooted) if self.rebooted is not None else
-                {g.index: rd.ledger_key(g) for g in snapshot.gpus if g.index in plan.gpus})
+                {g.index: rd.ledger_of(g) for g in snapshot.gpus if g.index in plan.gpus})
         if action.taken == "resume":
             for key in keys.values():
                 ledger.update_last(self.config.state_dir, key, "resumed")
@@ -378,7 +381,7 @@ class Repairer:
         from .evidence import collect
 
         target = next((g for g in snapshot.gpus if g.index == index), None)
-        files = collect(self.config, self.node, rd.ledger_key(target) if target else None, self.events)
+        files = collect(self.config, self.node, rd.ledger_of(target) if target else None, self.events)
         self._log("rma", CRIT, f"marked rma: {reason}; evidence: {', '.join(files) or 'none'}", rd.RMA,
                   GPU_HEALTHCHECK_EVIDENCE=" ".join(files), GPU_HEALTHCHECK_RMA_GPU=str(index))
         return NodeAction("none", reason, detail="rma")

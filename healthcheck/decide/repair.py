@@ -72,7 +72,7 @@ NVSWITCH_WHY = ("NVSwitch system: which GPUs and switches must be reset together
 
 
 class Attempt(NamedTuple):
-    """One repair in a GPU's ledger (act.ledger keeps them per serial, UUID where unknown)."""
+    """One repair in a GPU's ledger (act.ledger keeps them per GPU: ledger_of)."""
 
     at: float
     action: str  # reset | reboot
@@ -94,10 +94,76 @@ class RepairPlan(NamedTuple):
     state: str = ""  # --cluster's word for the node while nothing is done: waiting_for_idle, ...
 
 
+class LedgerRef(NamedTuple):
+    """Where a GPU's ledger is (act.ledger): its key, the key an older version filed it under,
+    and the identity that picks its attempts out of that older file (which two GPUs with one
+    serial, or serials differing only in bytes that were not UTF-8, shared)."""
+
+    key: str
+    legacy: str
+    serial: str = ""
+    pci: str = ""
+
+
+_KEY_SAFE = frozenset("ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789.-")
+KEY_PART_MAX = 100  # characters of one escaped part: the file name stays far below NAME_MAX
+
+
+def escape_key_part(text: str) -> str:
+    """`text` as file-name characters, injectively: letters, digits, '.' and '-' stay, every
+    other character becomes '_' and two hex digits per UTF-8 byte ('_' itself is '_5F'), so two
+    different texts never share a name.  A long one keeps its head and a SHA-256 of the whole,
+    after a '~' that no escaped text contains."""
+    import hashlib
+
+    out = "".join(ch if ch in _KEY_SAFE else "".join(f"_{b:02X}" for b in ch.encode("utf-8", "surrogatepass"))
+                  for ch in text)
+    if len(out) <= KEY_PART_MAX:
+        return out
+    digest = hashlib.sha256(text.encode("utf-8", "surrogatepass")).hexdigest()[:32]
+    return f"{out[:KEY_PART_MAX - 33]}~{digest}"
+
+
+def ledger_of(gpu: GpuSnapshot) -> LedgerRef:
+    """A GPU's ledger: keyed by its serial (its UUID where the serial is unknown, its NVML
+    index where NVML knows neither) and its PCI address, each escaped (escape_key_part):
+    `1650522003802@0000-38-00.0`, `~uuid-GPU-..@...`, `~index3@~nopci`."""
+    from ..pci import function_form
+
+    if gpu.serial:
+        who = escape_key_part(gpu.serial)
+    elif gpu.uuid:
+        who = "~uuid-" + escape_key_part(gpu.uuid)
+    else:
+        who = f"~index{gpu.index}"
+    try:
+        where = function_form(gpu.pci_bus_id).replace(":", "-") if gpu.pci_bus_id else "~nopci"
+    except ValueError:
+        where = "~pci-" + escape_key_part(gpu.pci_bus_id or "")
+    legacy = re.sub(r"[^A-Za-z0-9._-]", "_", gpu.serial or gpu.uuid or f"index{gpu.index}")[:96]
+    return LedgerRef(f"{who}@{where}", legacy, gpu.serial or "", gpu.pci_bus_id or "")
+
+
 def ledger_key(gpu: GpuSnapshot) -> str:
-    """A GPU's ledger file name: its serial, its UUID where the serial is unknown."""
-    raw = gpu.serial or gpu.uuid or f"index{gpu.index}"
-    return re.sub(r"[^A-Za-z0-9._-]", "_", raw)[:96]
+    """A GPU's ledger file name (ledger_of(gpu).key)."""
+    return ledger_of(gpu).key
+
+
+def same_pci(a: str, b: str) -> bool:
+    from ..pci import normalise_pci
+
+    try:
+        return normalise_pci(a) == normalise_pci(b)
+    except ValueError:
+        return a == b
+
+
+def legacy_attempts(attempts: Sequence["Attempt"], ref: LedgerRef) -> List["Attempt"]:
+    """This GPU's attempts in a ledger file an older version keyed by serial alone: those
+    recorded with its serial (or none) at its PCI address (or none)."""
+    return [a for a in attempts
+            if (not a.serial or not ref.serial or a.serial == ref.serial)
+            and (not a.pci or not ref.pci or same_pci(a.pci, ref.pci))]
 
 
 def repair_action(findings: Sequence[Finding], gpus: Sequence[GpuSnapshot],

@@ -81,9 +81,9 @@ def steps(c: GpuCluster, node: str):
 
 def only_ledger(c: GpuCluster, node: str):
     """The node's one repair ledger: GPU 3's, keyed by its index (NVML had lost the GPU, so
-    its serial was unknown when the reboot was asked for)."""
+    its serial and PCI address were unknown when the reboot was asked for)."""
     [path] = (c.state(node) / "repair").iterdir()
-    assert path.name == "index3.json", path
+    assert path.name == "~index3@~nopci.json", path
     return json.loads(path.read_text())
 
 

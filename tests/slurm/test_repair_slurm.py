@@ -27,7 +27,7 @@ def test_repair_resets_gpu2_proves_it_healthy_resumes_and_the_next_job_runs_on_g
     steps = [e["message"] for e in repair_events(c, "gpu-a")]
     assert any("claimed" in m or "reset of GPU(s) 2" in m for m in steps), steps
     assert any("reset GPU(s) 2" in m for m in steps) and any("resumed" in m for m in steps), steps
-    ledger = json.loads((c.state("gpu-a") / "repair" / f"{serial(2)}.json").read_text())
+    ledger = json.loads((c.state("gpu-a") / "repair" / f"{serial(2)}@0000-38-00.0.json").read_text())
     [attempt] = ledger["attempts"]
     assert (attempt["action"], attempt["outcome"], attempt["gpu"]) == ("reset", "resumed", 2)
     # 22.05 marks a resumed node NOT_RESPONDING until its next ping answers (seen): a job

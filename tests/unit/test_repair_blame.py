@@ -10,6 +10,8 @@ import time
 from pathlib import Path
 from typing import List
 
+from hypothesis import given, strategies as st
+
 from healthcheck.act import ledger
 from healthcheck.act.repair import Repairer
 from healthcheck.act.slurm import Slurm
@@ -145,4 +147,53 @@ def test_repair_blocked_attempts_count_neither_for_rma_nor_for_the_cooldown():
     plan = decide([dbe(2)], {key: blocked}, now=now)
     assert (plan.action, plan.gpus) == (rd.RESET, (2,)), plan
     assert rd.in_window(blocked, now, CFG.window_s) == []
+
+
+
+# --- the ledger's key: serial and PCI address, escaped; old files still read -----------------
+
+def test_repair_ledger_two_gpus_with_one_serial_or_serials_differing_in_non_utf8_bytes_never_share_a_ledger():
+    a, b = gpus(2)
+    twins = [a._replace(serial="1650522003800"), b._replace(serial="1650522003800")]
+    assert rd.ledger_key(twins[0]) != rd.ledger_key(twins[1])
+    # what the NVML reader makes of serials with bytes that are not UTF-8 (U+FFFD each), and
+    # two serials the old key turned into the same "16_"
+    mangled = [a._replace(serial="16\ufffd"), b._replace(serial="16\ufffd")]
+    assert rd.ledger_key(mangled[0]) != rd.ledger_key(mangled[1])
+    e, u = a._replace(serial="16\xe9"), a._replace(serial="16\xfc")
+    assert rd.ledger_of(e).legacy == rd.ledger_of(u).legacy == "16_"  # the old key collided
+    assert rd.ledger_key(e) == "16_C3_A9@0000-18-00.0" and rd.ledger_key(u) == "16_C3_BC@0000-18-00.0"
+    assert rd.ledger_key(a._replace(serial="a_b")) != rd.ledger_key(a._replace(serial="a/b"))
+
+
+@given(st.text(max_size=300), st.text(max_size=300))
+def test_repair_ledger_key_escape_is_injective_and_a_file_name(x, y):
+    ex, ey = rd.escape_key_part(x), rd.escape_key_part(y)
+    assert (ex == ey) == (x == y)
+    allowed = set("ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789.-_~")
+    assert len(ex) <= rd.KEY_PART_MAX and set(ex) <= allowed
+
+
+def test_repair_ledger_old_file_keyed_by_serial_is_read_split_by_gpu_and_nothing_is_lost(tmp_path):
+    state = str(tmp_path)
+    a, b = (g._replace(serial="1650522003800") for g in gpus(2))  # one serial, two boards
+    old = [attempt(1.0, gpu=0)._replace(serial=a.serial, pci=a.pci_bus_id or ""),
+           attempt(2.0, gpu=1)._replace(serial=b.serial, pci=b.pci_bus_id or ""),
+           attempt(3.0, gpu=0)._replace(serial=a.serial, pci=a.pci_bus_id or "")]
+    legacy = ledger.write_ledger(state, "1650522003800", old)  # what the older version wrote
+    assert legacy.endswith("/repair/1650522003800.json")
+    assert [x.at for x in ledger.read_ledger(state, rd.ledger_of(a))] == [1.0, 3.0]
+    assert [x.at for x in ledger.read_ledger(state, rd.ledger_of(b))] == [2.0]
+    # a new attempt goes into the GPU's own file, with the old ones; the other GPU's stay
+    ledger.append_attempt(state, rd.ledger_of(a), attempt(4.0, gpu=0))
+    assert [x.at for x in ledger.read_ledger(state, rd.ledger_of(a))] == [1.0, 3.0, 4.0]
+    assert [x.at for x in ledger.read_ledger(state, rd.ledger_of(b))] == [2.0]
+    assert (tmp_path / "repair" / f"{rd.ledger_key(a)}.json").exists()
+    assert len(ledger.read_ledger(state, "1650522003800")) == 3  # the old file as it was
+    # the decision reads them: GPU 0 has used its two attempts within the window
+    now = 10.0
+    attempts = ledger.read_ledgers(state, [rd.ledger_of(g) for g in (a, b)])
+    node = this()
+    plan = rd.decide_repair(node, [node], [dbe(0)], [a, b], attempts, now, CFG._replace(cooldown_s=0), False)
+    assert (plan.action, plan.rma_gpu) == (rd.RMA, 0)
 

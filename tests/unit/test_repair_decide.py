@@ -107,8 +107,9 @@ def test_repair_rma_reason_names_gpu_pci_serial_and_attempts_in_the_pinned_forma
 
 
 def test_repair_ledger_key_is_the_serial_else_the_uuid_and_safe_as_a_file_name():
-    assert rd.ledger_key(GpuSnapshot(index=0, uuid="GPU-x", serial="1650 522/00")) == "1650_522_00"
-    assert rd.ledger_key(GpuSnapshot(index=0, uuid="GPU-abc", serial=None)) == "GPU-abc"
+    # the serial (escaped: '_' and two hex digits per byte) and the PCI address
+    assert rd.ledger_key(GpuSnapshot(index=0, uuid="GPU-x", serial="1650 522/00")) == "1650_20522_2F00@~nopci"
+    assert rd.ledger_key(GpuSnapshot(index=0, uuid="GPU-abc", serial=None)) == "~uuid-GPU-abc@~nopci"
 
 
 def test_repair_metrics_count_attempts_successes_and_rma_by_action():
