@@ -284,6 +284,9 @@ class NodeSnapshot(NamedTuple):
     # NVIDIA GPU functions sysfs lists that are not bound to the nvidia driver, (address,
     # driver or "no driver"): vfio-pci, unbound, NVreg_ExcludedGpus; gpu.count leaves them out
     sysfs_unbound: Tuple[Tuple[str, str], ...] = ()
+    # NVIDIA NVSwitch functions on the PCI bus (class 0x0680): an NVSwitch system on any GPU
+    # generation, where NVML's fabric state says so only from Hopper on
+    sysfs_nvswitches: Tuple[str, ...] = ()
     deep: Optional[DeepRun] = None  # --level deep: what the on-device tests measured
     dcgm: Optional[DcgmRead] = None  # what dcgmi said, where it ran
     # gres/mps or gres/shard configured for this node (prolog, epilog): GPUs shared by jobs

@@ -388,8 +388,10 @@ class Repairer:
 
 
 def _nvswitch(snapshot: NodeSnapshot) -> bool:
-    """An NVSwitch fabric behind the GPUs: NVML reports a fabric state (Hopper and later)."""
-    return any(g.fabric_state not in (None, 0) for g in snapshot.gpus)
+    """An NVSwitch fabric behind the GPUs: NVML reports a fabric state (Hopper and later), or
+    NVSwitch functions sit on the PCI bus (every generation: an HGX A100 reports no fabric
+    state)."""
+    return bool(snapshot.sysfs_nvswitches) or any(g.fabric_state not in (None, 0) for g in snapshot.gpus)
 
 
 def _list(gpus: Sequence[int]) -> str:

@@ -26,7 +26,7 @@ from ..records import NamedTuple
 from .kernlog import boot_wallclock, current_boot, read_kernel_log, window_since
 from .nvml import read_nvml
 from .slurmenv import job_from_env
-from .sysfs import read_driver_age, read_sysfs_gpus
+from .sysfs import read_driver_age, read_sysfs_nvidia
 
 
 class NodeInputs(NamedTuple):
@@ -52,7 +52,8 @@ def read_node(request: RunRequest, config: Config, host: str, node: str,
         events.append(LogEvent("error", ERR, f"SLURM_JOB_ID={raw_job_id[:40]!r} is not a Slurm job id: "
                                              f"no baseline, AdminComment or job in the reason for it"))
     nvml = read_nvml(config.nvml_timeout_s)
-    sysfs_gpus, sysfs_error = read_sysfs_gpus(config.sysfs_root)
+    sysfs = read_sysfs_nvidia(config.sysfs_root)
+    sysfs_gpus, sysfs_error = sysfs.gpus, sysfs.error
     from .procinfo import with_owners
 
     gpus = name_lost_gpu(with_owners(nvml.gpus, config.proc_root), sysfs_gpus)
@@ -87,6 +88,7 @@ def read_node(request: RunRequest, config: Config, host: str, node: str,
                             gpus=gpus, sysfs_gpus=sysfs_gpus, sysfs_error=sysfs_error, job=job,
                             driver_age_s=read_driver_age(config.proc_root), out_of_service=excluded,
                             sysfs_unbound=read_unbound(config.sysfs_root, sysfs_gpus or ()),
+                            sysfs_nvswitches=sysfs.nvswitches,
                             selected=tuple(selected) if selected is not None else tuple(g.index for g in gpus),
                             network=read_network(config, gpus),
                             shared_gres=layout.shared if layout is not None else ())

@@ -3,7 +3,7 @@
 A GPU that fell off the bus disappears from NVML but stays in sysfs until the node reboots;
 comparing the two counts catches it.
 
-    read_sysfs_gpus("/sys")   # (("0000:41:00.0", ...), None) or (None, "error text")
+    read_sysfs_nvidia("/sys")  # SysfsNvidia(gpus=("0000:41:00.0", ...), nvswitches=(...), error=None)
 """
 
 from __future__ import annotations
@@ -11,31 +11,46 @@ from __future__ import annotations
 import os
 from typing import Optional, Tuple
 
+from ..records import NamedTuple
+
 NVIDIA_VENDOR = "0x10de"
 # PCI class 0x0300 VGA-compatible controller, 0x0302 3D controller (data-centre GPUs).
 # NVSwitches (0x0680) and audio functions (0x0403) are not GPUs.
 GPU_CLASSES = ("0x0300", "0x0302")
+# An NVSwitch is an NVIDIA function of class 0x0680 ("other bridge device"), as `lspci` shows
+# the six of an HGX A100 baseboard ("Bridge: NVIDIA Corporation Device 1af1").  Unlike NVML's
+# fabric state, which only Hopper and later report, the bus shows them on every generation.
+NVSWITCH_CLASS = "0x0680"
 
 
-def read_sysfs_gpus(sysfs_root: str) -> Tuple[Optional[Tuple[str, ...]], Optional[str]]:
+class SysfsNvidia(NamedTuple):
+    gpus: Optional[Tuple[str, ...]]  # PCI addresses; None: the bus could not be listed
+    nvswitches: Tuple[str, ...]
+    error: Optional[str]
+
+
+def read_sysfs_nvidia(sysfs_root: str) -> SysfsNvidia:
+    """The NVIDIA GPU functions and NVSwitch functions on the PCI bus, in one listing."""
     devices = os.path.join(sysfs_root, "bus", "pci", "devices")
     try:
         names = sorted(os.listdir(devices))
     except OSError as exc:
-        return None, f"cannot list {devices}: {exc.strerror or exc}"
-    found = []
+        return SysfsNvidia(None, (), f"cannot list {devices}: {exc.strerror or exc}")
+    gpus, switches = [], []
     for name in names:
         try:
             with open(os.path.join(devices, name, "vendor")) as handle:
                 if handle.read().strip().lower() != NVIDIA_VENDOR:
                     continue
             with open(os.path.join(devices, name, "class")) as handle:
-                if handle.read().strip().lower()[:6] not in GPU_CLASSES:
-                    continue
+                klass = handle.read().strip().lower()[:6]
         except OSError:
             continue  # a device removed while we list is not ours to judge
-        found.append(name)
-    return tuple(found), None
+        if klass in GPU_CLASSES:
+            gpus.append(name)
+        elif klass == NVSWITCH_CLASS:
+            switches.append(name)
+    return SysfsNvidia(tuple(gpus), tuple(switches), None)
 
 
 def read_unbound(sysfs_root: str, addresses: Tuple[str, ...]) -> Tuple[Tuple[str, str], ...]:

@@ -28,11 +28,18 @@ def ensure_fakegpu() -> Path:
 
 
 def make_sysfs(root: Path, nvidia: Sequence[str] = (), others: Sequence[str] = ("0000:00:1f.0",),
-               driver: str = "nvidia") -> Path:
+               driver: str = "nvidia", nvswitches: Sequence[str] = ()) -> Path:
     """A sysfs tree with these NVIDIA GPU functions (class 0x0302, bound to `driver`; "" for
-    none) and some non-NVIDIA ones."""
+    none), NVIDIA NVSwitch functions (class 0x068000, bound to nvidia, as on an HGX
+    baseboard) and some non-NVIDIA ones."""
     devices = root / "bus" / "pci" / "devices"
     devices.mkdir(parents=True, exist_ok=True)
+    for address in nvswitches:
+        (devices / address).mkdir()
+        (devices / address / "vendor").write_text("0x10de\n")
+        (devices / address / "class").write_text("0x068000\n")
+        (root / "bus" / "pci" / "drivers" / "nvidia").mkdir(parents=True, exist_ok=True)
+        (devices / address / "driver").symlink_to("../../../bus/pci/drivers/nvidia")
     for address in nvidia:
         (devices / address).mkdir()
         (devices / address / "vendor").write_text("0x10de\n")

@@ -61,6 +61,12 @@ class FakeDoor:
         self._call("update", f"NodeName={node}", "Comment=")
         self.nodes[node] = self.nodes[node]._replace(comment=text or None)
 
+    def reboot(self, node: str, reason: str) -> None:
+        """`scontrol reboot reason=... NODE`: slurmctld flags the node (the boot is not simulated)."""
+        self._call("reboot", f"reason={reason}", node)
+        this = self.nodes[node]
+        self.nodes[node] = this._replace(state=this.state + "+REBOOT_REQUESTED")
+
     def set_admin_comment(self, job_id: str, text: str) -> None:
         self._call("update", f"JobId={job_id}", "AdminComment=")
         self.admin_comments[job_id] = text

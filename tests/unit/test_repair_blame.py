@@ -197,3 +197,4 @@ def test_repair_ledger_old_file_keyed_by_serial_is_read_split_by_gpu_and_nothing
     plan = rd.decide_repair(node, [node], [dbe(0)], [a, b], attempts, now, CFG._replace(cooldown_s=0), False)
     assert (plan.action, plan.rma_gpu) == (rd.RMA, 0)
 
+
