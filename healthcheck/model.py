@@ -287,6 +287,9 @@ class NodeSnapshot(NamedTuple):
     # NVIDIA NVSwitch functions on the PCI bus (class 0x0680): an NVSwitch system on any GPU
     # generation, where NVML's fabric state says so only from Hopper on
     sysfs_nvswitches: Tuple[str, ...] = ()
+    # GPUs an earlier run of this node listed (state_dir, act.state.remember_gpus) that NVML
+    # no longer lists: their identity (index then, serial, UUID, PCI address) and nothing else
+    missing_gpus: Tuple["GpuSnapshot", ...] = ()
     deep: Optional[DeepRun] = None  # --level deep: what the on-device tests measured
     dcgm: Optional[DcgmRead] = None  # what dcgmi said, where it ran
     # gres/mps or gres/shard configured for this node (prolog, epilog): GPUs shared by jobs
@@ -316,7 +319,10 @@ class Finding(NamedTuple):
     threshold: Value = None
     action: Action = Action.NONE
     port: Optional[str] = None  # an RDMA port finding: "mlx5_0:1" (gpu is then None)
-    pci: Optional[str] = None  # that port's HCA PCI address
+    # that port's HCA PCI address; or, with gpu None and no port, the PCI address of a GPU NVML
+    # no longer lists (gpu.count: a GPU gone from the bus, known from an earlier run)
+    pci: Optional[str] = None
+    serial: Optional[str] = None  # that missing GPU's serial, where it was known
 
     @property
     def drains(self) -> bool:

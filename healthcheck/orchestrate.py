@@ -20,7 +20,7 @@ import time
 from typing import Callable, List, Optional, Tuple
 
 from .act.slurm import Slurm, report_only
-from .act.state import StateStore, read_acks
+from .act.state import StateStore, read_acks, read_known_gpus, remember_gpus
 from .config import Config
 from .decide.budget import fit_to_budget, probe_cap_s, run_budget_s
 from .decide.exitcodes import run_exit
@@ -59,8 +59,11 @@ def run(request: RunRequest, config: Config, node_name: Optional[str] = None) ->
     resumed_upto = slurm.admin_resumed(store, node, events) if plan.health_check and plan.changes_node else None
 
     inputs = NodeInputs(baseline=store.read_baseline, acks=lambda: read_acks(store),
-                        listpids=slurm.listpids, probe_cap=probe_cap)
+                        listpids=slurm.listpids, probe_cap=probe_cap,
+                        known=(lambda: read_known_gpus(store)) if plan.health_check else None)
     snapshot, selected = read_node(request, config, host, node, inputs, events)
+    if plan.health_check and plan.changes_node:  # how a GPU that vanishes later is named
+        remember_gpus(store, snapshot, events)
     if plan.health_check and plan.changes_node:
         from .act.xidack import acknowledge_resets, acknowledge_xids
 

@@ -49,3 +49,15 @@ class OurDrain(NamedTuple):
     # where the kernel log stood the last time a run saw the node drained by us (the drain's
     # own run first): an admin's resume deals with the Xids up to here, never with later ones
     position: Optional[KernelLogPosition] = None
+
+
+class KnownGpu(NamedTuple):
+    """A GPU this node listed, as the last run that saw it left it (state_dir/known-gpus.json):
+    how a GPU that later vanishes from NVML, or answers nothing but GPU_IS_LOST, is still
+    named by its serial and PCI address."""
+
+    index: int  # type: ignore[assignment]  # the NVML index then; tuple.index is never used here
+    pci: str  # NVML form
+    serial: str = ""
+    uuid: str = ""
+    seen_at: float = 0.0

@@ -41,7 +41,7 @@ REPAIR_FAMILIES: Tuple[RepairFamily, ...] = (
     RepairFamily("gpu_healthcheck_repair_state", "gauge",
                  "1 for the node's repair state after its last run (in_service, drained, "
                  "waiting_for_idle, cooldown, waiting_for_budget, resetting, rebooting, "
-                 "validating, rma), 0 for the others."),
+                 "validating, reboot_timed_out, rma, blocked), 0 for the others."),
     RepairFamily("gpu_healthcheck_repair_state_since_timestamp_seconds", "gauge",
                  "Unix time at which the node entered its current repair state."),
     RepairFamily("gpu_healthcheck_repair_last_drain_to_resume_seconds", "gauge",
@@ -52,6 +52,10 @@ REPAIR_FAMILIES: Tuple[RepairFamily, ...] = (
     RepairFamily("gpu_healthcheck_repairs_failed_total", "counter",
                  "Repairs that did not work, by action and outcome: refused (nvidia-smi refused "
                  "the reset) or still_failing (the full check after it failed)."),
+    RepairFamily("gpu_healthcheck_repairs_blocked_total", "counter",
+                 "Resets the repair loop could not run, by action and cause: in_use (a process "
+                 "holds the GPU, named in the journal) or no_nvidia_smi (nvidia-smi not at its "
+                 "path); never counted as attempts."),
     RepairFamily("gpu_healthcheck_gpu_repairs", "gauge",
                  "Repairs of the GPU within repair.window_s, from its repair ledger (read at "
                  "each --node run)."),
@@ -65,9 +69,9 @@ def update_repair(old: Optional[Mapping[str, Any]], events: Sequence["LogEvent"]
     from ..model import Outcome
 
     new: Dict[str, Any] = {"state": None, "since": None, "last_s": {}, "sum_s": {}, "failed": {},
-                           "gpus": None}
+                           "blocked": {}, "gpus": None}
     for key, value in (old or {}).items():
-        if key in new and (key not in ("last_s", "sum_s", "failed") or isinstance(value, dict)):
+        if key in new and (key not in ("last_s", "sum_s", "failed", "blocked") or isinstance(value, dict)):
             new[key] = dict(value) if isinstance(value, dict) else value
     for event in events:
         state: Optional[str] = None
@@ -84,6 +88,10 @@ def update_repair(old: Optional[Mapping[str, Any]], events: Sequence["LogEvent"]
             if failed and action in ACTIONS:
                 key = f"{action}:{failed}"
                 new["failed"][key] = int(new["failed"].get(key, 0)) + 1
+            cause = event.fields.get("GPU_HEALTHCHECK_REPAIR_BLOCKED", "")
+            if step == "reset_blocked" and action in ACTIONS and cause:
+                key = f"{action}:{cause}"
+                new["blocked"][key] = int(new["blocked"].get(key, 0)) + 1
             if step == "resumed" and action in ACTIONS and seconds is not None:
                 new["last_s"][action] = seconds
                 new["sum_s"][action] = float(new["sum_s"].get(action, 0.0)) + seconds
@@ -126,6 +134,10 @@ def repair_samples(repair: Optional[Mapping[str, Any]], out: Samples) -> None:
         action, _, outcome = str(key).partition(":")
         if isinstance(count, int):
             out[p + "repairs_failed_total"].append(({"action": action, "outcome": outcome}, count))
+    for key, count in sorted(_mapping(repair.get("blocked")).items()):
+        action, _, cause = str(key).partition(":")
+        if isinstance(count, int):
+            out[p + "repairs_blocked_total"].append(({"action": action, "cause": cause}, count))
     for g in repair.get("gpus") or ():
         if isinstance(g, Mapping) and isinstance(g.get("repairs"), int):
             out[p + "gpu_repairs"].append(({k: str(g.get(k, "")) for k in GPU_LABELS}, g["repairs"]))

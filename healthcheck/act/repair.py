@@ -47,7 +47,7 @@ class Repairer:
         self.plan: Optional[rd.RepairPlan] = None
         self.drained_at: Optional[str] = None
         self.reason: Optional[str] = None  # the node's reason when this run read it
-        self.rebooted: Optional[Dict[int, rd.LedgerRef]] = None  # after a boot: GPU -> its ledger of that reboot
+        self.rebooted: Optional[Dict[str, rd.LedgerRef]] = None  # after a boot: key -> each ledger of that reboot
 
     def _log(self, step: str, priority: int, message: str, action: str = "",
              **extra: str) -> None:
@@ -73,10 +73,13 @@ class Repairer:
         mark = rd.parse_mark(this.comment)
         if mark and mark["state"] in rd.AFTER_REBOOT:
             return self._after_reboot(snapshot, this, mark, report_only)
+        if mark and mark["state"] == rd.BLOCKED and not (this.drained and is_ours(this.reason)):
+            self.release()  # resumed (or an admin's now) since: the blocked mark is stale
         gpus = snapshot.gpus
         now = time.time()
         try:
-            attempts = ledger.read_ledgers(self.config.state_dir, [rd.ledger_of(g) for g in gpus])
+            attempts = ledger.read_ledgers(self.config.state_dir,
+                                           rd.ledgers_to_read(gpus, snapshot.missing_gpus, self.node))
             for key in list(attempts):
                 attempts[key] = self._from_the_future(key, attempts[key], now)
         except (ValueError, OSError) as exc:
@@ -84,7 +87,8 @@ class Repairer:
             return False
         plan = rd.decide_repair(this, cluster, findings, gpus, attempts, now,
                                 self.config.repair, _nvswitch(snapshot),
-                                excluded=[index for index, _ in snapshot.out_of_service])
+                                excluded=[index for index, _ in snapshot.out_of_service],
+                                missing=snapshot.missing_gpus)
         self.plan = plan
         if plan.action == rd.NONE:
             if this.drained:
@@ -96,7 +100,7 @@ class Repairer:
             self._log(f"would_{plan.action}", WARNING, f"report_only: {what}: {plan.why}", plan.action)
             return False
         if plan.action == rd.RMA:
-            self.mark_rma(snapshot, plan.rma_gpu, plan.attempts, plan.trigger)
+            self.mark_rma(snapshot, plan.rma_ledger, plan.attempts, plan.trigger)
             return False
         if not self._claim(plan):
             return False
@@ -151,38 +155,94 @@ class Repairer:
     # --- actions -------------------------------------------------------------------------
 
     def _record(self, snapshot: NodeSnapshot, plan: rd.RepairPlan, outcome: str) -> None:
+        """The attempt, in the ledgers of what was repaired only (plan.ledgers): never in every
+        listed GPU's, which would send a healthy GPU 0 to RMA for another's fault."""
         trigger = plan.trigger
         cause = f"{trigger.check}={trigger.value}" if trigger is not None else ""
-        for gpu in snapshot.gpus:
-            if gpu.index in plan.gpus and (plan.action == rd.RESET or trigger is None
-                                           or trigger.gpu in (None, gpu.index)):
-                ledger.append_attempt(self.config.state_dir, rd.ledger_of(gpu), rd.Attempt(
-                    at=time.time(), action=plan.action, trigger=cause, outcome=outcome,
-                    node=self.node, gpu=gpu.index, pci=gpu.pci_bus_id or "", serial=gpu.serial or ""))
+        for ref in plan.ledgers:
+            ledger.append_attempt(self.config.state_dir, ref, rd.Attempt(
+                at=time.time(), action=plan.action, trigger=cause, outcome=outcome, node=self.node,
+                gpu=ref.gpu if ref.gpu is not None else -1, pci=ref.pci, serial=ref.serial))
 
     def _reset(self, snapshot: NodeSnapshot, plan: rd.RepairPlan) -> bool:
+        """Reset plan.gpus through nvidia-smi.  A reset that cannot run (no nvidia-smi at its
+        path, or a process holding a GPU) is blocked: nothing is changed, and it is no attempt
+        (decide.ledgers.counted), or a GPU would go to RMA with no reset ever done."""
         from .nvidiasmi import NvidiaSmi, find_nvidia_smi
 
-        smi = NvidiaSmi(find_nvidia_smi(self.config.nvidia_smi, os.environ), self.config.nvidia_smi_timeout_s)
+        path = find_nvidia_smi(self.config.nvidia_smi, os.environ)
+        if not os.access(path, os.X_OK):
+            return self._blocked(snapshot, plan, rd.NO_NVIDIA_SMI, "",
+                                 f"nvidia-smi is not at {path} (config key nvidia_smi)")
+        holders = self._holders(snapshot, plan.gpus)
+        if holders:
+            return self._blocked(snapshot, plan, rd.IN_USE, holders, f"held by {holders}")
+        smi = NvidiaSmi(path, self.config.nvidia_smi_timeout_s)
         # persistence mode holds the device like a client and the driver refuses the reset
         # (NVIDIA/NVSentinel#1690): off for the reset, back on after, whatever the reset did
         persistent = [g.index for g in snapshot.gpus if g.index in plan.gpus and g.persistence_mode]
         self._persistence(smi, persistent, False)
         done = smi.reset(plan.gpus)
-        try:
-            self._record(snapshot, plan, "reset" if done.ok else f"refused: {done.message[:200]}")
-        except (ValueError, OSError) as exc:
-            self._log("error", ERR, f"cannot write the repair ledger: {exc}", plan.action)
+        in_use = not done.ok and rd.IN_USE_TEXT in done.message
+        if not in_use:
+            try:
+                self._record(snapshot, plan, "reset" if done.ok else f"refused: {done.message[:200]}")
+            except (ValueError, OSError) as exc:
+                self._log("error", ERR, f"cannot write the repair ledger: {exc}", plan.action)
         if done.ok:
             self._log("reset", NOTICE, f"reset GPU(s) {_list(plan.gpus)} ({done.message}); proving "
                                        f"them healthy with --level full", rd.RESET)
-        else:
+        elif not in_use:
             self._log("reset_refused", ERR, f"nvidia-smi refused to reset GPU(s) {_list(plan.gpus)}: "
                                             f"{done.message}", rd.RESET)
         self._persistence(smi, persistent, True)
+        if in_use:  # a client nvidia-smi does not name: who holds it, if we can see it now
+            holders = self._holders(snapshot, plan.gpus) or "a client nvidia-smi does not name"
+            return self._blocked(snapshot, plan, rd.IN_USE, holders,
+                                 f"nvidia-smi: {done.message[:300]}; held by {holders}")
         if not done.ok:
             self.release()
         return done.ok
+
+    def _holders(self, snapshot: NodeSnapshot, gpus: Sequence[int]) -> str:
+        """What holds the GPUs to reset, in words: the processes NVML lists on them and those
+        with their device file open (nv-hostengine, DCGM's host engine, holds the device and
+        is no NVML process); "" for none seen."""
+        from ..read.procinfo import device_holders
+
+        found: Dict[int, str] = {}
+        targets = [g for g in snapshot.gpus if g.index in gpus]
+        for g in targets:
+            for proc in (g.processes or ()) + (g.graphics_processes or ()):
+                found.setdefault(proc.pid, proc.command or "?")
+        devices = [f"/dev/nvidia{g.minor_number}" for g in targets if g.minor_number is not None]
+        for pid, command in device_holders(devices, self.config.proc_root, skip=(os.getpid(),)):
+            found.setdefault(pid, command)
+        words = []
+        for pid, command in sorted(found.items()):
+            name = os.path.basename(command.split(" ", 1)[0]) or "?"
+            hint = " (DCGM's host engine: stop nvidia-dcgm, or `nv-hostengine -t`)" if name == "nv-hostengine" else ""
+            words.append(f"{name} pid {pid}{hint}")
+        return ", ".join(words)
+
+    def _blocked(self, snapshot: NodeSnapshot, plan: rd.RepairPlan, cause: str, holders: str,
+                 why: str) -> bool:
+        """A reset that did not run: logged and kept in the ledger as `blocked: ...` (no
+        attempt), the node's Comment says `repair blocked` (--cluster; no budget held)."""
+        try:
+            self._record(snapshot, plan, f"{rd.BLOCKED}: {why}"[:300])
+        except (ValueError, OSError) as exc:
+            self._log("error", ERR, f"cannot write the repair ledger: {exc}", plan.action)
+        mark = rd.mark_text(rd.BLOCKED, plan.gpus, iso_utc(time.time()))
+        try:
+            self.ctl.set_comment(self.node, f"{mark} by={_token(holders or cause)}"[:250])  # type: ignore[attr-defined]
+        except DoorError as exc:
+            self._log("error", WARNING, f"cannot mark the repair blocked in its Comment: {exc}", rd.RESET)
+        self._log("reset_blocked", ERR, f"repair blocked: no reset of GPU(s) {_list(plan.gpus)} was "
+                                        f"run, {why}; not counted as an attempt, tried again at the "
+                                        f"next check", rd.RESET, GPU_HEALTHCHECK_REPAIR_STATE=rd.BLOCKED,
+                  GPU_HEALTHCHECK_REPAIR_BLOCKED=cause, GPU_HEALTHCHECK_REPAIR_HELD_BY=holders)
+        return False
 
     def _persistence(self, smi: NvidiaSmi, gpus: Sequence[int], enabled: bool) -> None:
         """Persistence mode of `gpus` off (before the reset) or on again (after), logged; a mode
@@ -218,7 +278,7 @@ class Repairer:
                 [plan.trigger] if plan.trigger else [], snapshot.gpus, Mode.NODE, None) or rd.REPAIR_MARK)
         except DoorError as exc:
             self.release()
-            self._set_outcome(list(self._pending_reboots(snapshot).values()), f"refused: {str(exc)[:200]}")
+            self._set_outcome(list(plan.ledgers), f"refused: {str(exc)[:200]}")
             self._log("error", ERR, f"cannot ask Slurm for a reboot: {exc}", rd.REBOOT)
             return False
         self._log("reboot", NOTICE, f"asked Slurm to reboot it (scontrol reboot, our reason kept; "
@@ -274,7 +334,8 @@ class Repairer:
         gpus = tuple(int(g) for g in mark["gpus"].split(",") if g.isdigit())
         if not self._set_claim(rd.VALIDATING, mark):
             return False
-        self.plan = rd.RepairPlan(rd.REBOOT, "after our reboot", gpus or tuple(g.index for g in snapshot.gpus))
+        self.plan = rd.RepairPlan(rd.REBOOT, "after our reboot", gpus or tuple(g.index for g in snapshot.gpus),
+                                  ledgers=tuple(rebooted.values()))
         self.rebooted = rebooted
         self.drained_at = self._drained_at() or self.drained_at
         self._log("booted", NOTICE, f"booted after our reboot (BootTime={this.boot_time}); proving "
@@ -292,22 +353,27 @@ class Repairer:
             return False
         return True
 
-    def _pending_reboots(self, snapshot: NodeSnapshot) -> Dict[int, rd.LedgerRef]:
-        """GPU -> its ledger whose last attempt is a reboot not judged yet (outcome "reboot").
-        A GPU NVML had lost when the reboot was asked for had no serial then (nor, maybe, a
-        PCI address): its ledger is the index's (decide.repair.ledger_of), and the GPU back
-        from the boot has a serial."""
-        keys: Dict[int, rd.LedgerRef] = {}
+    def _pending_reboots(self, snapshot: NodeSnapshot) -> Dict[str, rd.LedgerRef]:
+        """Ledger key -> the ledger (a GPU's, a missing GPU's, the node's) whose last attempt is
+        a reboot not judged yet (outcome "reboot").  A GPU NVML had lost when the reboot was
+        asked for, with no earlier run to name it, had no serial then (nor, maybe, a PCI
+        address): its ledger is the index's (decide.repair.ledger_of), and the GPU back from
+        the boot has a serial."""
+        keys: Dict[str, rd.LedgerRef] = {}
+        candidates: List[List[rd.LedgerRef]] = []
         for gpu in snapshot.gpus:
             nameless = gpu._replace(serial=None, uuid=None)
-            for key in dict.fromkeys((rd.ledger_of(gpu), rd.ledger_of(nameless),
-                                      rd.ledger_of(nameless._replace(pci_bus_id=None)))):
+            candidates.append(list(dict.fromkeys((rd.ledger_of(gpu), rd.ledger_of(nameless),
+                                                  rd.ledger_of(nameless._replace(pci_bus_id=None))))))
+        candidates += [[rd.missing_ledger(m)] for m in snapshot.missing_gpus] + [[rd.node_ledger(self.node)]]
+        for refs in candidates:
+            for ref in refs:
                 try:
-                    attempts = ledger.read_ledger(self.config.state_dir, key)
+                    attempts = ledger.read_ledger(self.config.state_dir, ref)
                 except (ValueError, OSError):
                     continue
                 if attempts and attempts[-1].action == rd.REBOOT and attempts[-1].outcome == "reboot":
-                    keys[gpu.index] = key
+                    keys[ref.key] = ref
                     break
         return keys
 
@@ -334,15 +400,17 @@ class Repairer:
     # --- after the full check --------------------------------------------------------------
 
     def finish(self, snapshot: NodeSnapshot, findings: Sequence[Finding], action: NodeAction) -> NodeAction:
-        """The full check after a repair has run and `action` is maybe_resume's answer."""
+        """The full check after a repair has run and `action` is maybe_resume's answer.  Each
+        repaired ledger is judged by the check's own findings on its GPU: one that passed is
+        "passed" even while another still fails, and only one that still fails can be sent to
+        RMA, never one chosen by its count of attempts alone."""
         plan = self.plan
         assert plan is not None
         self.release()
-        keys = (dict(self.rebooted) if self.rebooted is not None else
-                {g.index: rd.ledger_of(g) for g in snapshot.gpus if g.index in plan.gpus})
+        refs = list(self.rebooted.values()) if self.rebooted is not None else list(plan.ledgers)
         if action.taken == "resume":
-            for key in keys.values():
-                ledger.update_last(self.config.state_dir, key, "resumed")
+            for ref in refs:
+                ledger.update_last(self.config.state_dir, ref, "resumed")
             seconds = _since(self.drained_at)
             self._log("resumed", NOTICE, f"{plan.action} worked: the full check passes and the node "
                                          f"is resumed", plan.action,
@@ -350,16 +418,21 @@ class Repairer:
             return action
         worst = next((f for f in findings if f.drains), None)
         outcome = f"still_failing: {worst.check if worst else action.detail}"
-        recent = {i: rd.in_window(ledger.read_ledger(self.config.state_dir, k), time.time(),
-                                  self.config.repair.window_s) for i, k in keys.items()}
-        for key in keys.values():
-            ledger.update_last(self.config.state_dir, key, outcome)
+        failing = rd.still_failing(findings, refs)
+        for ref in refs:
+            ledger.update_last(self.config.state_dir, ref, f"still_failing: {failing[ref.key].check}"
+                               if ref.key in failing else "passed")
+        fixed = [rd.ledger_words(r) for r in refs if r.key not in failing]
         self._log("still_failing", WARNING, f"{plan.action} did not fix it ({outcome}); it stays "
-                                            f"drained", plan.action)
-        worst_gpu = max(recent, key=lambda i: len(recent[i]), default=None)
-        if worst_gpu is not None and rd.after_attempt(len(recent[worst_gpu]), self.config.repair,
+                                            f"drained" + (f"; passed its own check: {', '.join(fixed)}"
+                                                          if fixed else ""), plan.action)
+        now = time.time()
+        recent = {r.key: len(rd.in_window(ledger.read_ledger(self.config.state_dir, r), now,
+                                          self.config.repair.window_s)) for r in refs if r.key in failing}
+        worst_ref = max((r for r in refs if r.key in recent), key=lambda r: recent[r.key], default=None)
+        if worst_ref is not None and rd.after_attempt(recent[worst_ref.key], self.config.repair,
                                                       False) == rd.RMA:
-            return self.mark_rma(snapshot, worst_gpu, len(recent[worst_gpu]), plan.trigger)
+            return self.mark_rma(snapshot, worst_ref, recent[worst_ref.key], failing[worst_ref.key])
         reason = drain_reason(findings, snapshot.gpus, Mode.NODE, None)
         if reason:
             try:
@@ -368,10 +441,12 @@ class Repairer:
                 self._log("error", WARNING, f"cannot put the new finding in the reason: {exc}")
         return NodeAction("none", reason, detail=outcome)
 
-    def mark_rma(self, snapshot: NodeSnapshot, gpu: Optional[int], attempts: int,
+    def mark_rma(self, snapshot: NodeSnapshot, ref: Optional[rd.LedgerRef], attempts: int,
                  trigger: Optional[Finding]) -> NodeAction:
-        index = gpu if gpu is not None else 0
-        reason = drain_reason([rd.rma_finding(index, attempts, trigger)], snapshot.gpus, Mode.NODE, None)
+        """Mark the node rma for the GPU of `ref` (by index, or by address and serial for one
+        NVML no longer lists), or for the node itself: never GPU 0 for want of a GPU."""
+        gpu = ref.gpu if ref is not None else None
+        reason = drain_reason([rd.rma_finding(gpu, attempts, trigger, ref)], snapshot.gpus, Mode.NODE, None)
         assert reason is not None
         try:
             self.ctl.set_reason(self.node, reason)  # type: ignore[attr-defined]
@@ -380,10 +455,12 @@ class Repairer:
             return NodeAction("none", reason, detail=str(exc))
         from .evidence import collect
 
-        target = next((g for g in snapshot.gpus if g.index == index), None)
-        files = collect(self.config, self.node, rd.ledger_of(target) if target else None, self.events)
+        files = collect(self.config, self.node, ref, self.events)
         self._log("rma", CRIT, f"marked rma: {reason}; evidence: {', '.join(files) or 'none'}", rd.RMA,
-                  GPU_HEALTHCHECK_EVIDENCE=" ".join(files), GPU_HEALTHCHECK_RMA_GPU=str(index))
+                  GPU_HEALTHCHECK_EVIDENCE=" ".join(files),
+                  GPU_HEALTHCHECK_RMA_GPU=str(gpu) if gpu is not None else "",
+                  GPU_HEALTHCHECK_RMA_PCI=ref.pci if ref is not None else "",
+                  GPU_HEALTHCHECK_RMA_SERIAL=ref.serial if ref is not None else "")
         return NodeAction("none", reason, detail="rma")
 
 
@@ -392,6 +469,11 @@ def _nvswitch(snapshot: NodeSnapshot) -> bool:
     NVSwitch functions sit on the PCI bus (every generation: an HGX A100 reports no fabric
     state)."""
     return bool(snapshot.sysfs_nvswitches) or any(g.fabric_state not in (None, 0) for g in snapshot.gpus)
+
+
+def _token(text: str) -> str:
+    """One word for the node's Comment: "nv-hostengine_pid_4242,...". """
+    return "".join(ch if ch.isalnum() or ch in ",.-_" else "_" for ch in text.replace(", ", ","))[:120]
 
 
 def _list(gpus: Sequence[int]) -> str:

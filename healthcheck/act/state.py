@@ -20,7 +20,7 @@ import time
 from typing import Any, Dict, List, Optional, Tuple
 
 from ..model import ERR, WARNING, Baseline, GpuBaseline, KernelLogPosition, LogEvent, NodeSnapshot
-from ..staterecords import OurDrain, PendingDrain, XidAck
+from ..staterecords import KnownGpu, OurDrain, PendingDrain, XidAck
 from ..netmodel import PortBaseline
 from ..safefile import SafeFileError, atomic_write, open_dir, read_file, unlink_file
 
@@ -28,6 +28,7 @@ JOBS = "jobs"
 PENDING = "pending-drain.json"
 ACKS = "xid-acks.json"
 OUR_DRAIN = "our-drain.json"
+KNOWN_GPUS = "known-gpus.json"
 
 
 # The state store's errors are the safe-file layer's: a directory or file that cannot be trusted.
@@ -245,3 +246,62 @@ def record_baseline(store: "StateStore", snapshot: "NodeSnapshot", job_id: str, 
                                              f"{store.state_dir}: {exc}; the epilog will judge "
                                              f"absolute counters"))
     return position
+
+
+def read_known_gpus(store: "StateStore") -> Tuple[Tuple[KnownGpu, ...], Optional[str]]:
+    """(the GPUs earlier runs listed, None), or ((), why) — never raises."""
+    path = os.path.join(store.state_dir, KNOWN_GPUS)
+    try:
+        raw = read_file(store.state_dir, KNOWN_GPUS)
+        if raw is None:
+            return (), None
+        data = json.loads(raw.decode("utf-8"))
+        known = tuple(KnownGpu(**_check_fields(KnownGpu, g)) for g in data["gpus"])
+        for gpu in known:
+            if not isinstance(gpu.index, int) or not all(isinstance(v, str) for v in (gpu.pci, gpu.serial, gpu.uuid)):
+                raise ValueError(f"malformed entry {gpu}")
+        return known, None
+    except OSError as exc:
+        return (), f"cannot read the known GPUs {path}: {exc.strerror or exc}"
+    except (ValueError, TypeError, KeyError) as exc:
+        return (), f"corrupt known GPUs {path}: {exc}"
+
+
+def known_after(known: Tuple[KnownGpu, ...], snapshot: "NodeSnapshot", now: float) -> Tuple[KnownGpu, ...]:
+    """What the known-GPU record holds after this run (pure): every GPU NVML identified now
+    (PCI address and a serial or UUID, not lost), and every earlier one at an address no GPU
+    answers from now, so that a GPU gone from the bus stays known until a board takes its
+    place.  Ordered by PCI address."""
+    from ..pci import normalise_pci
+
+    def where(pci: str) -> object:
+        try:
+            return normalise_pci(pci)
+        except ValueError:
+            return pci
+    now_seen = {where(g.pci_bus_id): KnownGpu(g.index, g.pci_bus_id, g.serial or "", g.uuid or "", round(now, 3))
+                for g in snapshot.gpus
+                if g.lost is None and g.pci_bus_id and (g.serial or g.uuid)}
+    kept = {where(k.pci): k for k in known if where(k.pci) not in now_seen}
+    merged = {**kept, **now_seen}
+    return tuple(merged[k] for k in sorted(merged, key=lambda k: (0, k, "") if isinstance(k, tuple)
+                                           else (1, (), str(k))))
+
+
+def remember_gpus(store: "StateStore", snapshot: "NodeSnapshot", events: "List[LogEvent]") -> None:
+    """Write the known-GPU record when this run changed it (a GPU's identity, or one more);
+    a record that cannot be written is logged: the next run tries again."""
+    if snapshot.nvml_error is not None:
+        return
+    known, why = read_known_gpus(store)
+    if why:
+        events.append(LogEvent("error", WARNING, f"{why}: written again from this run"))
+    after = known_after(known, snapshot, time.time())
+    if [k._replace(seen_at=0.0) for k in after] == [k._replace(seen_at=0.0) for k in known]:
+        return
+    try:
+        atomic_write(store.state_dir, KNOWN_GPUS,
+                     json.dumps({"schema": 1, "gpus": [_plain(k) for k in after]}, sort_keys=True).encode())
+    except OSError as exc:
+        events.append(LogEvent("error", WARNING, f"cannot write the known GPUs in {store.state_dir}: "
+                                                 f"{exc}; a GPU that vanishes is not named"))

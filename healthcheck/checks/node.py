@@ -48,7 +48,8 @@ def check_gpu_count(node: NodeSnapshot, ctx: CheckContext) -> Iterator[Finding]:
 
     sysfs listing more NVIDIA GPUs than NVML reports means a GPU the driver lost (fail: reboot).
     NVML reporting more than sysfs is no fault (simulated GPUs have no PCI device).  With
-    `expected_gpus` set, fewer GPUs in NVML fail; more only warn.
+    `expected_gpus` set, fewer GPUs in NVML fail; more only warn.  A GPU an earlier run listed
+    and NVML lists no more is named by its PCI address and serial (NodeSnapshot.missing_gpus).
     nvidia-smi equivalent: `nvidia-smi -L | wc -l` against `lspci -d 10de: | wc -l`.
     """
     if node.nvml_error is not None:
@@ -60,20 +61,38 @@ def check_gpu_count(node: NodeSnapshot, ctx: CheckContext) -> Iterator[Finding]:
     for address, driver in node.sysfs_unbound:
         yield _f("gpu.count", Severity.INFO, None,
                  f"NVIDIA GPU {address} is bound to {driver}, not nvidia: not counted", value=driver)
-    if node.sysfs_gpus is not None and bound > count:
+    expected = ctx.config.expected_gpus
+    by_sysfs = bound - count if node.sysfs_gpus is not None and bound > count else 0
+    by_config = expected - count if expected is not None and count < expected else 0
+    # the GPUs an earlier run listed that NVML lists no more are named, so that the drain
+    # reason, the repair's ledger and an RMA are that board's, never GPU 0's
+    named = node.missing_gpus[:max(by_sysfs, by_config)]
+    for gone in named:
+        limit = f"expected {expected}" if by_config >= by_sysfs else f"sysfs lists {bound} bound to nvidia"
+        yield Finding("gpu.count", Severity.FAIL,
+                      f"NVML reports {count} GPUs, {limit}: {_was(gone)} is missing (fell off the "
+                      f"bus); reboot (power-cycle) the node and check that GPU", value=count,
+                      threshold=expected if by_config >= by_sysfs else bound, action=Action.REBOOT,
+                      pci=gone.pci_bus_id, serial=gone.serial)
+    if by_sysfs > len(named):
         yield _f("gpu.count", Severity.FAIL, None,
                  f"sysfs lists {bound} NVIDIA GPUs bound to nvidia but NVML reports {count}: a GPU "
                  f"fell off the bus; reboot (power-cycle) the node", value=count,
                  threshold=bound, action=Action.REBOOT)
-    expected = ctx.config.expected_gpus
-    if expected is not None and count < expected:
+    if by_config > len(named):
         yield _f("gpu.count", Severity.FAIL, None,
                  f"NVML reports {count} GPUs, expected {expected}: a GPU is missing; reboot the "
                  f"node and check the GPUs", value=count, threshold=expected, action=Action.REBOOT)
-    elif expected is not None and count > expected:
+    if expected is not None and count > expected:
         yield _f("gpu.count", Severity.WARN, None,
                  f"NVML reports {count} GPUs, more than expected_gpus = {expected}: fix the "
                  f"config", value=count, threshold=expected)
+
+
+def _was(gone: GpuSnapshot) -> str:
+    """A GPU NVML no longer lists, as an earlier run knew it."""
+    who = f"SN {gone.serial}" if gone.serial else gone.uuid or "serial unknown"
+    return f"the GPU at {gone.pci_bus_id} ({who}; GPU {gone.index} when last listed)"
 
 
 @gpu_check("gpu.lost", severity=Severity.FAIL, action=Action.REBOOT,

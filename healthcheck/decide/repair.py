@@ -25,6 +25,11 @@ from ..config import RepairConfig
 from ..model import Action, Finding, GpuSnapshot, Severity
 from ..records import NamedTuple
 from .verdict import PREFIX, REBOOT_HOLDS, NodeState, drain_budget, draining, gpu_nodes, is_ours, is_rma
+# the ledgers' keys and counts live in decide.ledgers; the repair's callers read them here too
+from .ledgers import (BLOCKED, FUTURE_SLACK_S, KEY_PART_MAX, NODE_LEDGER, Attempt, LedgerRef,  # noqa: F401
+                      counted, escape_key_part, finding_ledger, from_the_future, in_window, ledger_key,
+                      ledger_of, ledger_words, ledgers_to_read, legacy_attempts, missing_ledger, names,
+                      node_ledger, same_pci, stamped_at, still_failing)
 
 REPAIR_MARK = PREFIX + " repair"
 # A claim's states: the node is being reset or rebooted (counted by the budget); "validating"
@@ -47,7 +52,11 @@ PENDING, BOOTED, TIMED_OUT, CANCELLED = "pending", "booted", "timed_out", "cance
 # fixes, or waiting for the next check); the waits of decide_repair; a claim; rma.
 IN_SERVICE, DRAINED = "in_service", "drained"
 REPAIR_STATES = (IN_SERVICE, DRAINED, "waiting_for_idle", "cooldown", "waiting_for_budget",
-                 RESETTING, REBOOTING, VALIDATING, REBOOT_TIMED_OUT, "rma")
+                 RESETTING, REBOOTING, VALIDATING, REBOOT_TIMED_OUT, "rma", BLOCKED)
+# Why a reset was blocked (never ran): the gpu_healthcheck_repairs_blocked_total label
+IN_USE, NO_NVIDIA_SMI = "in_use", "no_nvidia_smi"
+# nvidia-smi's words when a client holds the GPU (NVIDIA/NVSentinel#1690, verbatim)
+IN_USE_TEXT = "In use by another client"
 _MARK_RE = re.compile(r"^gpu-healthcheck: repair (?P<state>[a-z_]+)(?: gpus=(?P<gpus>[0-9,]*))?"
                       r"(?: at=(?P<at>\S+))?")
 
@@ -71,19 +80,6 @@ NVSWITCH_WHY = ("NVSwitch system: which GPUs and switches must be reset together
                 "verified (NOTES.md), so the node is rebooted instead of resetting GPU(s)")
 
 
-class Attempt(NamedTuple):
-    """One repair in a GPU's ledger (act.ledger keeps them per GPU: ledger_of)."""
-
-    at: float
-    action: str  # reset | reboot
-    trigger: str  # the finding that called for it, "check=value"
-    outcome: str  # started | resumed | still_failing: CHECK | refused: ... | blocked: ... | rma
-    node: str
-    gpu: int
-    pci: str = ""
-    serial: str = ""
-
-
 class RepairPlan(NamedTuple):
     action: str  # NONE | RESET | REBOOT | RMA
     why: str
@@ -92,78 +88,10 @@ class RepairPlan(NamedTuple):
     rma_gpu: Optional[int] = None  # RMA: the GPU that used up its attempts
     attempts: int = 0  # RMA: its attempts within the window
     state: str = ""  # --cluster's word for the node while nothing is done: waiting_for_idle, ...
-
-
-class LedgerRef(NamedTuple):
-    """Where a GPU's ledger is (act.ledger): its key, the key an older version filed it under,
-    and the identity that picks its attempts out of that older file (which two GPUs with one
-    serial, or serials differing only in bytes that were not UTF-8, shared)."""
-
-    key: str
-    legacy: str
-    serial: str = ""
-    pci: str = ""
-
-
-_KEY_SAFE = frozenset("ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789.-")
-KEY_PART_MAX = 100  # characters of one escaped part: the file name stays far below NAME_MAX
-
-
-def escape_key_part(text: str) -> str:
-    """`text` as file-name characters, injectively: letters, digits, '.' and '-' stay, every
-    other character becomes '_' and two hex digits per UTF-8 byte ('_' itself is '_5F'), so two
-    different texts never share a name.  A long one keeps its head and a SHA-256 of the whole,
-    after a '~' that no escaped text contains."""
-    import hashlib
-
-    out = "".join(ch if ch in _KEY_SAFE else "".join(f"_{b:02X}" for b in ch.encode("utf-8", "surrogatepass"))
-                  for ch in text)
-    if len(out) <= KEY_PART_MAX:
-        return out
-    digest = hashlib.sha256(text.encode("utf-8", "surrogatepass")).hexdigest()[:32]
-    return f"{out[:KEY_PART_MAX - 33]}~{digest}"
-
-
-def ledger_of(gpu: GpuSnapshot) -> LedgerRef:
-    """A GPU's ledger: keyed by its serial (its UUID where the serial is unknown, its NVML
-    index where NVML knows neither) and its PCI address, each escaped (escape_key_part):
-    `1650522003802@0000-38-00.0`, `~uuid-GPU-..@...`, `~index3@~nopci`."""
-    from ..pci import function_form
-
-    if gpu.serial:
-        who = escape_key_part(gpu.serial)
-    elif gpu.uuid:
-        who = "~uuid-" + escape_key_part(gpu.uuid)
-    else:
-        who = f"~index{gpu.index}"
-    try:
-        where = function_form(gpu.pci_bus_id).replace(":", "-") if gpu.pci_bus_id else "~nopci"
-    except ValueError:
-        where = "~pci-" + escape_key_part(gpu.pci_bus_id or "")
-    legacy = re.sub(r"[^A-Za-z0-9._-]", "_", gpu.serial or gpu.uuid or f"index{gpu.index}")[:96]
-    return LedgerRef(f"{who}@{where}", legacy, gpu.serial or "", gpu.pci_bus_id or "")
-
-
-def ledger_key(gpu: GpuSnapshot) -> str:
-    """A GPU's ledger file name (ledger_of(gpu).key)."""
-    return ledger_of(gpu).key
-
-
-def same_pci(a: str, b: str) -> bool:
-    from ..pci import normalise_pci
-
-    try:
-        return normalise_pci(a) == normalise_pci(b)
-    except ValueError:
-        return a == b
-
-
-def legacy_attempts(attempts: Sequence["Attempt"], ref: LedgerRef) -> List["Attempt"]:
-    """This GPU's attempts in a ledger file an older version keyed by serial alone: those
-    recorded with its serial (or none) at its PCI address (or none)."""
-    return [a for a in attempts
-            if (not a.serial or not ref.serial or a.serial == ref.serial)
-            and (not a.pci or not ref.pci or same_pci(a.pci, ref.pci))]
+    # the ledgers the attempt goes into: the GPUs repaired (a reset's), the GPUs the findings
+    # blame (a reboot's: a lost or missing GPU), or the node's own; never every GPU's
+    ledgers: Tuple["LedgerRef", ...] = ()
+    rma_ledger: Optional["LedgerRef"] = None  # RMA: the ledger that used up its attempts
 
 
 def repair_action(findings: Sequence[Finding], gpus: Sequence[GpuSnapshot],
@@ -260,7 +188,7 @@ def cluster_state(node: NodeState, cluster: Sequence[NodeState],
     a claim, a node someone else drained).  The cooldown lives in the node's own ledger, which
     slurmctld does not show: such a node reads "drained" here."""
     mark = parse_mark(node.comment)
-    if mark and mark["state"]:
+    if mark and mark["state"] and not (mark["state"] == BLOCKED and not (node.drained and is_ours(node.reason))):
         return mark["state"]
     if not node.drained or not is_ours(node.reason):
         return None
@@ -316,39 +244,13 @@ def reboot_progress(this: NodeState, mark: Mapping[str, str]) -> str:
     return CANCELLED
 
 
-BLOCKED = "blocked"  # an attempt's outcome when the reset never ran (nvidia-smi missing, GPU held)
-# A stamp later than this past the run's clock is from before a clock step back (NTP, a wrong
-# RTC at boot): it counts as now, or the node would sit in cooldown, and its attempts in the
-# window, until the clock caught up (30 days for a 30-day step)
-FUTURE_SLACK_S = 60.0
-
-
-def counted(attempt: Attempt) -> bool:
-    """A repair that ran: a reset nvidia-smi never carried out (blocked) is no attempt."""
-    return not attempt.outcome.startswith(BLOCKED)
-
-
-def stamped_at(attempt: Attempt, now: float) -> float:
-    """When the attempt counts as made: its stamp, or now for one dated in the future."""
-    return min(attempt.at, now)
-
-
-def from_the_future(attempts: Sequence[Attempt], now: float) -> List[int]:
-    """The positions of the attempts stamped more than FUTURE_SLACK_S after `now`."""
-    return [i for i, a in enumerate(attempts) if a.at > now + FUTURE_SLACK_S]
-
-
-def in_window(attempts: Sequence[Attempt], now: float, window_s: float) -> List[Attempt]:
-    """The attempts that ran within the last `window_s` (one dated in the future counts as now)."""
-    return [a for a in attempts if counted(a) and now - stamped_at(a, now) <= window_s]
-
-
 def decide_repair(this: NodeState, cluster: Sequence[NodeState], findings: Sequence[Finding],
                   gpus: Sequence[GpuSnapshot], attempts: Mapping[str, Sequence[Attempt]],
                   now: float, config: RepairConfig, nvswitch: bool,
-                  excluded: Sequence[int] = ()) -> RepairPlan:
-    """What the repair step does now.  `attempts`: ledger_key -> that GPU's attempts;
-    `excluded`: the NVML indices out of service (exclude_gpus), which no repair touches."""
+                  excluded: Sequence[int] = (), missing: Sequence[GpuSnapshot] = ()) -> RepairPlan:
+    """What the repair step does now.  `attempts`: ledger key -> its attempts (every ledger of
+    ledgers_to_read); `excluded`: the NVML indices out of service (exclude_gpus), which no
+    repair touches; `missing`: the GPUs NVML no longer lists (NodeSnapshot.missing_gpus)."""
     if not this.drained:
         return RepairPlan(NONE, "not drained")
     if not is_ours(this.reason):
@@ -362,16 +264,21 @@ def decide_repair(this: NodeState, cluster: Sequence[NodeState], findings: Seque
     if action == NONE:
         return RepairPlan(NONE, why, trigger=trigger)
     by_index = {g.index: g for g in gpus}
-    for index in targets if action == RESET else sorted({f.gpu for f in draining(findings)
-                                                         if f.gpu is not None}):
-        gpu = by_index.get(index)
-        if gpu is None:
-            continue
-        recent = in_window(attempts.get(ledger_key(gpu), ()), now, config.window_s)
+    if action == RESET:
+        ledgers = tuple(ledger_of(by_index[i]) for i in targets)
+    else:  # a reboot is counted against the GPUs the findings blame, never against every GPU;
+        # the node's own ledger only when none names a GPU (an Xid at an address NVML has lost
+        # beside gpu.lost of that GPU is the same fault)
+        blamed = [finding_ledger(f, gpus, missing, this.name) for f in draining(findings)
+                  if f.action in (Action.REBOOT, Action.RESET)]
+        named = [r for r in blamed if not r.key.startswith(NODE_LEDGER)]
+        ledgers = tuple(dict.fromkeys(named or blamed))
+    for ref in ledgers:
+        recent = in_window(attempts.get(ref.key, ()), now, config.window_s)
         if len(recent) >= config.max_attempts:
-            return RepairPlan(RMA, f"GPU {index} needed {len(recent)} repairs within "
+            return RepairPlan(RMA, f"{ledger_words(ref)} needed {len(recent)} repairs within "
                                    f"{config.window_s:g} s (repair.max_attempts = {config.max_attempts})",
-                              targets, trigger, index, len(recent))
+                              targets, trigger, ref.gpu, len(recent), ledgers=ledgers, rma_ledger=ref)
     ours = [a for runs in attempts.values() for a in runs if a.node == this.name and counted(a)]
     last = max((stamped_at(a, now) for a in ours), default=None)
     if last is not None and now - last < config.cooldown_s:
@@ -382,7 +289,7 @@ def decide_repair(this: NodeState, cluster: Sequence[NodeState], findings: Seque
         return RepairPlan(NONE, f"repair budget spent: {', '.join(busy)} repairing, "
                                 f"repair.max_concurrent = {config.max_concurrent}",
                           trigger=trigger, state="waiting_for_budget")
-    return RepairPlan(action, why, targets, trigger)
+    return RepairPlan(action, why, targets, trigger, ledgers=ledgers)
 
 
 def after_attempt(recent: int, config: RepairConfig, passed: bool) -> str:
@@ -392,18 +299,25 @@ def after_attempt(recent: int, config: RepairConfig, passed: bool) -> str:
     return RMA if recent >= config.max_attempts else "stay_drained"
 
 
-def rma_finding(gpu: int, attempts: int, trigger: Optional[Finding]) -> Finding:
-    """The finding whose drain reason marks the node rma (CONTRACTS §4: `check=value rma`)."""
+def rma_finding(gpu: Optional[int], attempts: int, trigger: Optional[Finding],
+                ref: Optional[LedgerRef] = None) -> Finding:
+    """The finding whose drain reason marks the node rma (CONTRACTS §4: `check=value rma`):
+    on the GPU that used up its attempts, by its index, or (a GPU NVML no longer lists) by
+    its PCI address and serial; the node's own, naming no GPU."""
     cause = f" (last: {trigger.check})" if trigger is not None else ""
-    return Finding("repair.attempts", Severity.FAIL, f"GPU {gpu} needed {attempts} repairs within "
-                   f"the repair window{cause}: RMA", gpu=gpu, value=attempts, action=Action.RMA)
+    who = ledger_words(ref) if ref is not None else f"GPU {gpu}"
+    missing = ref is not None and ref.gpu is None and not ref.key.startswith(NODE_LEDGER)
+    return Finding("repair.attempts", Severity.FAIL, f"{who} needed {attempts} repairs within "
+                   f"the repair window{cause}: RMA", gpu=gpu, value=attempts, action=Action.RMA,
+                   pci=ref.pci if missing and ref is not None else None,
+                   serial=(ref.serial or None) if missing and ref is not None else None)
 
 
 # The node's repair state after each step the repair loop logs (act.repair's
 # GPU_HEALTHCHECK_REPAIR_STEP): the gpu_healthcheck_repair_state metric.  A reset is followed at
 # once by its full check (validating); "skipped" carries its own state (a wait, or drained).
 STEP_STATES = {"claimed": "", "budget": "waiting_for_budget", "reset": VALIDATING,
-               "reset_refused": DRAINED, "reboot": REBOOTING, "validating": VALIDATING,
+               "reset_refused": DRAINED, "reset_blocked": BLOCKED, "reboot": REBOOTING, "validating": VALIDATING,
                "resumed": IN_SERVICE, "still_failing": DRAINED, "rma": "rma",
                "would_reset": DRAINED, "would_reboot": DRAINED, "would_rma": DRAINED,
                "rebooting": REBOOTING, "booted": VALIDATING, "reboot_timed_out": REBOOT_TIMED_OUT,

@@ -81,8 +81,11 @@ def drain_reason(findings: Sequence[Finding], gpus: Sequence[GpuSnapshot], mode:
             parts.append(f"sn={_value_text(gpu.serial)}")
         elif gpu is not None and gpu.uuid:
             parts.append(f"uuid={_value_text(gpu.uuid)}")
-    elif worst.port is not None and worst.pci:
-        parts.append(f"pci={_value_text(worst.pci)}")  # the HCA's: the same token, no gpuN
+    elif worst.pci:
+        # the HCA's, or a GPU's that NVML no longer lists: the same token, no gpuN
+        parts.append(f"pci={_value_text(worst.pci)}")
+        if worst.port is None and worst.serial:
+            parts.append(f"sn={_value_text(worst.serial)}")
     value = _value_text(worst.value)
     if worst.port is not None:
         # an RDMA port finding: the pinned format has no port token (a word between the value

@@ -19,7 +19,7 @@ from ..decide.budget import probe_timeout
 from ..model import (ERR, NOTICE, WARNING, Baseline, DoorError, GpuSnapshot, JobContext,
                      KernelLogWindow, LogEvent, Mode, NodeSnapshot, ProbeResult, ProbeStatus,
                      RunRequest, UsageError, co_tenant_mib)
-from ..staterecords import XidAck
+from ..staterecords import KnownGpu, XidAck
 from ..netmodel import NetworkRead
 from ..pci import normalise_pci, nvml_form
 from ..records import NamedTuple
@@ -40,6 +40,8 @@ class NodeInputs(NamedTuple):
     listpids: Optional[Callable[[str], Mapping[int, str]]] = None
     # seconds the CUDA probe may take within the run's budget (HealthCheckProgram)
     probe_cap: Optional[Callable[[], float]] = None
+    # --node: the GPUs earlier runs listed (known, error) from the state store
+    known: Optional[Callable[[], Tuple[Tuple[KnownGpu, ...], Optional[str]]]] = None
 
 
 def read_node(request: RunRequest, config: Config, host: str, node: str,
@@ -57,6 +59,12 @@ def read_node(request: RunRequest, config: Config, host: str, node: str,
     from .procinfo import with_owners
 
     gpus = name_lost_gpu(with_owners(nvml.gpus, config.proc_root), sysfs_gpus)
+    gone: Tuple[GpuSnapshot, ...] = ()
+    if inputs.known is not None and nvml.error is None:
+        known, why = inputs.known()
+        if why:
+            events.append(LogEvent("error", WARNING, f"{why}: a GPU gone from NVML is not named"))
+        gpus, gone = with_known(gpus, known)
     selected: Optional[Tuple[int, ...]] = request.gpus
     if request.gpus is not None and nvml.error is None:
         missing = sorted(set(request.gpus) - {g.index for g in gpus})
@@ -88,7 +96,7 @@ def read_node(request: RunRequest, config: Config, host: str, node: str,
                             gpus=gpus, sysfs_gpus=sysfs_gpus, sysfs_error=sysfs_error, job=job,
                             driver_age_s=read_driver_age(config.proc_root), out_of_service=excluded,
                             sysfs_unbound=read_unbound(config.sysfs_root, sysfs_gpus or ()),
-                            sysfs_nvswitches=sysfs.nvswitches,
+                            sysfs_nvswitches=sysfs.nvswitches, missing_gpus=gone,
                             selected=tuple(selected) if selected is not None else tuple(g.index for g in gpus),
                             network=read_network(config, gpus),
                             shared_gres=layout.shared if layout is not None else ())
@@ -294,6 +302,33 @@ def name_lost_gpu(gpus: Tuple[GpuSnapshot, ...],
         return gpus
     address = nvml_form(spare[0])
     return tuple(g._replace(pci_bus_id=address) if g is nameless[0] else g for g in gpus)
+
+
+def with_known(gpus: Tuple[GpuSnapshot, ...], known: Tuple[KnownGpu, ...]
+               ) -> Tuple[Tuple[GpuSnapshot, ...], Tuple[GpuSnapshot, ...]]:
+    """The GPUs with what earlier runs knew of them, and the known GPUs NVML lists no more
+    (pure).  A lost GPU NVML can no longer identify gets its serial (and PCI address) from the
+    entry at its address, else at its index where that entry's address is no other GPU's; a
+    known GPU at an address no GPU answers from, whose serial no GPU has, is missing."""
+    def where(pci: Optional[str]) -> object:
+        try:
+            return normalise_pci(pci) if pci else None
+        except ValueError:
+            return pci
+    present = {where(g.pci_bus_id) for g in gpus if g.pci_bus_id}
+    by_pci = {where(k.pci): k for k in known}
+    filled = []
+    for g in gpus:
+        entry = by_pci.get(where(g.pci_bus_id)) if g.pci_bus_id else next(
+            (k for k in known if k.index == g.index and where(k.pci) not in present), None)
+        if g.lost is not None and not g.serial and entry is not None:
+            g = g._replace(serial=entry.serial or None, pci_bus_id=g.pci_bus_id or entry.pci)
+        filled.append(g)
+    here = {where(g.pci_bus_id) for g in filled if g.pci_bus_id}
+    serials = {g.serial for g in filled if g.serial}
+    missing = tuple(GpuSnapshot(index=k.index, serial=k.serial or None, uuid=k.uuid or None, pci_bus_id=k.pci)
+                    for k in known if where(k.pci) not in here and not (k.serial and k.serial in serials))
+    return tuple(filled), missing
 
 
 def xid_window(mode: Mode, snapshot: NodeSnapshot, window_s: float) -> KernelLogWindow:

@@ -3,13 +3,14 @@
     gpus = with_owners(gpus, proc_root="/proc")       # user, command, job id from the cgroup
     gpus = with_jobs(gpus, {4242: "17"})               # job ids Slurm gave (scontrol listpids)
     ids = job_gpus_of(4242, proc_root="/proc")          # its SLURM_JOB_GPUS, None = not said
+    device_holders(["/dev/nvidia2"])                    # ((4242, "nv-hostengine ..."),): who holds it
 """
 
 from __future__ import annotations
 
 import os
 import re
-from typing import Mapping, Optional, Tuple
+from typing import Mapping, Optional, Sequence, Tuple
 
 from ..model import GpuProcess, GpuSnapshot
 from ..text import printable
@@ -89,3 +90,38 @@ def job_gpus_of(pid: int, proc_root: str = "/proc") -> Optional[Tuple[str, ...]]
                 except GpuListError:
                     return None
     return None
+
+
+def device_holders(paths: Sequence[str], proc_root: str = "/proc",
+                   skip: Sequence[int] = ()) -> Tuple[Tuple[int, str], ...]:
+    """The processes (pid, command) that hold one of `paths` open, from /proc/PID/fd as `fuser`
+    reads it: what keeps a GPU's device file (/dev/nvidiaN) busy, nv-hostengine (DCGM) among
+    them, though NVML lists no process of it.  A process we may not look into, or that ends
+    while we look, is not seen."""
+    wanted = set(paths)
+    found = []
+    try:
+        pids = sorted(int(name) for name in os.listdir(proc_root) if name.isdigit())
+    except OSError:
+        return ()
+    for pid in pids:
+        if pid in skip:
+            continue
+        fd_dir = os.path.join(proc_root, str(pid), "fd")
+        try:
+            held = any(os.readlink(os.path.join(fd_dir, fd)) in wanted for fd in os.listdir(fd_dir))
+        except OSError:
+            continue
+        if held:
+            found.append((pid, _command(pid, proc_root)))
+    return tuple(found)
+
+
+def _command(pid: int, proc_root: str) -> str:
+    """The process's command line (NUL-separated in /proc), as one printable line."""
+    try:
+        with open(os.path.join(proc_root, str(pid), "cmdline"), "rb") as handle:
+            words = handle.read(4096).split(b"\0")
+    except OSError:
+        return "?"
+    return printable(" ".join(w.decode("utf-8", "replace") for w in words if w), 200) or "?"

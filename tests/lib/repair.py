@@ -44,3 +44,13 @@ def drain_by_epilog(c: GpuCluster, tmp_path: Path, node: str = "gpu-a", faults: 
 def repair_events(c: GpuCluster, node: str):
     lines = (c.state(node) / "history.jsonl").read_text().splitlines()
     return [e for line in lines for e in json.loads(line).get("events", []) if e["kind"] == "repair"]
+
+
+def ledger_file(c: GpuCluster, node: str, index: int) -> Path:
+    """The repair ledger of the fake's GPU `index` (its default serial and PCI address)."""
+    return c.state(node) / "repair" / f"{serial(index)}@0000-{0x18 + index * 0x10:02x}-00.0.json"
+
+
+def ledger_outcomes(c: GpuCluster, node: str, index: int):
+    path = ledger_file(c, node, index)
+    return [a["outcome"] for a in json.loads(path.read_text())["attempts"]] if path.exists() else []

@@ -198,3 +198,149 @@ def test_repair_ledger_old_file_keyed_by_serial_is_read_split_by_gpu_and_nothing
     assert (plan.action, plan.rma_gpu) == (rd.RMA, 0)
 
 
+
+
+# --- a GPU gone from the bus: named, counted in its own ledger, never GPU 0's ------------------
+
+def eight():
+    return gpus(8)
+
+
+def seven_without_3():
+    """NVML after GPU 3 left the bus: seven GPUs, renumbered (the old GPU 4 is index 3 now)."""
+    old = eight()
+    return [g._replace(index=i) for i, g in enumerate(old[:3] + old[4:])]
+
+
+def test_gpu_count_names_the_missing_gpu_from_the_known_gpus_and_the_reason_carries_it():
+    from healthcheck.act.state import known_after
+    from healthcheck.decide.judge import judge
+    from healthcheck.decide.verdict import drain_reason
+    from healthcheck.model import Mode
+    from healthcheck.read.node import with_known
+
+    known = known_after((), NodeSnapshot(host="gpu-a", gpus=tuple(eight())), 1.0)
+    assert [k.serial for k in known] == [f"SN{i}" for i in range(8)]
+    now, missing = with_known(tuple(seven_without_3()), known)
+    assert [(m.index, m.serial, m.pci_bus_id) for m in missing] == [(3, "SN3", "00000000:48:00.0")]
+    snapshot = NodeSnapshot(host="gpu-a", gpus=now, sysfs_gpus=(), missing_gpus=missing,
+                            selected=tuple(range(7)))
+    findings, _, _ = judge(snapshot, Config(expected_gpus=8), Mode.NODE, "quick", None)
+    [count] = [f for f in findings if f.check == "gpu.count" and f.drains]
+    assert (count.gpu, count.pci, count.serial, count.value) == (None, "00000000:48:00.0", "SN3", 7)
+    assert "SN SN3; GPU 3 when last listed" in count.message
+    reason = drain_reason(findings, now, Mode.NODE, None)
+    assert reason == "gpu-healthcheck: pci=00000000:48:00.0 sn=SN3 gpu.count=7 node", reason
+    # the record keeps the missing GPU until a board answers at its address
+    assert known_after(known, snapshot, 2.0)[3].serial == "SN3"
+    back = known_after(known, NodeSnapshot(host="gpu-a", gpus=tuple(eight())), 3.0)
+    assert [k.serial for k in back] == [f"SN{i}" for i in range(8)]
+
+
+def test_gpu_lost_without_identity_gets_its_serial_and_address_from_the_known_gpus():
+    from healthcheck.act.state import known_after
+    from healthcheck.read.node import with_known
+
+    known = known_after((), NodeSnapshot(host="gpu-a", gpus=tuple(eight())), 1.0)
+    lost = [g if g.index != 3 else GpuSnapshot(index=3, lost="GPU_IS_LOST") for g in eight()]
+    now, missing = with_known(tuple(lost), known)
+    assert (now[3].serial, now[3].pci_bus_id, missing) == ("SN3", "00000000:48:00.0", ())
+    assert rd.ledger_key(now[3]) == rd.ledger_key(eight()[3])  # one ledger, lost or not
+
+
+def test_repair_reboot_for_a_missing_gpu_counts_in_its_ledger_and_rma_names_it_not_gpu_0():
+    from healthcheck.decide.verdict import drain_reason
+    from healthcheck.model import Mode
+
+    present = seven_without_3()
+    gone = eight()[3]
+    count = Finding("gpu.count", Severity.FAIL, "missing", value=7, threshold=8, action=Action.REBOOT,
+                    pci=gone.pci_bus_id, serial=gone.serial)
+    node = this("gpu-healthcheck: pci=00000000:48:00.0 sn=SN3 gpu.count=7 node")
+    plan = rd.decide_repair(node, [node], [count], present, {}, 1e9, CFG, False, missing=[gone])
+    assert plan.action == rd.REBOOT
+    assert [r.key for r in plan.ledgers] == [rd.ledger_key(gone)], plan.ledgers  # GPU 3's alone
+    two = {rd.ledger_key(gone): [attempt(1e9 - 9000, gpu=3), attempt(1e9 - 8000, gpu=3)]}
+    # GPU 0 with a ledger of its own repairs plays no part
+    two[rd.ledger_key(present[0])] = [attempt(1e9 - 7000, gpu=0)]
+    rma = rd.decide_repair(node, [node], [count], present, two, 1e9, CFG, False, missing=[gone])
+    assert (rma.action, rma.rma_gpu, rma.rma_ledger and rma.rma_ledger.key) == (rd.RMA, None, rd.ledger_key(gone))
+    reason = drain_reason([rd.rma_finding(rma.rma_gpu, 2, count, rma.rma_ledger)], present, Mode.NODE, None)
+    assert reason == "gpu-healthcheck: pci=00000000:48:00.0 sn=SN3 repair.attempts=2 rma node", reason
+
+
+def test_repair_reboot_for_a_fault_naming_no_gpu_counts_in_the_node_ledger():
+    driver = Finding("nvml.init", Severity.FAIL, "mismatch", value="LIB_RM_VERSION_MISMATCH", action=Action.REBOOT)
+    plan = decide([driver])
+    assert plan.action == rd.REBOOT and [r.key for r in plan.ledgers] == ["~node-gpu-a"]
+
+
+def test_repair_rma_names_the_gpu_whose_fault_recurs_after_the_repair_not_the_one_repaired_more():
+    refs = [rd.ledger_of(g) for g in gpus(8) if g.index in (2, 5)]
+    after = [dbe(5)]  # GPU 2 came back clean, GPU 5's DBE recurs
+    failing = rd.still_failing(after, refs)
+    assert list(failing) == [refs[1].key] and failing[refs[1].key].gpu == 5
+    assert rd.still_failing([Finding("gpu.count", Severity.FAIL, "x", value=7, action=Action.REBOOT)], refs) == {}
+
+
+# --- a reset that never ran is "repair blocked", never an attempt -----------------------------
+
+def test_repair_missing_nvidia_smi_is_blocked_never_an_attempt_shown_in_cluster_and_metrics(tmp_path):
+    from healthcheck.act.metricsrepair import repair_samples, update_repair
+    from collections import defaultdict
+
+    door, events = FakeDoor([this()]), []
+    snapshot = NodeSnapshot(host="gpu-a", gpus=tuple(gpus()))
+    for _ in range(3):  # three runs, repair.max_attempts = 2: never rma, for no reset ran
+        rep = repairer(tmp_path, door, events, cooldown_s=0)
+        assert rep.start(snapshot, [dbe(2)], False) is False
+        assert rep.plan is not None and rep.plan.action == rd.RESET, rep.plan
+    outcomes = [a.outcome for a in ledger.read_ledger(str(tmp_path / "state"), rd.ledger_of(gpus()[2]))]
+    assert len(outcomes) == 3 and all(o.startswith("blocked: nvidia-smi is not at ") for o in outcomes), outcomes
+    assert "(config key nvidia_smi)" in outcomes[0]
+    node = door.nodes["gpu-a"]
+    assert "rma" not in (node.reason or "").split() and node.comment.startswith("gpu-healthcheck: repair blocked gpus=2 ")
+    assert rd.cluster_state(node, [node], 1) == rd.BLOCKED
+    assert rd.active_claim(node) is None  # a blocked node holds no repair budget
+    blocked = [e for e in events if e.fields.get("GPU_HEALTHCHECK_REPAIR_STEP") == "reset_blocked"]
+    assert len(blocked) == 3 and blocked[0].fields["GPU_HEALTHCHECK_REPAIR_BLOCKED"] == rd.NO_NVIDIA_SMI
+    assert "repair blocked: no reset of GPU(s) 2 was run" in blocked[0].message
+    state = update_repair(None, events, 1.0)
+    out = defaultdict(list)
+    repair_samples(state, out)
+    assert out["gpu_healthcheck_repairs_blocked_total"] == [({"action": "reset", "cause": "no_nvidia_smi"}, 3)]
+    assert ({"state": "blocked"}, 1) in out["gpu_healthcheck_repair_state"]
+    from healthcheck.act.metrics import count_actions
+    assert count_actions(events)["repairs_attempted_reset"] == 0
+
+
+def test_repair_gpu_held_by_a_process_is_blocked_naming_it_and_nothing_is_run(tmp_path):
+    from healthcheck.model import GpuProcess
+
+    smi = tmp_path / "nvidia-smi"
+    smi.write_text("#!/bin/sh\necho ran >> " + str(tmp_path / "smi-calls") + "\n")
+    smi.chmod(0o755)
+    held = [g._replace(processes=(GpuProcess(4242, 0, "root", "/usr/bin/nv-hostengine -n"),))
+            if g.index == 2 else g for g in gpus()]
+    door, events = FakeDoor([this()]), []
+    config = Config(state_dir=str(tmp_path / "state"), repair=CFG._replace(cooldown_s=0), nvidia_smi=str(smi))
+    rep = Repairer(config, Slurm(config, {}, ctl=door, sleep=lambda s: None), StateStore(config.state_dir),
+                   "gpu-a", events, {})
+    assert rep.start(NodeSnapshot(host="gpu-a", gpus=tuple(held)), [dbe(2)], False) is False
+    assert not (tmp_path / "smi-calls").exists()  # no nvidia-smi at all: no -pm 0, no reset
+    [step] = [e for e in events if e.fields.get("GPU_HEALTHCHECK_REPAIR_STEP") == "reset_blocked"]
+    assert step.fields["GPU_HEALTHCHECK_REPAIR_HELD_BY"].startswith("nv-hostengine pid 4242 (DCGM's host engine")
+    assert step.fields["GPU_HEALTHCHECK_REPAIR_BLOCKED"] == rd.IN_USE
+    assert "by=nv-hostengine_pid_4242" in door.nodes["gpu-a"].comment
+    [entry] = ledger.read_ledger(str(tmp_path / "state"), rd.ledger_of(gpus()[2]))
+    assert entry.outcome.startswith("blocked: held by nv-hostengine pid 4242") and not rd.counted(entry)
+
+
+def test_repair_blocked_mark_is_dropped_once_the_node_is_back_in_service(tmp_path):
+    mark = rd.mark_text(rd.BLOCKED, [2], "2026-01-01T00:00:00+00:00") + " by=nv-hostengine_pid_7"
+    back = NodeState(name="gpu-a", state="IDLE", reason=None, comment=mark)
+    assert rd.cluster_state(back, [back], 1) is None
+    door = FakeDoor([back])
+    rep = repairer(tmp_path, door, [])
+    rep.start(NodeSnapshot(host="gpu-a", gpus=tuple(gpus())), [], False)
+    assert door.nodes["gpu-a"].comment is None
