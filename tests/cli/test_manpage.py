@@ -82,3 +82,13 @@ def test_man_says_what_help_says(rendered: str, capsys) -> None:
     # Every option --help lists is in the page.
     for flag in set(re.findall(r"(?<![\w-])--?[a-z][a-z-]*", help_text.split("exit status:")[0])):
         assert f" {flag}" in text, flag
+
+
+def test_man_exit_status_covers_every_mode() -> None:
+    """Each mode (the options of the one-of group: --node, --repair, ..., --version) has its
+    exit status under EXIT STATUS, so a mode added later cannot leave it out silently."""
+    section = PAGE.read_text().split(".SH EXIT STATUS", 1)[1].split(".SH ", 1)[0].replace("\\-", "-")
+    group = next(g for g in build_parser()._mutually_exclusive_groups if g.required)
+    modes = [a.option_strings[0] for a in group._group_actions]
+    missing = [m for m in modes if not re.search(rf"(^|[\s,]){re.escape(m)}(?=[\s,])", section)]
+    assert modes and not missing, f"EXIT STATUS says nothing of {missing}"
