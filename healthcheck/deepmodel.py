@@ -61,10 +61,20 @@ class DeepRun(NamedTuple):
 class DcgmResult(NamedTuple):
     """One result dcgmi reported: a diagnostic test on a GPU, or a health watch's incident."""
 
-    gpu: Optional[int]  # DCGM's GPU id (NVML's index on a node DCGM sees whole); None: not one GPU
+    gpu: Optional[int]  # NVML's index once attributed (dcgmmap.attribute); None: not one GPU
     test: str  # "Memory", "PCIe", "Diagnostic", or the health system ("NVLink", "Memory", ...)
-    status: str  # "pass", "warn", "fail", "skip"
+    status: str  # "pass", "warn", "fail", "skip"; "unknown": on an entity this node lacks
     text: str = ""  # DCGM's own words
+    entity: str = ""  # DCGM's own name of the entity ("GPU3": DCGM's id, "CPU0"), where it gave one
+
+
+class DcgmEntity(NamedTuple):
+    """One entity a DCGM 4.x diagnostic lists under `entity_groups`."""
+
+    group: str  # "GPU", "CPU", "Switch", ...
+    entity_id: int  # DCGM's id, not necessarily NVML's index
+    serial: Optional[str] = None  # absent, or "<<<NOT_SUPPORTED>>>", where the board has none
+    device_id: Optional[str] = None  # the PCI device id, "2330": the SKU, not the bus address
 
 
 class DcgmRead(NamedTuple):
@@ -76,3 +86,5 @@ class DcgmRead(NamedTuple):
     health_error: Optional[str] = None
     diag_ran: bool = False
     health_ran: bool = False
+    entities: Tuple[DcgmEntity, ...] = ()  # DCGM 4.x's entity_groups, to map its ids to NVML's
+    attributed: bool = False  # results carry NVML indices (read/dcgmmap.py ran)

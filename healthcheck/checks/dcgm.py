@@ -8,7 +8,7 @@ from typing import Iterator
 from ..model import Action, Finding, NodeSnapshot, Severity
 from .registry import CheckContext, finding as _f, node_check
 
-SEVERITY = {"warn": Severity.WARN, "fail": Severity.FAIL}
+SEVERITY = {"warn": Severity.WARN, "fail": Severity.FAIL, "unknown": Severity.UNKNOWN}
 
 
 def _name(node: NodeSnapshot, gpu: object) -> str:
@@ -24,8 +24,9 @@ def _name(node: NodeSnapshot, gpu: object) -> str:
 def check_dcgm_diag(node: NodeSnapshot, ctx: CheckContext) -> Iterator[Finding]:
     """A `dcgmi diag -r dcgm.level` test (--level deep) that warned or failed, in DCGM's words.
 
-    DCGM's own verdict: fail drains (reset; DCGM's text says what to do next), warn warns.  The
-    GPU id is DCGM's, which is NVML's index on a node where DCGM sees every GPU.
+    DCGM's own verdict: fail drains (reset; DCGM's text says what to do next), warn warns.
+    DCGM's GPU ids become NVML's indices by the serial DCGM 4.x lists, else by id
+    (read/dcgmmap.py); a result on a GPU this node does not have is unknown, never a drain.
     nvidia-smi equivalent: none; `dcgmi diag -r 2`.
     """
     read = node.dcgm
@@ -46,6 +47,10 @@ def check_dcgm_diag(node: NodeSnapshot, ctx: CheckContext) -> Iterator[Finding]:
                      f"DCGM diagnostic {r.test}: {r.status} on GPU {r.gpu}, which this node does "
                      f"not have (NVML lists {len(node.gpus)}): not judged; check `dcgmi discovery -l`"
                      + (f": {r.text}" if r.text else ""), value=r.status, threshold="pass")
+            continue
+        if severity is Severity.UNKNOWN:  # attributed by read/dcgmmap.py: an entity not here
+            yield _f("dcgm.diag", severity, None, f"DCGM diagnostic {r.test} not judged: {r.text}",
+                     value=r.entity, threshold="a GPU of this node")
             continue
         yield _f("dcgm.diag", severity, gpu, f"{_name(node, r.gpu)}: DCGM diagnostic {r.test}: "
                  f"{r.status}" + (f": {r.text}" if r.text else ""), value=r.status, threshold="pass",
@@ -70,5 +75,9 @@ def check_dcgm_health(node: NodeSnapshot, ctx: CheckContext) -> Iterator[Finding
         if r.status == "pass" or (r.test == "Overall Health" and len(read.health) > 1):
             continue
         gpu = node.gpu(r.gpu) if r.gpu is not None else None
+        if r.status == "unknown":
+            yield _f("dcgm.health", Severity.UNKNOWN, None, f"DCGM health {r.test} not judged: {r.text}",
+                     value=r.entity, threshold="a GPU of this node")
+            continue
         yield _f("dcgm.health", Severity.WARN, gpu, f"{_name(node, r.gpu)}: DCGM health {r.test}: {r.text}",
                  value=r.status, threshold="healthy")

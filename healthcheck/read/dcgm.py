@@ -5,11 +5,15 @@ string (the checks make it unknown), never a finding that drains.
     read = read_dcgm(config, diag=True)   # -> deepmodel.DcgmRead, or None (not enabled / absent)
 
 Formats (tests/fixtures/dcgm/, real outputs): the text table of `diag` without -j (2.x/3.x/4.x,
-read/dcgmtext.py); `diag -j` is {"DCGM GPU Diagnostic":
+read/dcgmtext.py); 4.x `diag -j` is {"DCGM Diagnostic": ...} with entity ids and serials
+(read/dcgm4.py); 3.x `diag -j` is {"DCGM GPU Diagnostic":
 {"test_categories": [{"category", "tests": [{"name", "results": [{"gpu_ids" | "gpu_id",
 "status", "info" | "warnings"}]}]}]}}; DCGM 3.1 writes null entries between tests and may print a
-warning line before the JSON.  `health -c -j` is {"body": {"Overall Health": {"value"}, ...},
-"header": [...]}, with one entry per GPU and incident where the watch found any.
+warning line before the JSON.  `health -c -j` is {"body": {"Overall Health": {"value"},
+"GPU": {"children": {"3": {"value", "children": {"Errors": {"children": {"Memory": {"value",
+"overflow": [message rows]}}}}}}}}, "header": [...]} (dcgmi/Health.cpp HandleOneEntity through
+DcgmiOutputJson): one entry per entity group, entity and system where the watch found any.
+DCGM's ids become NVML's indices in read/dcgmmap.py.
 """
 
 from __future__ import annotations
@@ -20,7 +24,7 @@ import shutil
 from typing import Any, List, Optional, Tuple
 
 from ..config import Config
-from ..deepmodel import DcgmRead, DcgmResult
+from ..deepmodel import DcgmEntity, DcgmRead, DcgmResult
 from ..outside import run_bounded
 
 STATUS = {"pass": "pass", "warn": "warn", "warning": "warn", "fail": "fail", "skip": "skip"}
@@ -47,8 +51,8 @@ def read_dcgm(config: Config, diag: bool) -> Optional[DcgmRead]:
     read = DcgmRead()
     if diag:
         out, error = run_dcgmi([path, "diag", "-r", str(config.dcgm.level), "-j"], config.dcgm.timeout_s)
-        results, why = parse_diag(out) if error is None else ((), error)
-        read = read._replace(diag=results, diag_error=why, diag_ran=True)
+        results, entities, why = read_diag(out) if error is None else ((), (), error)
+        read = read._replace(diag=results, diag_error=why, diag_ran=True, entities=entities)
     out, error = run_dcgmi([path, "health", "-c", "-j"], config.dcgm.health_timeout_s)
     health, why = parse_health(out) if error is None else ((), error)
     return read._replace(health=health, health_error=why, health_ran=True)
@@ -79,14 +83,33 @@ def _json_object(text: str) -> Any:
 
 
 def parse_diag(text: str) -> Tuple[Tuple[DcgmResult, ...], Optional[str]]:
-    """Each test's result per GPU, or why the output cannot be read.  Output that is no JSON
-    document but holds dcgmi's text table (a dcgmi or wrapper that ignores -j) is read as the
-    table (read/dcgmtext.py); one cut short keeps its results but is not judged."""
+    """Each test's result per GPU (DCGM's ids), or why the output cannot be read."""
+    results, _, why = read_diag(text)
+    return results, why
+
+
+def read_diag(text: str) -> Tuple[Tuple[DcgmResult, ...], Tuple[DcgmEntity, ...], Optional[str]]:
+    """(results, DCGM 4.x's entities, why not judged).  Output that is no JSON document but holds
+    dcgmi's text table (a dcgmi or wrapper that ignores -j) is read as the table
+    (read/dcgmtext.py); one cut short keeps its results but is not judged."""
+    if '"DCGM Diagnostic"' in text:
+        from .dcgm4 import parse_v4
+
+        try:
+            return parse_v4(_json_object(text))
+        except (ValueError, KeyError, TypeError, AttributeError, RecursionError) as exc:
+            return (), (), f"dcgmi diag -j output not understood: {exc}"
     if '"DCGM GPU Diagnostic"' not in text:
         from .dcgmtext import has_table, parse_diag_text
 
         if has_table(text) or "{" not in text:
-            return parse_diag_text(text)
+            results, why = parse_diag_text(text)
+            return results, (), why
+    results, why = _parse_v3(text)
+    return results, (), why
+
+
+def _parse_v3(text: str) -> Tuple[Tuple[DcgmResult, ...], Optional[str]]:
     try:
         doc = _json_object(text)
         categories = doc["DCGM GPU Diagnostic"]["test_categories"]
@@ -128,7 +151,8 @@ def _words(value: Any) -> str:
 
 
 def parse_health(text: str) -> Tuple[Tuple[DcgmResult, ...], Optional[str]]:
-    """The health watch's verdict and incidents.  "Healthy" gives one pass result."""
+    """The health watch's verdict and incidents, each on its entity (DCGM's id).  "Healthy"
+    gives one pass result."""
     try:
         doc = _json_object(text)
         body = doc["body"]
@@ -137,15 +161,38 @@ def parse_health(text: str) -> Tuple[Tuple[DcgmResult, ...], Optional[str]]:
         for key, value in body.items():
             if key == "Overall Health" or not isinstance(value, dict):
                 continue
-            gpu = int(key.split()[-1]) if key.split()[-1].isdigit() else None
-            for system, entry in (value.get("children") or value).items():
-                if not isinstance(entry, dict) or "value" not in entry:
-                    continue
-                results.append(DcgmResult(gpu, str(system), _health_status(str(entry["value"]).lower()),
-                                          _words(entry.get("children") or entry.get("value"))))
+            results.extend(_health_group(str(key), value))
     except (ValueError, KeyError, TypeError, AttributeError, RecursionError) as exc:
         return (), f"dcgmi health -c -j output not understood: {exc}"
     return tuple(results), None
+
+
+def _health_group(key: str, value: dict) -> List[DcgmResult]:
+    """One entity group's incidents: {"children": {"3": {"value", "children": {"Errors":
+    {"children": {SYSTEM: {"value", "overflow": [...]}}}}}}} (DCGM 2.x-4.x); a key "GPU 3" (one
+    entity) is read the same way."""
+    out: List[DcgmResult] = []
+    group, _, single = key.partition(" ")
+    entities = {single: value} if single.isdigit() else (value.get("children") or {})
+    for ident, entity in entities.items():
+        if not isinstance(entity, dict):
+            continue
+        gpu = int(ident) if group == "GPU" and str(ident).isdigit() else None
+        name = f"{group}{ident}"
+        errors = (entity.get("children") or {}).get("Errors") or {}
+        systems = errors.get("children") or {}
+        for system, incident in systems.items():
+            if not isinstance(incident, dict):
+                continue
+            status = _health_status(str(incident.get("value", "")).strip().lower())
+            words = " ".join(str(row) for row in incident.get("overflow") or ()) or _words(incident.get("value"))
+            test = str(system) if gpu is not None else f"{system} ({name})"
+            out.append(DcgmResult(gpu, test, status, words, name))
+        if not systems and "value" in entity:
+            status = _health_status(str(entity["value"]).strip().lower())
+            out.append(DcgmResult(gpu, "Overall Health" if gpu is not None else f"Overall Health ({name})",
+                                  status, str(entity["value"]), name))
+    return out
 
 
 def _health_status(value: str) -> str:

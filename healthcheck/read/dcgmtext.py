@@ -39,6 +39,10 @@ GROUP = re.compile(r"^(Pass|Fail|Warn|Skip) - (?:(All)|GPUs?: ([0-9, ]*?)(\.\.\.
 ENTITY = re.compile(r"^([A-Za-z]+)([0-9]+):(?: (Pass|Fail|Warn|Skip))?$")
 MESSAGE = re.compile(r"^(Warning|Info|Error)(?:: ([A-Za-z]+)([0-9]+))?$")
 METADATA = "Metadata"
+# a message directly under a category heading is the category's own result (3.x prints nvvs's
+# errors there: "| Error | GPU 3 has uncorrectable memory errors and row remappings are pending |")
+KIND_STATUS = {"Error": "fail", "Warning": "warn", "Info": "pass"}
+NAMED_GPU = re.compile(r"\bGPU ([0-9]+)\b")
 
 
 class _Test:
@@ -52,6 +56,7 @@ class _Test:
         self.others: Dict[str, str] = {}  # 4.x entities that are not GPUs: "CPU0" -> status
         self.cut: Optional[str] = None  # a GPU list cut short: the status of the GPUs not shown
         self.messages: List[Tuple[Optional[str], str, str]] = []  # (entity, kind, text)
+        self.from_message = False  # a category's own Error/Warning/Info row, no test of its own
 
 
 class _Row:
@@ -85,6 +90,7 @@ def parse_diag_text(text: str) -> Tuple[Tuple[DcgmResult, ...], Optional[str]]:
     message: Optional[List[str]] = None  # the rows of the message being joined
     per_entity = False  # 4.x's layout: DCGM Version 4 or later, or a "Warning: GPU0" row
     full_chunk = False  # its last row was 45 wide: the next blank-named row continues it
+    fresh = False  # a category heading and no test under it yet
     for raw in text.splitlines():
         line = raw.rstrip()
         if closed:
@@ -101,7 +107,7 @@ def parse_diag_text(text: str) -> Tuple[Tuple[DcgmResult, ...], Optional[str]]:
             continue
         heading = CATEGORY.match(line)
         if heading:
-            category, message = heading.group(1).strip(), None
+            category, message, fresh = heading.group(1).strip(), None, True
             last = f"the {category} heading"
             continue
         row = _row(line)
@@ -117,6 +123,11 @@ def parse_diag_text(text: str) -> Tuple[Tuple[DcgmResult, ...], Optional[str]]:
             continue
         kind = MESSAGE.match(row.name)
         if kind:
+            if fresh and category:
+                own = _Test(category)
+                own.status, own.from_message, fresh = KIND_STATUS[kind.group(1)], True, False
+                tests.append(own)
+                last = f"the {category} {kind.group(1)} row"
             if not tests:
                 return (), f"dcgmi diag text: a {row.name} row before any test"
             entity = f"{kind.group(2)}{kind.group(3)}" if kind.group(2) else None
@@ -152,7 +163,7 @@ def parse_diag_text(text: str) -> Tuple[Tuple[DcgmResult, ...], Optional[str]]:
                 return (), f"dcgmi diag text: test {test.name!r}: row {row.info!r} not understood"
             last = f"test {test.name!r}"
             continue
-        message = None
+        message, fresh = None, False
         test = _Test(row.name)
         group = GROUP.match(row.info)
         if group:
@@ -176,7 +187,7 @@ def parse_diag_text(text: str) -> Tuple[Tuple[DcgmResult, ...], Optional[str]]:
 
 def _set_message(test: _Test, pieces: List[str]) -> None:
     entity, kind, _ = test.messages[-1]
-    test.messages[-1] = (entity, kind, "".join(pieces).strip())
+    test.messages[-1] = (entity, kind, " ".join("".join(pieces).split()))
 
 
 def _entity(test: _Test, match: "re.Match[str]") -> None:
@@ -209,9 +220,36 @@ def _words(test: _Test, entity: Optional[str]) -> str:
     return ""
 
 
+def _named_gpu(text: str) -> Optional[int]:
+    """The one GPU a 2.x/3.x message names ("GPU 0 Thermal violations ... for GPU 0"), or None
+    where it names none or several: such a message is the test's, not a GPU's."""
+    named = {int(n) for n in NAMED_GPU.findall(text)}
+    return named.pop() if len(named) == 1 else None
+
+
+def _attach(test: _Test) -> None:
+    """Give each message without an entity to the one GPU it names, and make a warning on a
+    GPU DCGM listed as passing (or did not list) that GPU's warn.  Under "Fail - All" (or
+    "Warn - All") the messages stay the whole test's: its verdict is every GPU's."""
+    if test.all and test.status != "pass":
+        return
+    for k, (entity, kind, text) in enumerate(test.messages):
+        gpu = _named_gpu(text) if entity is None and kind in ("Warning", "Error", "Info") else None
+        if gpu is None or test.from_message:
+            continue
+        test.messages[k] = (f"GPU{gpu}", kind, text)
+        if kind == "Warning" and test.gpus.get(gpu, "pass") == "pass":
+            test.gpus[gpu] = "warn"
+
+
 def _results(tests: List[_Test]) -> Tuple[DcgmResult, ...]:
     out: List[DcgmResult] = []
     for test in tests:
+        _attach(test)
+        if test.from_message:
+            words = _words(test, None)
+            out.append(DcgmResult(_named_gpu(words), test.name, test.status or "fail", words))
+            continue
         for gpu, status in sorted(test.gpus.items()):
             # 4.x prints an entity's warn as "Fail" (HelperDisplayDiagResult without
             # DDR_DISPLAY_WARN); the test's own row says Warn then, and nothing failed
@@ -239,7 +277,8 @@ def _cut(tests: List[_Test], why: str) -> Tuple[Tuple[DcgmResult, ...], Optional
     """A table cut short: what it showed, and why it is not judged (naming any fail or warn
     it showed, so the admin reads DCGM's verdict in the unknown finding)."""
     results = _results(tests)
-    bad = [f"{r.test} {r.status} ({_whom(r)})" for r in results if r.status in ("fail", "warn")]
+    bad = [f"{r.test} {r.status} ({_whom(r)})" + (f": {r.text[:160]}" if r.text else "")
+           for r in results if r.status in ("fail", "warn")]
     seen = f"; it showed {', '.join(bad)}" if bad else f"; {len(results)} results shown, none failed"
     return results, f"dcgmi diag text output cut short: {why}{seen}"
 

@@ -119,12 +119,14 @@ def read_node(request: RunRequest, config: Config, host: str, node: str,
         if config.deep.enabled:
             snapshot = snapshot._replace(deep=deep(snapshot, config))
         from .dcgm import read_dcgm
+        from .dcgmmap import attribute
 
-        snapshot = snapshot._replace(dcgm=read_dcgm(config, diag=True))
+        snapshot = snapshot._replace(dcgm=attribute(read_dcgm(config, diag=True), snapshot.gpus))
     elif mode is Mode.NODE and config.dcgm.enabled != "false":
         from .dcgm import read_dcgm
+        from .dcgmmap import attribute
 
-        snapshot = snapshot._replace(dcgm=read_dcgm(config, diag=False))
+        snapshot = snapshot._replace(dcgm=attribute(read_dcgm(config, diag=False), snapshot.gpus))
     return snapshot, selected
 
 

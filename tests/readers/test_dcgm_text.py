@@ -109,8 +109,9 @@ def test_dcgm_text_2_4_6_pcie_fail_all_fragment_is_unknown_naming_dcgms_fail():
     assert results[0].text.startswith("all GPUs: GPU 0GPU 0's NvLink link 0 is currently down Run a "
                                       "field diagnostic on the GPU., GPU 0GPU 0's NvLink link 1 is")
     assert "NvLink link 4 is currently down Run a field diagnostic on the GPU.," in results[0].text
-    assert error == ("dcgmi diag text output cut short: a line that is no table row ('...') after "
-                     "test 'PCIe'; it showed PCIe fail (all GPUs)")
+    assert error.startswith("dcgmi diag text output cut short: a line that is no table row ('...') after "
+                            "test 'PCIe'; it showed PCIe fail (all GPUs): all GPUs: GPU 0GPU 0's NvLink "
+                            "link 0 is currently down")
     unknown_only(dcgm_findings(results, error), "PCIe fail (all GPUs)")
 
 
@@ -302,3 +303,49 @@ def test_dcgm_text_a_version_that_is_no_number_is_read_not_raised():
                                       "|-----  Deployment  --------+------------------------------------------------|",
                                       row("Denylist", "Pass")))
     assert error is None and results == (DcgmResult(None, "Denylist", "pass", ""),)
+
+
+# --- the real fragments of ml-engineering (DCGM 3.x, a node with faulty GPUs) ---------------
+
+ERROR_ROW = "ml-engineering__dcgmi-diag-r3-3.x-error-row-under-category__fragment.txt"
+THERMAL = "ml-engineering__dcgmi-diag-r2-3.x-gpu0-thermal-warning__fragment.txt"
+UNDER_HEADING = "GPU 3 has uncorrectable memory errors and row remappings are pending"
+
+
+def test_dcgm_text_error_row_under_a_category_is_read_and_named():
+    # `dcgmi diag -r 3` after repeating Xid 64: the Deployment heading, then an Error row
+    text = fixture(ERROR_ROW)
+    results, error = parse_diag(text)
+    assert [(r.gpu, r.test, r.status, r.text) for r in results] == [(3, "Deployment", "fail", UNDER_HEADING)]
+    assert error and f"it showed Deployment fail (GPU 3): {UNDER_HEADING}" in error
+    unknown_only(dcgm_findings(results, error), UNDER_HEADING)
+    # the same rows in a whole table: GPU 3 fails, reset, and only GPU 3
+    results, error = parse_diag(text + BORDER + "\n")
+    assert error is None
+    found = dcgm_findings(results)
+    assert [(f.gpu, f.severity.value, f.action.value) for f in found] == [(3, "fail", "reset")]
+    assert UNDER_HEADING in found[0].message
+
+
+def test_dcgm_text_thermal_warning_names_gpu0_only_and_becomes_a_warn_on_a_passing_gpu():
+    # `dcgmi diag -r 2` on a faulty node: GPU 0 fails GPU Memory with a thermal warning
+    lines = fixture(THERMAL).splitlines()
+    results, error = parse_diag("\n".join(lines))
+    by_gpu = {r.gpu: r for r in results}
+    assert sorted(by_gpu) == list(range(8)) and by_gpu[0].status == "fail"
+    assert by_gpu[0].text.startswith("GPU 0 Thermal violations totaling 13.3 seconds started at 9.7 "
+                                     "seconds into the test for GPU 0 Verify that the cooling")
+    assert all((r.status, r.text) == ("pass", "") for g, r in by_gpu.items() if g)
+    assert error and "it showed GPU Memory fail (GPU 0): GPU 0 Thermal violations" in error
+    # in a whole table the fail is GPU 0's alone
+    whole = table(*lines[:-1], lines[-1] + " " * (78 - len(lines[-1]) - 1) + "|")
+    results, error = parse_diag(whole)
+    assert error is None
+    assert [(f.gpu, f.severity.value) for f in dcgm_findings(results)] == [(0, "fail")]
+    # the same warning on a GPU DCGM passed is that GPU's warn, not every GPU's text
+    passing = [row("GPU Memory", "Pass - GPUs: 0, 1, 2, 3, 4, 5, 6, 7")] + lines[2:-1]
+    results, error = parse_diag(table(*passing, row("", "ts.")))
+    assert error is None
+    found = dcgm_findings(results)
+    assert [(f.gpu, f.severity.value, f.action.value) for f in found] == [(0, "warn", "none")]
+    assert "Thermal violations" in found[0].message
