@@ -18,10 +18,11 @@ class DeepConfig(NamedTuple):
     # A GPU below this share of its same-model siblings' median warns; below the second, fails.
     sibling_ratio_warn: float = 0.85
     sibling_ratio_fail: float = 0.7
-    floor_fraction: float = 0.6  # share of the datasheet peak (checks/deep.py FLOORS) below which it fails
+    floor_fraction: float = 0.6  # share of the datasheet peak (checks/floors.py FLOORS) below which it fails
     pcie_fraction: float = 0.4  # share of the link's current gen x width rate, per direction
-    # site floors: "MODEL:METRIC=VALUE", METRIC one of hbm_gbps, gflops, nvlink_gbps (datasheet
-    # peaks the floor_fraction applies to), e.g. "NVIDIA H100 80GB HBM3:hbm_gbps=3350"
+    # site floors: "MODEL:METRIC=VALUE", METRIC one of hbm_gbps, gflops, nvlink_gbps (per
+    # direction, all links), nvlink_link_gbps (per link, per direction): datasheet peaks the
+    # floor_fraction applies to, e.g. "NVIDIA H100 80GB HBM3:hbm_gbps=3350"
     floors: Tuple[str, ...] = ()
     bandwidth_mib: int = 1024  # each HBM bandwidth buffer
 
@@ -72,7 +73,7 @@ class ConfigError(Exception):
 
 
 PORT_NAME_CHARS = frozenset("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789_.-")
-DEEP_FLOOR_METRICS = ("hbm_gbps", "gflops", "nvlink_gbps")
+DEEP_FLOOR_METRICS = ("hbm_gbps", "gflops", "nvlink_gbps", "nvlink_link_gbps")
 
 
 def port_list(path: str, key: str, value: Any, expected: str) -> Any:

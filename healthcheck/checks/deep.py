@@ -7,8 +7,10 @@ Two judgements for every figure:
   node's host, PCIe topology, power and cooling, so the comparison needs no model table and
   holds whatever the clocks, driver or load: 15 % is past the run-to-run noise of a bandwidth
   kernel; 30 % is the "a third slower" GPU of DCGM#122 that every rank of a job waits for.
-- floors: below `deep.floor_fraction` (0.6) of the datasheet peak in FLOORS fails, so a node
-  whose GPUs are all slow (where the median is slow too) is still caught.  A simple kernel
+- floors: below `deep.floor_fraction` (0.6) of the datasheet peak in checks/floors.py FLOORS
+  (HBM: DCGM's own minimum for the SKU where it lists one) fails, so a node whose GPUs are all
+  slow (where the median is slow too) is still caught; a model with no floor is named by
+  `deep.floors` (info).  A simple kernel
   reaches 80-90 % of the peak on a healthy GPU; 60 % leaves room for clocks and concurrency.
   Host<->device copies are judged against the link's current generation and width:
   `deep.pcie_fraction` (0.4) of its per-direction rate, because all GPUs copy at once and share
@@ -22,43 +24,12 @@ from typing import TYPE_CHECKING, Callable, Dict, Iterator, Optional, Tuple
 
 from ..model import Action, Finding, GpuSnapshot, NodeSnapshot, Severity
 from .board import HW_SLOWDOWN_BITS
+from .floors import hbm_floor, peak
 from .registry import CheckContext, finding as _f, gpu_check, label, node_check
 
 if TYPE_CHECKING:  # imported where a deep run is judged, never on the prolog's path
     from ..deepmodel import DeepGpu
 
-# Datasheet peaks per model (NVML's name): (HBM GB/s, FP32 GFLOP/s, NVLink GB/s per direction,
-# source).  The floor is deep.floor_fraction of the peak.  Models not here are judged against
-# their siblings only.
-FLOORS: Dict[str, Tuple[Optional[float], Optional[float], Optional[float], str]] = {
-    "NVIDIA H100 80GB HBM3": (3350.0, 67000.0, 450.0,
-                              "NVIDIA H100 Tensor Core GPU datasheet (H100 SXM: 3.35 TB/s, FP32 67 "
-                              "TFLOPS, NVLink 900 GB/s)"),
-    "NVIDIA H100 PCIe": (2000.0, 51000.0, 300.0,
-                         "NVIDIA H100 Tensor Core GPU datasheet (H100 PCIe: 2 TB/s, FP32 51 TFLOPS, "
-                         "NVLink bridge 600 GB/s)"),
-    "NVIDIA H100 NVL": (3900.0, 60000.0, 300.0,
-                        "NVIDIA H100 Tensor Core GPU datasheet (H100 NVL: 3.9 TB/s, FP32 60 "
-                        "TFLOPS, NVLink bridge 600 GB/s)"),
-    "NVIDIA H200": (4800.0, 67000.0, 450.0,
-                    "NVIDIA H200 Tensor Core GPU datasheet (H200 SXM: 4.8 TB/s, FP32 67 TFLOPS, "
-                    "NVLink 900 GB/s)"),
-    "NVIDIA A100-SXM4-80GB": (2039.0, 19500.0, 300.0,
-                              "NVIDIA A100 Tensor Core GPU datasheet (A100 80GB SXM: 2,039 GB/s, "
-                              "FP32 19.5 TFLOPS, NVLink 600 GB/s)"),
-    "NVIDIA A100-SXM4-40GB": (1555.0, 19500.0, 300.0,
-                              "NVIDIA A100 Tensor Core GPU datasheet (A100 40GB: 1,555 GB/s, FP32 "
-                              "19.5 TFLOPS, NVLink 600 GB/s)"),
-    "NVIDIA A100 80GB PCIe": (1935.0, 19500.0, 300.0,
-                              "NVIDIA A100 Tensor Core GPU datasheet (A100 80GB PCIe: 1,935 GB/s, "
-                              "FP32 19.5 TFLOPS)"),
-    "NVIDIA L40S": (864.0, 91600.0, None,
-                    "NVIDIA L40S datasheet (864 GB/s GDDR6, FP32 91.6 TFLOPS; no NVLink)"),
-    "Tesla V100-SXM2-32GB": (900.0, 15700.0, 150.0,
-                             "NVIDIA Tesla V100 datasheet (SXM2: 900 GB/s, FP32 15.7 TFLOPS, "
-                             "NVLink 300 GB/s)"),
-}
-METRIC_COLUMN = {"hbm_gbps": 0, "gflops": 1, "nvlink_gbps": 2}
 # PCIe per-lane rate per direction after encoding, GB/s (PCI-SIG: 2.5/5 GT/s 8b/10b, 8/16/32/64
 # GT/s 128b/130b; Gen6 FLIT mode counted as Gen5 doubled).
 PCIE_LANE_GBPS = {1: 0.25, 2: 0.5, 3: 0.985, 4: 1.969, 5: 3.938, 6: 7.877}
@@ -71,20 +42,6 @@ def deep_of(node: NodeSnapshot, index: int) -> Optional["DeepGpu"]:
     if node.deep is None:
         return None
     return next((d for d in node.deep.gpus if d.index == index), None)
-
-
-def peak(model: Optional[str], metric: str, floors: Tuple[str, ...]) -> Tuple[Optional[float], str]:
-    """The datasheet peak of a model's metric and its source; a site's deep.floors wins."""
-    for entry in floors:
-        name, _, rest = entry.rpartition(":")
-        key, _, value = rest.partition("=")
-        if name.strip() == model and key.strip() == metric:
-            return float(value), "site config deep.floors"
-    row = FLOORS.get(model or "")
-    if row is None:
-        return None, ""
-    cell = row[METRIC_COLUMN[metric]]
-    return (float(cell) if isinstance(cell, (int, float)) else None), row[3]
 
 
 def figure(value: float, unit: str) -> str:
@@ -191,11 +148,12 @@ def check_deep_memory(gpu: GpuSnapshot, node: NodeSnapshot, ctx: CheckContext) -
 def check_deep_hbm(gpu: GpuSnapshot, node: NodeSnapshot, ctx: CheckContext) -> Iterator[Finding]:
     """HBM read or copy bandwidth below the GPU's siblings' median or its model's floor.
 
-    Thresholds and sources: the module docstring (siblings 0.85 / 0.7; floor 0.6 of the datasheet
-    peak in FLOORS).  Copy counts the bytes read and written.
+    Thresholds and sources: the module docstring (siblings 0.85 / 0.7); the floor is DCGM's own
+    memory_bandwidth minimum for the SKU where DCGM 4.6.0 lists one, else 0.6 of the datasheet
+    peak (checks/floors.py).  Copy counts the bytes read and written.
     nvidia-smi equivalent: none (dcgmi diag -r 3, "Memory Bandwidth", comes closest).
     """
-    floor, words = datasheet_floor(gpu, "hbm_gbps", ctx)
+    floor, words = hbm_floor(gpu.name, ctx.config.deep.floor_fraction, ctx.config.deep.floors)
     yield from judge_figure("deep.hbm", "HBM read", "GB/s", gpu, node, ctx,
                             lambda d: d.hbm_read_gbps, floor, words)
     yield from judge_figure("deep.hbm", "HBM copy", "GB/s", gpu, node, ctx,
@@ -231,7 +189,7 @@ def check_deep_pcie(gpu: GpuSnapshot, node: NodeSnapshot, ctx: CheckContext) -> 
 def check_deep_compute(gpu: GpuSnapshot, node: NodeSnapshot, ctx: CheckContext) -> Iterator[Finding]:
     """FP32 FMA throughput below the GPU's siblings' median or its model's floor.
 
-    Thresholds and sources: the module docstring (FP32 peaks from the datasheets in FLOORS).
+    Thresholds and sources: the module docstring (FP32 peaks from the datasheets in checks/floors.py).
     nvidia-smi equivalent: none (dcgmi diag -r 3, "Targeted Stress", comes closest).
     """
     floor, words = datasheet_floor(gpu, "gflops", ctx)

@@ -93,6 +93,14 @@ def path_warnings(config: Config, environ: Mapping[str, str]) -> List[str]:
     return warnings
 
 
+def deep_floor_models(config: Config) -> Tuple[str, ...]:
+    """The GPU models --level deep has a floor for: the published table and the site's own."""
+    from ..checks.floors import models
+
+    site = {entry.rpartition(":")[0].strip() for entry in config.deep.floors}
+    return tuple(sorted(set(models()) | site))
+
+
 def check_config(cli_path: Optional[str], environ: Mapping[str, str], as_json: bool,
                  out: TextIO, err: TextIO, gres: bool = False) -> int:
     """Validate the config the checker would read: every error in one pass (on err), then
@@ -128,11 +136,13 @@ def check_config(cli_path: Optional[str], environ: Mapping[str, str], as_json: b
         from .gresmap import gres_map
 
         gres_doc = gres_map(config, environ)
+    floors = deep_floor_models(config)
     if as_json:
         doc = {"file": path, "chosen_by": chosen_by, "exists": source is not None,
                "valid": not errors, "errors": errors, "warnings": warnings,
                "values": {k: {"value": list(v) if isinstance(v, tuple) else v, "source": o}
-                          for k, v, o in effective_values(config, from_file, source)}}
+                          for k, v, o in effective_values(config, from_file, source)},
+               "deep_floors": list(floors)}
         if gres_doc is not None:
             doc["gres"] = gres_doc
         json.dump(doc, out, indent=2)
@@ -147,6 +157,8 @@ def check_config(cli_path: Optional[str], environ: Mapping[str, str], as_json: b
             widths = [max(len(r[i]) for r in rows + [("KEY", "VALUE", "SOURCE")]) for i in range(2)]
             for k, v, o in [("KEY", "VALUE", "SOURCE")] + rows:
                 out.write(f"{k.ljust(widths[0])}  {v.ljust(widths[1])}  {o}\n")
+            out.write(f"--level deep floors ({len(floors)} models; any other model is judged "
+                      f"against its siblings only): {', '.join(floors)}\n")
         if gres_doc is not None:
             from .gresmap import write_gres_map
 

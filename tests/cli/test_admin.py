@@ -78,8 +78,11 @@ def test_check_config_prints_each_value_and_where_it_came_from(tmp_path: Path, c
         return
     assert rc == 0, err
     assert out.splitlines()[0] == f"config file: {path} (environment GPU_HEALTHCHECK_CONFIG; valid)"
-    rows = {ln.split()[0]: ln for ln in out.splitlines()[2:]}
+    rows = {ln.split()[0]: ln for ln in out.splitlines()[2:-1]}
     assert set(rows) == CONFIG_KEYS
+    # the last line: the GPU models --level deep has a published floor for
+    assert out.splitlines()[-1].startswith("--level deep floors (27 models; any other model is judged ")
+    assert "NVIDIA B200, NVIDIA B300," in out.splitlines()[-1]
     assert rows["state_dir"].split()[1:] == ['"/srv/hc"', str(path)]
     assert rows["thresholds.retired_pages"].split()[1:] == ["12", str(path)]
     assert rows["checks.disabled"].split()[1:] == ['["persistence_mode"]', str(path)]
@@ -94,6 +97,7 @@ def test_check_config_json(tmp_path: Path, capsys) -> None:
     assert doc["file"] == str(path) and doc["chosen_by"] == "--config" and doc["exists"]
     assert doc["values"]["probe.quick_mib"] == {"value": 64, "source": str(path)}
     assert doc["values"]["probe.timeout_s"] == {"value": 30.0, "source": "default"}
+    assert {"NVIDIA B200", "NVIDIA H200 NVL", "Tesla V100-SXM2-32GB", "NVIDIA L40S"} <= set(doc["deep_floors"])
     if _running_as_root():
         assert rc == 0 and doc["valid"] and doc["errors"] == []
 

@@ -85,10 +85,11 @@ def test_deep_pcie_and_peer_and_compute_slow_gpus_are_named(node):
 
 
 def test_deep_floor_fails_a_node_whose_gpus_are_all_slow(node):
-    result = deep_run(node, "gpu.*.perf.hbm_gbps = 1500\n")  # below 60 % of the 3,350 GB/s datasheet
+    result = deep_run(node, "gpu.*.perf.hbm_gbps = 1500\n")  # below DCGM's 1,905 GB/s for the H100 SXM
     hbm = by_check(result, "deep.hbm")
     assert {f["gpu"] for f in hbm} == set(range(8))
-    assert all("below its floor 2,010 GB/s" in f["message"] for f in hbm)
+    assert all("below its floor 1,905 GB/s (DCGM's memory_bandwidth minimum for SKU 2330" in f["message"]
+               for f in hbm)
 
 
 def test_deep_level_is_offered_by_the_cli(node):

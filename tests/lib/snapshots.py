@@ -54,6 +54,7 @@ FAULTS = {
     "deep.nvlink_peer": (dict(gpu=dict(name="NVIDIA H100 80GB HBM3"), deep=_deep()._replace(peers=(DeepPeer(0, 1, 50.0),))),
                          Mode.NODE, Severity.FAIL, Action.RESET),
     "deep.peers": (dict(deep=_deep()._replace(peer_detail="killed")), Mode.NODE, Severity.UNKNOWN, Action.NONE),
+    "deep.floors": (dict(gpu=dict(name="NVIDIA X900 Prototype"), deep=_deep()), Mode.NODE, Severity.INFO, Action.NONE),
     "dcgm.diag": (dict(dcgm=DcgmRead(diag=(DcgmResult(0, "Memory", "fail", "DCGM: memory error"),), diag_ran=True)),
                   Mode.NODE, Severity.FAIL, Action.RESET),
     "dcgm.health": (dict(dcgm=DcgmRead(health=(DcgmResult(0, "NVLink", "warn", "link errors"),), health_ran=True)),
