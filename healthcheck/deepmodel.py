@@ -44,18 +44,44 @@ class DeepGpu(NamedTuple):
 
 
 class DeepPeer(NamedTuple):
-    """One peer copy between two GPUs (NVML indices) over NVLink."""
+    """One peer copy between two GPUs (NVML indices)."""
 
     src: int
     dst: int
     gbps: Optional[float] = None
     detail: str = ""
+    via: str = ""  # "nvlink" (links to each other), "nvswitch", "pcie" (PCIe peer to peer); "": the ring
+    links: Tuple[int, ...] = ()  # the source's links that carry it (direct: to dst; nvswitch: to switches)
+
+
+class LinkEnd(NamedTuple):
+    """One active NVLink's far end, as NVML reports it."""
+
+    link: int
+    remote: Optional[str]  # the far end's PCI address, normalised; None where NVML gave none
+    kind: str  # "gpu", "switch", "cpu", "unknown" (nvmlDeviceGetNvLinkRemoteDeviceType)
+
+
+class GpuLinks(NamedTuple):
+    index: int  # type: ignore[assignment]  # NVML index
+    pci: Optional[str]  # its own PCI address, normalised
+    ends: Tuple[LinkEnd, ...] = ()
+    error: Optional[str] = None  # why its links could not be read
+
+
+class Topology(NamedTuple):
+    """The GPUs' NVLink far ends and PCIe peer-to-peer status (read/nvmltopo.py)."""
+
+    gpus: Tuple[GpuLinks, ...] = ()
+    pcie_p2p: Tuple[Tuple[int, int], ...] = ()  # pairs NVML says can copy peer to peer over PCIe
+    error: Optional[str] = None
 
 
 class DeepRun(NamedTuple):
     gpus: Tuple[DeepGpu, ...] = ()
     peers: Tuple[DeepPeer, ...] = ()
     peer_detail: Optional[str] = None  # why the peer test did not run, where it did not
+    topology: Optional[Topology] = None  # what the peer pairs were chosen from
 
 
 class DcgmResult(NamedTuple):

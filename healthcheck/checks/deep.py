@@ -224,36 +224,6 @@ def check_deep_throttle(gpu: GpuSnapshot, node: NodeSnapshot, ctx: CheckContext)
              "HW_THERMAL or HW_POWER_BRAKE")
 
 
-@gpu_check("deep.nvlink_peer", severity=Severity.FAIL, action=Action.RESET,
-           threshold_key="deep.sibling_ratio_fail")
-def check_deep_nvlink_peer(gpu: GpuSnapshot, node: NodeSnapshot, ctx: CheckContext) -> Iterator[Finding]:
-    """Peer copy bandwidth from this GPU to the next over NVLink below its siblings' or the floor.
-
-    The ring 0->1->...->0 of the GPUs under test that have NVLink (cuMemcpyPeer after
-    cuCtxEnablePeerAccess); the floor is deep.floor_fraction of the datasheet's NVLink rate per
-    direction (FLOORS).  An NVLink up but slow shows here, not in the link state.
-    nvidia-smi equivalent: none (`nvidia-smi nvlink -s` gives the link speed, not the copy).
-    """
-    if node.deep is None or not node.deep.peers:
-        return
-    out = {p.src: p.gbps for p in node.deep.peers}
-    if gpu.index not in out:
-        return
-    floor, words = datasheet_floor(gpu, "nvlink_gbps", ctx)
-    by_index = {p.src: p for p in node.deep.peers}
-    pair = by_index[gpu.index]
-    if pair.gbps is None:
-        yield _f("deep.nvlink_peer", Severity.UNKNOWN, gpu,
-                 f"{label(gpu)}: peer copy to GPU {pair.dst} not measured: {pair.detail}")
-        return
-    from ..deepmodel import DeepGpu
-
-    fake = node.deep._replace(gpus=tuple(DeepGpu(p.src, "ok", hbm_read_gbps=p.gbps)
-                                         for p in node.deep.peers if p.gbps is not None))
-    yield from judge_figure("deep.nvlink_peer", f"peer copy to GPU {pair.dst}", "GB/s", gpu,
-                            node._replace(deep=fake), ctx, lambda d: d.hbm_read_gbps, floor, words)
-
-
 @node_check("deep.peers", severity=Severity.UNKNOWN)
 def check_deep_peers(node: NodeSnapshot, ctx: CheckContext) -> Iterator[Finding]:
     """The peer test could not run although two or more GPUs with NVLink were under test.

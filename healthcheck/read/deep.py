@@ -14,8 +14,9 @@ with cuModuleLoadData (the driver JIT-compiles it: no toolkit on the node) and r
 4. an FP32 FMA loop in GFLOP/s, reading the SM clock and the clocks event reasons from NVML
    while it runs.
 
-Then, when two or more GPUs with NVLink are under test, one child that sees them all copies
-between each GPU and the next (a ring: cuCtxEnablePeerAccess, cuMemcpyPeer).  Times are CUDA
+Then one child that sees them all copies between the GPU pairs read/deeptopo.py plans from
+NVML's topology (cuCtxEnablePeerAccess, cuMemcpyPeer): pairs bridged by NVLink, a ring through
+the NVSwitches, PCIe peer to peer where NVML says it works.  Times are CUDA
 events on the device, never the host's clock.
 """
 
@@ -30,7 +31,7 @@ from ..records import NamedTuple
 from .cudaprobe import MIB, ChildOutcome, ProbeTarget, _Cuda, _CudaError, child_failure, run_children
 from ..model import ProbeStatus
 from .deepcuda import CU_ERROR_NOT_READY, FLIP, THREADS, DeepTarget, Device, GpuClocks, read_ptx, u64
-from .deeplinks import host_copies, run_peer_ring
+from .deeplinks import host_copies, run_peer_pairs
 
 MAX_RECORDS = 8  # HC_MAX_RECORDS in deep_kernels.cu
 RESULT_BYTES = (1 + 3 * MAX_RECORDS) * 8
@@ -177,20 +178,19 @@ def _deep_in_child(target: DeepTarget, plan: DeepPlan, ptx: bytes) -> Dict[str, 
     return out
 
 
-def run_deep(targets: Sequence[ProbeTarget], peer_capable: Sequence[int], plan: DeepPlan,
+def run_deep(targets: Sequence[ProbeTarget], pairs: Sequence[Any], plan: DeepPlan,
              timeout_s: float) -> DeepRun:
-    """The deep tests of every target GPU in parallel, then the peer ring of `peer_capable`
-    (NVML indices of targets with NVLink) when it has two GPUs or more."""
+    """The deep tests of every target GPU in parallel, then the peer copies `pairs`
+    (read/deeptopo.PeerPair, planned from NVML's topology) between GPUs that passed them."""
     ptx = read_ptx()
     gpus = [DeepTarget(t.index, t.uuid) for t in targets]
     outcomes = run_children(gpus, lambda t: _deep_in_child(t, plan, ptx), timeout_s)
     results = tuple(_gpu_result(o, timeout_s) for o in outcomes)
     healthy = {r.index for r in results if r.status == "ok" and not r.mem_errors}
-    ring = [t for t in targets if t.index in peer_capable and t.index in healthy]
-    if len(ring) < 2:
-        why = ("fewer than two GPUs with NVLink under test" if len(ring) < 2 else None)
-        return DeepRun(gpus=results, peer_detail=why)
-    peers, detail = run_peer_ring(ring, plan, ptx, timeout_s)
+    pairs = [p for p in pairs if p.src in healthy and p.dst in healthy]
+    if not pairs:
+        return DeepRun(gpus=results)  # no pair with a peer path: nothing to copy between
+    peers, detail = run_peer_pairs(targets, pairs, plan, ptx, timeout_s)
     return DeepRun(gpus=results, peers=peers, peer_detail=detail)
 
 

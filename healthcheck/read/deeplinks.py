@@ -2,10 +2,10 @@
 (read/deep.py runs the per-GPU tests and calls these).
 
     host_copies(device, plan, out, dst, nbytes)    # in a GPU's child: h2d_gbps, d2h_gbps
-    peers = run_peer_ring(targets, plan, ptx, timeout_s)   # -> (DeepPeer, ...), detail
+    peers, why = run_peer_pairs(targets, pairs, plan, ptx, timeout_s)   # -> (DeepPeer, ...), detail
 
-The ring copies from each GPU to the next, one pair at a time, in one child that sees them all
-(cuCtxEnablePeerAccess, cuMemcpyPeer).
+The peer test copies between the pairs read/deeptopo.py plans from NVML's topology, one pair at
+a time, in one child that sees them all (cuCtxEnablePeerAccess, cuMemcpyPeer).
 """
 
 from __future__ import annotations
@@ -45,64 +45,74 @@ def host_copies(d: Device, plan: Any, out: Dict[str, Any], dst: int, nbytes: int
         d.cuda.lib.cuMemFreeHost(pinned)
 
 
-def _peers_in_child(target: DeepTarget, plan: Any, ptx: bytes) -> Dict[str, object]:
-    """Copies from each listed GPU to the next (a ring), one pair at a time."""
+def _pairs_in_child(target: DeepTarget, pairs: Sequence[Any], plan: Any, ptx: bytes) -> Dict[str, object]:
+    """Each listed copy (src, dst: positions in target.indices), one pair at a time."""
     cuda = _Cuda()
     cuda.call(ProbeStatus.INIT_ERROR, "cuInit", ctypes.c_uint(0))
     devices: List[Device] = []
-    pairs: List[List[Any]] = []
+    done: List[List[Any]] = []
     try:
         for ordinal in range(len(target.indices)):
             devices.append(Device(cuda, ordinal, ptx))
-        n = len(devices)
-        for i in range(n if n > 2 else 1):
-            a, b = devices[i], devices[(i + 1) % n]
-            src_index, dst_index = target.indices[i], target.indices[(i + 1) % n]
-            can = ctypes.c_int()
-            cuda.call(ProbeStatus.INIT_ERROR, "cuDeviceCanAccessPeer", ctypes.byref(can), a.dev, b.dev)
-            if not can.value:
-                pairs.append([src_index, dst_index, None, "no peer access between them"])
-                continue
-            a.current()
-            code = cuda.lib.cuCtxEnablePeerAccess(b.ctx, ctypes.c_uint(0))
-            if code not in (0, CU_ERROR_PEER_ACCESS_ALREADY_ENABLED):
-                pairs.append([src_index, dst_index, None, f"cuCtxEnablePeerAccess returned {cuda.name(code)}"])
-                continue
-            nbytes = min(plan.peer_mib * MIB, a.free_mem() // 4)
-            b.current()
-            nbytes = min(nbytes, b.free_mem() // 4) // MIB * MIB
-            a.current()
-            src = a.alloc(nbytes)
-            b.current()
-            dst = b.alloc(nbytes)
-            a.current()
-            start, end = a.event(), a.event()
-            copy = (ctypes.c_uint64(dst), b.ctx, ctypes.c_uint64(src), a.ctx, ctypes.c_size_t(nbytes))
-            cuda.call(ProbeStatus.COPY_ERROR, "cuMemcpyPeer", *copy)
-            a.record(start)
-            for _ in range(plan.reps):
-                cuda.call(ProbeStatus.COPY_ERROR, "cuMemcpyPeer", *copy)
-            a.record(end)
-            pairs.append([src_index, dst_index, nbytes * plan.reps / a.seconds(start, end) / 1e9, ""])
-            a.free(src)
-            b.current()
-            b.free(dst)
+        for i, j in pairs:
+            done.append([target.indices[i], target.indices[j], *_copy(cuda, devices[i], devices[j], plan)])
     except _CudaError as err:
-        return {"status": "error", "detail": str(err), "pairs": pairs}
+        return {"status": "error", "detail": str(err), "pairs": done}
     finally:
         for device in devices:
             device.close()
-    return {"status": "ok", "pairs": pairs}
+    return {"status": "ok", "pairs": done}
 
 
-def run_peer_ring(ring: Sequence[ProbeTarget], plan: Any, ptx: bytes,
-                  timeout_s: float) -> Tuple[Tuple[DeepPeer, ...], Optional[str]]:
-    """The peer ring of `ring` (two GPUs or more): its copies, and why it failed where it did."""
+def _copy(cuda: _Cuda, a: Device, b: Device, plan: Any) -> Tuple[Optional[float], str]:
+    """GB/s of cuMemcpyPeer from a to b (CUDA events on a), or None and why not."""
+    can = ctypes.c_int()
+    cuda.call(ProbeStatus.INIT_ERROR, "cuDeviceCanAccessPeer", ctypes.byref(can), a.dev, b.dev)
+    if not can.value:
+        return None, "no peer access between them"
+    a.current()
+    code = cuda.lib.cuCtxEnablePeerAccess(b.ctx, ctypes.c_uint(0))
+    if code not in (0, CU_ERROR_PEER_ACCESS_ALREADY_ENABLED):
+        return None, f"cuCtxEnablePeerAccess returned {cuda.name(code)}"
+    nbytes = min(plan.peer_mib * MIB, a.free_mem() // 4)
+    b.current()
+    nbytes = min(nbytes, b.free_mem() // 4) // MIB * MIB
+    a.current()
+    src = a.alloc(nbytes)
+    b.current()
+    dst = b.alloc(nbytes)
+    a.current()
+    start, end = a.event(), a.event()
+    copy = (ctypes.c_uint64(dst), b.ctx, ctypes.c_uint64(src), a.ctx, ctypes.c_size_t(nbytes))
+    cuda.call(ProbeStatus.COPY_ERROR, "cuMemcpyPeer", *copy)
+    a.record(start)
+    for _ in range(plan.reps):
+        cuda.call(ProbeStatus.COPY_ERROR, "cuMemcpyPeer", *copy)
+    a.record(end)
+    gbps = nbytes * plan.reps / a.seconds(start, end) / 1e9
+    a.free(src)
+    b.current()
+    b.free(dst)
+    return gbps, ""
+
+
+def run_peer_pairs(targets: Sequence[ProbeTarget], pairs: Sequence[Any], plan: Any, ptx: bytes,
+                   timeout_s: float) -> Tuple[Tuple[DeepPeer, ...], Optional[str]]:
+    """The planned copies (read/deeptopo.PeerPair) between `targets`, in one child that sees
+    every GPU they name: each copy, and why the child failed where it did."""
+    named = sorted({i for p in pairs for i in (p.src, p.dst)})
+    ring = [t for t in targets if t.index in named]
+    position = {t.index: k for k, t in enumerate(ring)}
+    plan_of = {(p.src, p.dst): p for p in pairs}
+    ordinals = [(position[p.src], position[p.dst]) for p in pairs if p.src in position and p.dst in position]
     peer_target = DeepTarget(-1, ",".join(t.uuid for t in ring), tuple(t.index for t in ring))
-    (outcome,) = run_children([peer_target], lambda t: _peers_in_child(t, plan, ptx), timeout_s)
+    (outcome,) = run_children([peer_target], lambda t: _pairs_in_child(t, ordinals, plan, ptx), timeout_s)
     failure = child_failure(outcome, timeout_s)
     data = outcome.data or {}
-    peers = tuple(DeepPeer(int(p[0]), int(p[1]), None if p[2] is None else float(p[2]), str(p[3]))
-                  for p in data.get("pairs") or ())
+    peers = []
+    for src, dst, gbps, detail in data.get("pairs") or ():
+        planned = plan_of.get((int(src), int(dst)))
+        peers.append(DeepPeer(int(src), int(dst), None if gbps is None else float(gbps), str(detail),
+                              planned.via if planned else "", tuple(planned.links) if planned else ()))
     detail = failure[1] if failure else (str(data.get("detail")) if data.get("status") != "ok" else None)
-    return peers, detail
+    return tuple(peers), detail

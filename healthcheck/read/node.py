@@ -215,9 +215,23 @@ def deep(snapshot: NodeSnapshot, config: Config) -> Any:
     if not targets:
         return DeepRun(gpus=tuple(skipped))
     plan = DeepPlan(fraction=config.probe.full_fraction, bandwidth_mib=config.deep.bandwidth_mib)
-    peer_capable = [g.index for g in snapshot.gpus if g.nvlink_links]
-    run = run_deep(targets, peer_capable, plan, config.deep.timeout_s)
-    return run._replace(gpus=run.gpus + tuple(skipped))
+    topology, pairs = peer_plan(snapshot, [t.index for t in targets])
+    run = run_deep(targets, pairs, plan, config.deep.timeout_s)
+    if topology is not None and topology.error and not run.peers:
+        run = run._replace(peer_detail=f"NVLink topology not read: {topology.error}")
+    return run._replace(gpus=run.gpus + tuple(skipped), topology=topology)
+
+
+def peer_plan(snapshot: NodeSnapshot, tested: List[int]) -> Tuple[Any, Tuple[Any, ...]]:
+    """NVML's topology of the GPUs under test (read/nvmltopo.py) and the peer copies planned
+    from it (read/deeptopo.py); (None, ()) where fewer than two are under test."""
+    if len(tested) < 2:
+        return None, ()
+    from .deeptopo import plan_pairs
+    from .nvmltopo import read_topology
+
+    topology = read_topology([g for g in snapshot.gpus if g.index in tested])
+    return topology, plan_pairs(topology, tested)
 
 
 def with_slurm_jobs(gpus: Tuple[GpuSnapshot, ...], selected: Tuple[int, ...],

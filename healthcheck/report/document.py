@@ -127,7 +127,8 @@ def build_report(snapshot: NodeSnapshot, findings: List[Finding], verdict: Verdi
                       "clocks_event_reasons": d.load_reasons,
                       "times_s": {k: round(v, 6) for k, v in d.times},
                       "duration_s": round(d.duration_s, 3)} for d in snapshot.deep.gpus],
-            "peers": [{"src": p.src, "dst": p.dst, "gbps": _r(p.gbps), "detail": p.detail or None}
+            "peers": [{"src": p.src, "dst": p.dst, "gbps": _r(p.gbps), "detail": p.detail or None,
+                       "via": p.via or None, "links": list(p.links)}
                       for p in snapshot.deep.peers],
             "peer_detail": snapshot.deep.peer_detail},
         "dcgm": None if snapshot.dcgm is None else {

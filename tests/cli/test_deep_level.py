@@ -35,7 +35,8 @@ def test_deep_healthy_node_passes_with_every_figure_in_the_json(node):
         assert round(row["gflops"]) == 55000
         assert set(row["times_s"]) == {"memory", "hbm_read", "hbm_copy", "h2d", "d2h", "compute"}
     peers = doc["deep"]["peers"]
-    assert [(p["src"], p["dst"]) for p in peers] == [(i, (i + 1) % 8) for i in range(8)]
+    assert [(p["src"], p["dst"], p["via"]) for p in peers] == [(i, (i + 1) % 8, "nvswitch") for i in range(8)]
+    assert all(p["links"] == list(range(18)) for p in peers)
     assert all(round(p["gbps"]) == 370 for p in peers)
     assert not [f for f in doc["findings"] if f["check"].startswith("deep.")]
 
@@ -78,8 +79,11 @@ def test_deep_pcie_and_peer_and_compute_slow_gpus_are_named(node):
                             "gpu.6.perf.gflops = 45000\n")
     assert {f["gpu"] for f in by_check(result, "deep.pcie")} == {2}
     assert "host-to-device 20 GB/s" in by_check(result, "deep.pcie")[0]["message"]
-    # GPU 4's slow side slows its copies to GPU 5 and from GPU 3: the ring names GPU 3 and 4
-    assert {f["gpu"] for f in by_check(result, "deep.nvlink_peer")} == {3, 4}
+    # GPU 4's slow side slows its copies to GPU 5 and from GPU 3 through the NVSwitches: slow
+    # with every peer it has, GPU 4 alone is named; the pairs are not warned on their own
+    assert [(f["gpu"], f["severity"], f["action"]) for f in by_check(result, "deep.nvlink_peer")] == [
+        (4, "fail", "reset")]
+    assert not by_check(result, "deep.nvlink_pair")
     compute = by_check(result, "deep.compute")
     assert [f["gpu"] for f in compute] == [6] and compute[0]["severity"] == "warn"
 

@@ -430,7 +430,8 @@ EXPORT CUresult cuDeviceGetAttribute(int *pi, int attrib, CUdevice dev)
     return rc;
 }
 
-/* Peers over NVLink: two GPUs that both have links. */
+/* Peers as the topology has them (scenario.c fg_p2p): NVLink links to each other, both on the
+ * NVSwitch fabric, or both with PCIe peer to peer (gpu.N.p2p.pcie). */
 EXPORT CUresult cuDeviceCanAccessPeer(int *can, CUdevice dev, CUdevice peer)
 {
     if (!can)
@@ -441,7 +442,7 @@ EXPORT CUresult cuDeviceCanAccessPeer(int *can, CUdevice dev, CUdevice peer)
     if (rc == CUDA_SUCCESS)
         rc = device_lookup(peer, NULL, &b);
     if (rc == CUDA_SUCCESS)
-        *can = a != b && scn->gpu[a].nvlink_links > 0 && scn->gpu[b].nvlink_links > 0;
+        *can = fg_p2p(scn, (unsigned int)a, (unsigned int)b) != FG_P2P_NONE;
     pthread_mutex_unlock(&lock);
     return rc;
 }
@@ -453,7 +454,7 @@ EXPORT CUresult cuCtxEnablePeerAccess(CUcontext peer, unsigned int flags)
     CUresult rc = current_gpu(&me);
     if (rc == CUDA_SUCCESS && (flags || other < 0 || ctxs[other].refs == 0))
         rc = flags ? CUDA_ERROR_INVALID_VALUE : CUDA_ERROR_INVALID_CONTEXT;
-    if (rc == CUDA_SUCCESS && (other == me || !scn->gpu[me].nvlink_links || !scn->gpu[other].nvlink_links))
+    if (rc == CUDA_SUCCESS && fg_p2p(scn, (unsigned int)me, (unsigned int)other) == FG_P2P_NONE)
         rc = CUDA_ERROR_PEER_ACCESS_UNSUPPORTED;
     if (rc == CUDA_SUCCESS && peer_on[me][other])
         rc = CUDA_ERROR_PEER_ACCESS_ALREADY_ENABLED;
@@ -463,8 +464,32 @@ EXPORT CUresult cuCtxEnablePeerAccess(CUcontext peer, unsigned int flags)
     return rc;
 }
 
-/* A copy between two GPUs' memory: at nvlink.peer_gbps (the slower side's) with peer access
- * enabled, else staged through the host at the PCIe rates. */
+/* The rate of a peer copy from GPU sg to dg with peer access on: gpu.N.nvlink.peer.M.gbps
+ * where set; else nvlink.peer_gbps (the slower side's) times the share of the source's links
+ * that reach the other (direct links, or the NVSwitch fabric); over PCIe peer to peer, the
+ * slower of the source's d2h and the destination's h2d. */
+static double peer_rate(int sg, int dg)
+{
+    const fg_gpu *s = &scn->gpu[sg], *d = &scn->gpu[dg];
+    double set = fg_peer_rate(s, (unsigned int)dg);
+    if (set > 0)
+        return set;
+    double nvlink = s->peer_gbps < d->peer_gbps ? s->peer_gbps : d->peer_gbps;
+    double links = s->nvlink_links ? (double)s->nvlink_links : 1;
+    switch (fg_p2p(scn, (unsigned int)sg, (unsigned int)dg)) {
+    case FG_P2P_NVLINK:
+        return nvlink * fg_links_between(scn, (unsigned int)sg, (unsigned int)dg) / links;
+    case FG_P2P_SWITCH: {
+        unsigned int a = fg_switch_links(s), b = fg_switch_links(d);
+        return nvlink * (a < b ? a : b) / links;
+    }
+    default:
+        return s->d2h_gbps < d->h2d_gbps ? s->d2h_gbps : d->h2d_gbps;
+    }
+}
+
+/* A copy between two GPUs' memory: at peer_rate with peer access enabled, else staged through
+ * the host at the PCIe rates. */
 EXPORT CUresult cuMemcpyPeer(CUdeviceptr dst, CUcontext dst_ctx, CUdeviceptr src,
                              CUcontext src_ctx, size_t n)
 {
@@ -485,7 +510,7 @@ EXPORT CUresult cuMemcpyPeer(CUdeviceptr dst, CUcontext dst_ctx, CUdeviceptr src
         rc = dev_write(da, (size_t)(dst - da->base), tmp, n);
         const fg_gpu *s = &scn->gpu[sg], *d = &scn->gpu[dg];
         if (peer_on[sg][dg] || peer_on[dg][sg])
-            advance((double)n / rate(s->peer_gbps < d->peer_gbps ? s->peer_gbps : d->peer_gbps));
+            advance((double)n / rate(peer_rate(sg, dg)));
         else
             advance((double)n / rate(s->d2h_gbps) + (double)n / rate(d->h2d_gbps));
     }

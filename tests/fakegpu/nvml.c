@@ -195,6 +195,11 @@ nvmlDevice_t fg_gpu_handle(unsigned int index)
     return &devices[index];
 }
 
+const fg_scenario *fg_scn(void)
+{
+    return scn;
+}
+
 /* See nvml_internal.h. */
 nvmlReturn_t fg_dev_begin(nvmlDevice_t device, int func, int args_ok, fg_gpu *g, unsigned int *index,
                           int *mig)

@@ -31,6 +31,10 @@ nvmlReturn_t fg_dev_begin(nvmlDevice_t device, int func, int args_ok, fg_gpu *g,
 /* The handle of GPU `index` (no checks). */
 nvmlDevice_t fg_gpu_handle(unsigned int index);
 
+/* The loaded scenario (nvml_topo.c reads the topology of two GPUs from it); loaded once a
+ * call has passed fg_dev_begin. */
+const fg_scenario *fg_scn(void);
+
 /* Copy a string the way NVML does: all of it and its terminator must fit,
  * else INSUFFICIENT_SIZE. */
 nvmlReturn_t fg_put_string(char *dst, unsigned int length, const char *src);

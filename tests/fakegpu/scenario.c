@@ -642,6 +642,7 @@ static const gkey gpu_keys[] = {
     {"perf.gflops", K_GBPS, G(gflops), 0, 0, 0},
     {"perf.throttle_under_load", K_REASONS, 0, 0, 0, 0},
     {"nvlink.peer_gbps", K_GBPS, G(peer_gbps), 0, 0, 0},
+    {"p2p.pcie", K_U32, G(pcie_p2p), 0, 0, 1},
     {"cuda.sm_count", K_U32, G(sm_count), 0, 1, 4096},
 };
 
@@ -665,6 +666,15 @@ static int apply_link_key(fg_gpu *g, const char *sub, const char *v, perr *e)
         if (!isdigit((unsigned char)idx[0]) || parse_ll(idx, 0, FG_MAX_LINKS - 1, &link, e))
             return fail(e, "bad link in 'nvlink.%s' (0..35 or *)", sub);
     }
+    if (strcmp(dot + 1, "remote") == 0) {
+        fg_gpu far;
+        if (parse_pci(v, &far, e))
+            return -1;
+        for (int l = 0; l < FG_MAX_LINKS; l++)
+            if (link < 0 || l == link)
+                g->link_remote[l] = FG_REMOTE_SET | fg_pci_key(&far);
+        return 0;
+    }
     for (size_t i = 0; i < sizeof counters / sizeof counters[0]; i++) {
         if (strcmp(dot + 1, counters[i].name) != 0)
             continue;
@@ -676,7 +686,85 @@ static int apply_link_key(fg_gpu *g, const char *sub, const char *v, perr *e)
                 arr[l] = (unsigned long long)x;
         return 0;
     }
-    return fail(e, "unknown key 'nvlink.%s' (crc_errors, replay_errors or recovery_errors)", sub);
+    return fail(e, "unknown key 'nvlink.%s' (remote, crc_errors, replay_errors or recovery_errors)", sub);
+}
+
+/* gpu.N.nvlink.peer.M.gbps: the copy rate from this GPU to GPU M. */
+static int apply_peer_key(fg_gpu *g, const char *sub, const char *v, perr *e)
+{
+    char idx[8];
+    const char *dot = strchr(sub, '.');
+    long long m;
+    double gbps;
+    if (!dot || strcmp(dot, ".gbps") != 0 || dot - sub == 0 || dot - sub >= (long)sizeof idx)
+        return fail(e, "unknown key 'nvlink.peer.%s' (nvlink.peer.M.gbps)", sub);
+    memcpy(idx, sub, (size_t)(dot - sub));
+    idx[dot - sub] = '\0';
+    if (!isdigit((unsigned char)idx[0]) || parse_ll(idx, 0, FG_MAX_GPUS - 1, &m, e))
+        return fail(e, "bad GPU in 'nvlink.peer.%s' (0..255)", sub);
+    char *end;
+    gbps = strtod(v, &end);
+    if (end == v || *end != '\0' || !(gbps > 0) || !isfinite(gbps))
+        return fail(e, "bad rate '%s' for nvlink.peer.M.gbps (GB/s > 0)", v);
+    for (unsigned int i = 0; i < g->nrates; i++)
+        if (g->rate_peer[i] == (unsigned int)m) {
+            g->rate_gbps[i] = gbps;
+            return 0;
+        }
+    if (g->nrates >= FG_MAX_PEER_RATES)
+        return fail(e, "more than 16 nvlink.peer.M.gbps keys on one GPU (%s)", sub);
+    g->rate_peer[g->nrates] = (unsigned int)m;
+    g->rate_gbps[g->nrates++] = gbps;
+    return 0;
+}
+
+unsigned long long fg_pci_key(const fg_gpu *g)
+{
+    return ((unsigned long long)g->pci_domain << 16) | (g->pci_bus << 8) | g->pci_device;
+}
+
+static int link_active(const fg_gpu *g, unsigned int l)
+{
+    return l < g->nvlink_links && l < FG_MAX_LINKS && !((g->nvlink_down >> l) & 1);
+}
+
+unsigned int fg_links_between(const fg_scenario *s, unsigned int a, unsigned int b)
+{
+    const fg_gpu *ga = &s->gpu[a];
+    unsigned long long want = FG_REMOTE_SET | fg_pci_key(&s->gpu[b]);
+    unsigned int n = 0;
+    for (unsigned int l = 0; l < FG_MAX_LINKS; l++)
+        n += link_active(ga, l) && ga->link_remote[l] == want;
+    return n;
+}
+
+unsigned int fg_switch_links(const fg_gpu *g)
+{
+    unsigned int n = 0;
+    for (unsigned int l = 0; l < FG_MAX_LINKS; l++)
+        n += link_active(g, l) && !g->link_remote[l];
+    return n;
+}
+
+int fg_p2p(const fg_scenario *s, unsigned int a, unsigned int b)
+{
+    if (a == b)
+        return FG_P2P_NONE;
+    if (fg_links_between(s, a, b) && fg_links_between(s, b, a))
+        return FG_P2P_NVLINK;
+    if (fg_switch_links(&s->gpu[a]) && fg_switch_links(&s->gpu[b]))
+        return FG_P2P_SWITCH;
+    if (s->gpu[a].pcie_p2p && s->gpu[b].pcie_p2p)
+        return FG_P2P_PCIE;
+    return FG_P2P_NONE;
+}
+
+double fg_peer_rate(const fg_gpu *g, unsigned int b)
+{
+    for (unsigned int i = 0; i < g->nrates; i++)
+        if (g->rate_peer[i] == b)
+            return g->rate_gbps[i];
+    return 0;
 }
 
 /* "L[,L...]" (or empty): links that report inactive. */
@@ -1024,6 +1112,14 @@ static int parse_line(fg_scenario *s, char *line, perr *e)
             *dot = '.';
             return fail(e, "GPU index out of range 0..255 in key '%s'", key);
         }
+    }
+    if (strncmp(sub, "nvlink.peer.", 12) == 0) {
+        if (!all)
+            return apply_peer_key(gpu_at(s, (unsigned int)n), sub + 12, val, e);
+        for (unsigned int i = 0; i < s->nfilled; i++)
+            if (apply_peer_key(&s->gpu[i], sub + 12, val, e))
+                return -1;
+        return 0;
     }
     if (strncmp(sub, "nvlink.", 7) == 0 && (sub[7] == '*' || isdigit((unsigned char)sub[7]))) {
         if (!all)

@@ -26,6 +26,8 @@
 #define FG_MAX_MIG 7             /* gpu.N.mig.instances: at most 7 MIG devices per GPU */
 #define FG_MAX_LINKS 36          /* == NVML_NVLINK_MAX_LINKS */
 #define FG_MAX_STUCK 16          /* entries in gpu.N.mem.stuck_bits */
+#define FG_MAX_PEER_RATES 16     /* entries of gpu.N.nvlink.peer.M.gbps */
+#define FG_REMOTE_SET (1ULL << 63) /* link_remote: a far end is set (else an NVSwitch) */
 
 /* NVML queries that gpu.N.unsupported can switch off, one bit each. */
 enum fg_func {
@@ -132,6 +134,13 @@ typedef struct {
     uint64_t nvlink_down;               /* bit L: link L inactive */
     unsigned long long nvlink_crc[FG_MAX_LINKS], nvlink_replay[FG_MAX_LINKS],
         nvlink_recovery[FG_MAX_LINKS];
+    /* NVLink topology (nvml_topo.c, the fake libcuda's peers): each link's far end,
+     * FG_REMOTE_SET | domain << 16 | bus << 8 | device; 0 = an NVSwitch (the default) */
+    unsigned long long link_remote[FG_MAX_LINKS];
+    unsigned int rate_peer[FG_MAX_PEER_RATES];    /* gpu.N.nvlink.peer.M.gbps: M, and ... */
+    double rate_gbps[FG_MAX_PEER_RATES];          /* ... the copy rate from this GPU to M */
+    unsigned int nrates;
+    unsigned int pcie_p2p;              /* gpu.N.p2p.pcie: PCIe peer-to-peer with the others that have it */
     unsigned int fabric_state;          /* NVML_GPU_FABRIC_STATE_* */
     unsigned int fabric_status, fabric_clique_id, fabric_health_mask;
     int fabric_health_summary;          /* -1: derived from the mask */
@@ -167,6 +176,17 @@ typedef struct {
     unsigned char filled[FG_MAX_GPUS];
     fg_gpu gpu[FG_MAX_GPUS];
 } fg_scenario;
+
+/* The topology both fakes answer from (scenario.c): active links from GPU a whose far end is
+ * GPU b; active links of a GPU to an NVSwitch; and how a can reach b peer to peer:
+ * FG_P2P_NVLINK (direct links), FG_P2P_SWITCH (both on the NVSwitch fabric), FG_P2P_PCIE
+ * (both have p2p.pcie), FG_P2P_NONE.  And the copy rate from a to b in GB/s (0: the default). */
+enum { FG_P2P_NONE, FG_P2P_NVLINK, FG_P2P_SWITCH, FG_P2P_PCIE };
+unsigned int fg_links_between(const fg_scenario *s, unsigned int a, unsigned int b);
+unsigned int fg_switch_links(const fg_gpu *g);
+int fg_p2p(const fg_scenario *s, unsigned int a, unsigned int b);
+double fg_peer_rate(const fg_gpu *g, unsigned int b);
+unsigned long long fg_pci_key(const fg_gpu *g);
 
 /*
  * Fill *s from $FAKEGPU_SCENARIO (defaults only when it is unset).

@@ -51,8 +51,12 @@ FAULTS = {
     "deep.pcie": (dict(deep=_deep(h2d_gbps=5.0)), Mode.NODE, Severity.FAIL, Action.RESET),
     "deep.compute": (dict(gpu=dict(name="NVIDIA H100 80GB HBM3"), deep=_deep(gflops=10000.0)), Mode.NODE, Severity.FAIL, Action.RESET),
     "deep.throttle": (dict(deep=_deep(load_reasons=0x40)), Mode.NODE, Severity.WARN, Action.NONE),
-    "deep.nvlink_peer": (dict(gpu=dict(name="NVIDIA H100 80GB HBM3"), deep=_deep()._replace(peers=(DeepPeer(0, 1, 50.0),))),
-                         Mode.NODE, Severity.FAIL, Action.RESET),
+    # GPU 0 (the node's one GPU) slow with both its peers through the NVSwitches
+    "deep.nvlink_peer": (dict(gpu=dict(name="NVIDIA H100 80GB HBM3"), deep=_deep()._replace(peers=(
+        DeepPeer(0, 1, 50.0, via="nvswitch", links=tuple(range(18))),
+        DeepPeer(7, 0, 60.0, via="nvswitch", links=tuple(range(18)))))), Mode.NODE, Severity.FAIL, Action.RESET),
+    "deep.nvlink_pair": (dict(gpu=dict(name="NVIDIA H100 80GB HBM3"), deep=_deep()._replace(peers=(
+        DeepPeer(0, 1, 50.0, via="nvlink", links=tuple(range(12))),))), Mode.NODE, Severity.WARN, Action.NONE),
     "deep.peers": (dict(deep=_deep()._replace(peer_detail="killed")), Mode.NODE, Severity.UNKNOWN, Action.NONE),
     "deep.floors": (dict(gpu=dict(name="NVIDIA X900 Prototype"), deep=_deep()), Mode.NODE, Severity.INFO, Action.NONE),
     "dcgm.diag": (dict(dcgm=DcgmRead(diag=(DcgmResult(0, "Memory", "fail", "DCGM: memory error"),), diag_ran=True)),
