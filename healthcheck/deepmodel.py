@@ -39,6 +39,7 @@ class DeepGpu(NamedTuple):
     sm_clock_mhz: Optional[int] = None  # the lowest SM clock NVML gave while the FMA ran
     sm_clock_max_mhz: Optional[int] = None
     load_reasons: Optional[int] = None  # clocks event reasons seen while the FMA ran (OR)
+    host_numa: Optional[int] = None  # the NUMA node the host copies ran bound to (None: unbound)
     times: Tuple[Tuple[str, float], ...] = ()  # (test, seconds on the device)
     duration_s: float = 0.0  # wall time of the child
 

@@ -13,8 +13,9 @@ Two judgements for every figure:
   `deep.floors` (info).  A simple kernel
   reaches 80-90 % of the peak on a healthy GPU; 60 % leaves room for clocks and concurrency.
   Host<->device copies are judged against the link's current generation and width:
-  `deep.pcie_fraction` (0.4) of its per-direction rate, because all GPUs copy at once and share
-  the host's memory and, on HGX boards, a PCIe switch per two GPUs.  Sites override a peak with
+  `deep.pcie_fraction` (0.4) of its per-direction rate (the copies run one GPU at a time, from
+  pinned memory on the GPU's NUMA node: read/deeplinks.py; 0.4 leaves room for a host whose
+  memory or root complex is shared with other traffic).  Sites override a peak with
   `deep.floors = ["MODEL:METRIC=VALUE"]`.
 """
 

@@ -24,7 +24,7 @@ from __future__ import annotations
 
 import ctypes
 import time
-from typing import Any, Dict, Optional, Sequence
+from typing import Any, Dict, Optional, Sequence, Tuple
 
 from ..deepmodel import DeepGpu, DeepRun, MemError
 from ..records import NamedTuple
@@ -48,6 +48,7 @@ class DeepPlan(NamedTuple):
     peer_mib: int = 256
     reps: int = 5  # timed repetitions of each bandwidth test
     fma_iters: int = 8192  # ~18 GFLOP per launch on 132 SMs: ~0.3 s at 60 TFLOPS
+    host_gates: Tuple[Any, ...] = ()  # deeplinks.HostGate per GPU: NUMA node, one copy at a time
 
 
 def _memtest(d: Device, plan: DeepPlan, out: Dict[str, Any]) -> bool:
@@ -220,6 +221,6 @@ def _gpu_result(outcome: ChildOutcome, timeout_s: float) -> DeepGpu:
         hbm_read_gbps=num("hbm_read_gbps"), hbm_copy_gbps=num("hbm_copy_gbps"),
         h2d_gbps=num("h2d_gbps"), d2h_gbps=num("d2h_gbps"), gflops=num("gflops"),
         sm_clock_mhz=whole("sm_clock_mhz"), sm_clock_max_mhz=whole("sm_clock_max_mhz"),
-        load_reasons=whole("load_reasons"),
+        load_reasons=whole("load_reasons"), host_numa=whole("host_numa"),
         times=tuple(sorted((str(k), float(v)) for k, v in (data.get("times") or {}).items())),
         duration_s=outcome.elapsed_s)

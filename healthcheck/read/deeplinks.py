@@ -1,6 +1,7 @@
 """The deep level's copies across links: host<->device over PCIe, and GPU to GPU over NVLink
 (read/deep.py runs the per-GPU tests and calls these).
 
+    gates = host_gates(gpus, sysfs_root, lock)      # in the parent: each GPU's NUMA node and the lock
     host_copies(device, plan, out, dst, nbytes)    # in a GPU's child: h2d_gbps, d2h_gbps
     peers, why = run_peer_pairs(targets, pairs, plan, ptx, timeout_s)   # -> (DeepPeer, ...), detail
 
@@ -10,19 +11,114 @@ a time, in one child that sees them all (cuCtxEnablePeerAccess, cuMemcpyPeer).
 
 from __future__ import annotations
 
+import contextlib
 import ctypes
-from typing import Any, Dict, List, Optional, Sequence, Tuple
+import fcntl
+import os
+from typing import Any, Dict, Iterator, List, Optional, Sequence, Tuple
 
 from ..deepmodel import DeepPeer
 from ..model import ProbeStatus
+from ..pci import function_form
+from ..records import NamedTuple
 from .cudaprobe import MIB, ProbeTarget, _Cuda, _CudaError, child_failure, run_children
 from .deepcuda import DeepTarget, Device
 
 CU_ERROR_PEER_ACCESS_ALREADY_ENABLED = 704
 
 
+class HostGate(NamedTuple):
+    """How one GPU's host copies run (host_gates): the lock file every GPU's copies take in
+    turn, and the CPUs of the GPU's NUMA node its child binds to first."""
+
+    pci: str  # the GPU's address, pci.function_form
+    lock: str  # a file under the deep run's temporary directory
+    numa_node: Optional[int] = None  # sysfs numa_node; None: the kernel gives none (-1) or no file
+    cpus: Tuple[int, ...] = ()
+
+
+def host_gates(gpus: Sequence[Any], sysfs_root: str, lock: str) -> Tuple[HostGate, ...]:
+    """Each GPU's gate from sysfs: /sys/bus/pci/devices/ADDR/numa_node and that node's cpulist
+    (/sys/devices/system/node/nodeN/cpulist).  All GPUs share one lock: their copies run one
+    GPU at a time, so two GPUs behind one PCIe switch (or one root port, or one socket's
+    memory) never share it while measured."""
+    gates = []
+    for gpu in gpus:
+        try:
+            pci = function_form(gpu.pci_bus_id or "")
+        except ValueError:
+            continue
+        node = _read_int(os.path.join(sysfs_root, "bus", "pci", "devices", pci, "numa_node"))
+        cpus: Tuple[int, ...] = ()
+        if node is not None and node >= 0:
+            cpus = _cpulist(os.path.join(sysfs_root, "devices", "system", "node", f"node{node}", "cpulist"))
+        gates.append(HostGate(pci, lock, node if node is not None and node >= 0 else None, cpus))
+    return tuple(gates)
+
+
+def _read_int(path: str) -> Optional[int]:
+    try:
+        with open(path) as handle:
+            return int(handle.read().strip())
+    except (OSError, ValueError):
+        return None
+
+
+def _cpulist(path: str) -> Tuple[int, ...]:
+    """"0-31,64-95" -> the CPUs; () where unreadable."""
+    try:
+        with open(path) as handle:
+            text = handle.read().strip()
+    except OSError:
+        return ()
+    cpus: List[int] = []
+    try:
+        for part in filter(None, text.split(",")):
+            lo, _, hi = part.partition("-")
+            cpus.extend(range(int(lo), int(hi or lo) + 1))
+    except ValueError:
+        return ()
+    return tuple(cpus)
+
+
+@contextlib.contextmanager
+def _gated(d: Device, plan: Any, out: Dict[str, Any]) -> Iterator[None]:
+    """Bind this child to its GPU's NUMA node (the pinned buffer is then that node's memory:
+    the kernel places pages on the node of the CPU that touches them first) and hold the
+    copies' lock while they run.  Where no gate is known the copies run as they are."""
+    bus = ctypes.create_string_buffer(32)
+    gate = None
+    if d.cuda.lib.cuDeviceGetPCIBusId(bus, ctypes.c_int(len(bus)), d.dev) == 0:
+        try:
+            mine = function_form(bus.value.decode())
+        except ValueError:
+            mine = ""
+        gate = next((g for g in getattr(plan, "host_gates", ()) if g.pci == mine), None)
+    if gate is None:
+        yield
+        return
+    if gate.cpus:
+        try:
+            os.sched_setaffinity(0, gate.cpus)
+            out["host_numa"] = gate.numa_node
+        except OSError:
+            pass  # CPUs outside this cgroup's set: copy unbound rather than not at all
+    with open(gate.lock, "a") as handle:
+        fcntl.flock(handle, fcntl.LOCK_EX)  # released when the child ends, killed or not
+        try:
+            yield
+        finally:
+            fcntl.flock(handle, fcntl.LOCK_UN)
+
+
 def host_copies(d: Device, plan: Any, out: Dict[str, Any], dst: int, nbytes: int) -> None:
-    """Pinned host memory to the GPU's buffer `dst` (`nbytes` long) and back: h2d_gbps, d2h_gbps."""
+    """Pinned host memory to the GPU's buffer `dst` (`nbytes` long) and back: h2d_gbps,
+    d2h_gbps; bound to the GPU's NUMA node, one GPU at a time (plan.host_gates)."""
+    with _gated(d, plan, out):
+        _host_copies(d, plan, out, dst, nbytes)
+
+
+def _host_copies(d: Device, plan: Any, out: Dict[str, Any], dst: int, nbytes: int) -> None:
     start, end = d.event(), d.event()
     host_bytes = min(plan.host_mib * MIB, nbytes)
     pinned = ctypes.c_void_p()

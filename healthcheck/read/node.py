@@ -214,9 +214,17 @@ def deep(snapshot: NodeSnapshot, config: Config) -> Any:
         targets.append(ProbeTarget(gpu.index, gpu.uuid))
     if not targets:
         return DeepRun(gpus=tuple(skipped))
-    plan = DeepPlan(fraction=config.probe.full_fraction, bandwidth_mib=config.deep.bandwidth_mib)
+    import tempfile
+
+    from .deeplinks import host_gates
+
     topology, pairs = peer_plan(snapshot, [t.index for t in targets])
-    run = run_deep(targets, pairs, plan, config.deep.timeout_s)
+    tested = [g for g in snapshot.gpus if g.index in {t.index for t in targets}]
+    with tempfile.TemporaryDirectory(prefix="gpu-healthcheck-deep-") as tmp:
+        gates = host_gates(tested, config.sysfs_root, os.path.join(tmp, "host-copies.lock"))
+        plan = DeepPlan(fraction=config.probe.full_fraction, bandwidth_mib=config.deep.bandwidth_mib,
+                        host_gates=gates)
+        run = run_deep(targets, pairs, plan, config.deep.timeout_s)
     if topology is not None and topology.error and not run.peers:
         run = run._replace(peer_detail=f"NVLink topology not read: {topology.error}")
     return run._replace(gpus=run.gpus + tuple(skipped), topology=topology)

@@ -124,7 +124,7 @@ def build_report(snapshot: NodeSnapshot, findings: List[Finding], verdict: Verdi
                       "hbm_read_gbps": _r(d.hbm_read_gbps), "hbm_copy_gbps": _r(d.hbm_copy_gbps),
                       "h2d_gbps": _r(d.h2d_gbps), "d2h_gbps": _r(d.d2h_gbps), "gflops": _r(d.gflops),
                       "sm_clock_mhz": d.sm_clock_mhz, "sm_clock_max_mhz": d.sm_clock_max_mhz,
-                      "clocks_event_reasons": d.load_reasons,
+                      "clocks_event_reasons": d.load_reasons, "host_numa_node": d.host_numa,
                       "times_s": {k: round(v, 6) for k, v in d.times},
                       "duration_s": round(d.duration_s, 3)} for d in snapshot.deep.gpus],
             "peers": [{"src": p.src, "dst": p.dst, "gbps": _r(p.gbps), "detail": p.detail or None,
