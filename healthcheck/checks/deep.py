@@ -25,7 +25,6 @@ from typing import TYPE_CHECKING, Callable, Dict, Iterator, Optional, Tuple
 
 from ..model import Action, Finding, GpuSnapshot, NodeSnapshot, Severity
 from .board import HW_SLOWDOWN_BITS
-from .floors import hbm_floor, peak
 from .registry import CheckContext, finding as _f, gpu_check, label, node_check
 
 if TYPE_CHECKING:  # imported where a deep run is judged, never on the prolog's path
@@ -87,6 +86,8 @@ def judge_figure(check: str, what: str, unit: str, gpu: GpuSnapshot, node: NodeS
 
 
 def datasheet_floor(gpu: GpuSnapshot, metric: str, ctx: CheckContext) -> Tuple[Optional[float], str]:
+    from .floors import peak
+
     value, source = peak(gpu.name, metric, ctx.config.deep.floors)
     if value is None:
         return None, ""
@@ -154,6 +155,8 @@ def check_deep_hbm(gpu: GpuSnapshot, node: NodeSnapshot, ctx: CheckContext) -> I
     peak (checks/floors.py).  Copy counts the bytes read and written.
     nvidia-smi equivalent: none (dcgmi diag -r 3, "Memory Bandwidth", comes closest).
     """
+    from .floors import hbm_floor  # the table: imported where a deep run is judged only
+
     floor, words = hbm_floor(gpu.name, ctx.config.deep.floor_fraction, ctx.config.deep.floors)
     yield from judge_figure("deep.hbm", "HBM read", "GB/s", gpu, node, ctx,
                             lambda d: d.hbm_read_gbps, floor, words)

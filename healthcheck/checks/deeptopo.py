@@ -1,5 +1,6 @@
 """--level deep, the peer copies between GPU pairs (read/deeptopo.py plans them from NVML's
-topology), judged pair by pair, and a GPU slow with every peer judged as that GPU (pure).
+topology), judged pair by pair, and a GPU slow with every peer judged as that GPU; and a model
+with no published floor (checks/floors.py), named (pure).
 
 A pair is slow when its copy runs below its floor, or below `deep.sibling_ratio_fail` (0.7) of
 the median of the node's other pairs of the same kind (same path, same number of links):
@@ -14,12 +15,10 @@ with action reset: then the GPU is the common factor.
 
 from __future__ import annotations
 
-import statistics
 from typing import TYPE_CHECKING, Dict, Iterator, List, Optional, Set, Tuple
 
 from ..model import Action, Finding, GpuSnapshot, NodeSnapshot, Severity
 from .deep import PCIE_LANE_GBPS
-from .floors import peak
 from .registry import CheckContext, finding as _f, gpu_check, label, node_check
 
 if TYPE_CHECKING:
@@ -52,6 +51,8 @@ def pair_floor(peer: "DeepPeer", node: NodeSnapshot, ctx: CheckContext) -> Tuple
         return None, ""
     cfg = ctx.config.deep
     if peer.via in ("nvlink", "nvswitch"):
+        from .floors import peak
+
         rate, source = peak(known.name, "nvlink_link_gbps", cfg.floors)
         if not rate or not peer.links:
             return None, ""
@@ -83,6 +84,8 @@ def judged(node: NodeSnapshot, ctx: CheckContext) -> Dict[Tuple[int, int], Tuple
         like = [p.gbps for p in measured if p is not peer and p.via == peer.via
                 and len(p.links) == len(peer.links) and p.gbps is not None]
         if like:
+            import statistics  # here, not at the top: checks/ is imported on the prolog's path
+
             median = statistics.median(like)
             limit = ctx.config.deep.sibling_ratio_fail
             if median > 0 and peer.gbps / median < limit:
@@ -161,3 +164,30 @@ def check_deep_nvlink_peer(gpu: GpuSnapshot, node: NodeSnapshot, ctx: CheckConte
              f"GPU and rerun --level deep, RMA if it stays slow",
              value=min(p.gbps or 0.0 for p, _ in mine), threshold=ctx.config.deep.floor_fraction,
              action=Action.RESET)
+
+
+@node_check("deep.floors", severity=Severity.INFO)
+def check_deep_floors(node: NodeSnapshot, ctx: CheckContext) -> Iterator[Finding]:
+    """A GPU model the deep tests ran on that has no published floor here, named.
+
+    Info, never a drain: its figures are judged against its same-model siblings only, so a
+    single GPU, or a node whose GPUs are all equally slow, is not caught.  A site gives the
+    model a floor with `deep.floors = ["MODEL:METRIC=VALUE"]`; `--check-config` lists the
+    models that have one.
+    nvidia-smi equivalent: none.
+    """
+    if node.deep is None:
+        return
+    from . import floors
+
+    ran = {d.index for d in node.deep.gpus if d.status == "ok"}
+    by_model: Dict[str, List[int]] = {}
+    for gpu in node.gpus:
+        if gpu.index in ran and not floors.has_floor(gpu.name, ctx.config.deep.floors):
+            by_model.setdefault(gpu.name or "unknown model", []).append(gpu.index)
+    for model, indices in sorted(by_model.items()):
+        gpus = ", ".join(str(i) for i in indices)
+        yield _f("deep.floors", Severity.INFO, None,
+                 f"no floor for {model} (GPU {gpus}): its deep figures are judged against its "
+                 f"siblings only; give it one with deep.floors = [\"{model}:hbm_gbps=PEAK\"]",
+                 value=model, threshold="a floor for the model")

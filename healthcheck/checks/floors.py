@@ -1,5 +1,6 @@
 """Per-model floors of the deep level, each with its published source (pure data and lookups;
-checks/deep.py judges the figures against them, checks/deeptopo.py the NVLink pairs).
+checks/deep.py judges the figures against them, checks/deeptopo.py the NVLink pairs and names
+a model with none).  Imported only where a deep run is judged, never on the prolog's path.
 
 Two sources:
 - NVIDIA's datasheet peaks: HBM bandwidth, FP32 (non-tensor) throughput, and NVLink as links x
@@ -20,11 +21,9 @@ nvlink_link_gbps).
 
 from __future__ import annotations
 
-from typing import Dict, Iterator, List, Optional, Tuple
+from typing import Dict, Optional, Tuple
 
-from ..model import Finding, NodeSnapshot, Severity
 from ..records import NamedTuple
-from .registry import CheckContext, finding as _f, node_check
 
 NVLINK4 = 25.0  # GB/s per link per direction: NVLink 2 (Volta), 3 (Ampere), 4 (Hopper)
 NVLINK5 = 50.0  # NVLink 5 (Blackwell): 1.8 TB/s over 18 links, both directions
@@ -160,27 +159,3 @@ def hbm_floor(model: Optional[str], share: float, floors: Tuple[str, ...]) -> Tu
 def models() -> Tuple[str, ...]:
     return tuple(sorted(FLOORS))
 
-
-@node_check("deep.floors", severity=Severity.INFO)
-def check_deep_floors(node: NodeSnapshot, ctx: CheckContext) -> Iterator[Finding]:
-    """A GPU model the deep tests ran on that has no published floor here, named.
-
-    Info, never a drain: its figures are judged against its same-model siblings only, so a
-    single GPU, or a node whose GPUs are all equally slow, is not caught.  A site gives the
-    model a floor with `deep.floors = ["MODEL:METRIC=VALUE"]`; `--check-config` lists the
-    models that have one.
-    nvidia-smi equivalent: none.
-    """
-    if node.deep is None:
-        return
-    ran = {d.index for d in node.deep.gpus if d.status == "ok"}
-    by_model: Dict[str, List[int]] = {}
-    for gpu in node.gpus:
-        if gpu.index in ran and not has_floor(gpu.name, ctx.config.deep.floors):
-            by_model.setdefault(gpu.name or "unknown model", []).append(gpu.index)
-    for model, indices in sorted(by_model.items()):
-        gpus = ", ".join(str(i) for i in indices)
-        yield _f("deep.floors", Severity.INFO, None,
-                 f"no floor for {model} (GPU {gpus}): its deep figures are judged against its "
-                 f"siblings only; give it one with deep.floors = [\"{model}:hbm_gbps=PEAK\"]",
-                 value=model, threshold="a floor for the model")
