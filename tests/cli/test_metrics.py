@@ -25,6 +25,21 @@ def test_promtool_check_metrics_is_clean():
     assert done.returncode == 0 and not done.stdout.strip(), done.stdout + done.stderr
 
 
+def test_promtool_check_metrics_is_clean_with_a_blocked_repair():
+    from healthcheck.model import LogEvent
+
+    blocked = LogEvent("repair", 3, "repair gpu-a: repair blocked: ...", {
+        "GPU_HEALTHCHECK_REPAIR_STEP": "reset_blocked", "GPU_HEALTHCHECK_REPAIR_ACTION": "reset",
+        "GPU_HEALTHCHECK_REPAIR_STATE": "blocked", "GPU_HEALTHCHECK_REPAIR_BLOCKED": "in_use",
+        "GPU_HEALTHCHECK_REPAIR_HELD_BY": "nv-hostengine pid 4242"})
+    text = render(update_state(empty_state(), run_outcome(events=[blocked]), "node", now=1.0))
+    assert 'gpu_healthcheck_repairs_blocked_total{action="reset",cause="in_use"} 1' in text, text
+    assert 'gpu_healthcheck_repair_state{state="blocked"} 1' in text
+    done = subprocess.run([tool("promtool"), "check", "metrics"], input=text, capture_output=True,
+                          text=True, timeout=30)
+    assert done.returncode == 0 and not done.stdout.strip(), done.stdout + done.stderr
+
+
 def _fake_scontrol(path: Path, show_nodes: str) -> None:
     out = path.parent / "show-nodes.txt"
     out.write_text(show_nodes)
