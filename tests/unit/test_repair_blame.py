@@ -344,3 +344,18 @@ def test_repair_blocked_mark_is_dropped_once_the_node_is_back_in_service(tmp_pat
     rep = repairer(tmp_path, door, [])
     rep.start(NodeSnapshot(host="gpu-a", gpus=tuple(gpus())), [], False)
     assert door.nodes["gpu-a"].comment is None
+
+
+@given(st.sets(st.integers(0, 7)), st.sets(st.integers(0, 7)))
+def test_known_gpus_missing_are_exactly_the_known_ones_no_gpu_answers_for(was, now):
+    from healthcheck.act.state import known_after
+    from healthcheck.read.node import with_known
+
+    universe = eight()
+    known = known_after((), NodeSnapshot(host="gpu-a", gpus=tuple(universe[i] for i in sorted(was))), 1.0)
+    present = tuple(universe[i]._replace(index=n) for n, i in enumerate(sorted(now)))  # renumbered
+    filled, missing = with_known(present, known)
+    assert filled == present
+    assert {m.serial for m in missing} == {f"SN{i}" for i in was - now}
+    after = known_after(known, NodeSnapshot(host="gpu-a", gpus=present), 2.0)
+    assert {k.serial for k in after} == {f"SN{i}" for i in was | now}
