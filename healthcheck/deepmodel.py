@@ -102,6 +102,8 @@ class DcgmEntity(NamedTuple):
     entity_id: int  # DCGM's id, not necessarily NVML's index
     serial: Optional[str] = None  # absent, or "<<<NOT_SUPPORTED>>>", where the board has none
     device_id: Optional[str] = None  # the PCI device id, "2330": the SKU, not the bus address
+    pci: Optional[str] = None  # the bus address, from `dcgmi discovery -l` (read/dcgmmap.py)
+    uuid: Optional[str] = None  # likewise
 
 
 class DcgmRead(NamedTuple):

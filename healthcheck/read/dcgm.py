@@ -55,7 +55,21 @@ def read_dcgm(config: Config, diag: bool) -> Optional[DcgmRead]:
         read = read._replace(diag=results, diag_error=why, diag_ran=True, entities=entities)
     out, error = run_dcgmi([path, "health", "-c", "-j"], config.dcgm.health_timeout_s)
     health, why = parse_health(out) if error is None else ((), error)
-    return read._replace(health=health, health_error=why, health_ran=True)
+    read = read._replace(health=health, health_error=why, health_ran=True)
+    return with_addresses(read, path, config.dcgm.health_timeout_s)
+
+
+def with_addresses(read: DcgmRead, path: str, timeout_s: float) -> DcgmRead:
+    """Where a warn or fail is on a DCGM GPU no serial identifies, each DCGM GPU's UUID and PCI
+    address from `dcgmi discovery -l` (read/dcgmmap.py maps by them).  A discovery that fails
+    leaves DCGM's ids as they are: read/dcgmmap.py then takes them as NVML's indices."""
+    from .dcgmmap import needs_discovery, parse_discovery, with_discovery
+
+    if not needs_discovery(read):
+        return read
+    out, error = run_dcgmi([path, "discovery", "-l"], timeout_s)
+    found = parse_discovery(out) if error is None else ()
+    return read._replace(entities=with_discovery(read.entities, found)) if found else read
 
 
 def run_dcgmi(argv: List[str], timeout_s: float) -> Tuple[str, Optional[str]]:

@@ -223,3 +223,67 @@ def test_dcgm4_any_tree_reads_to_results_or_an_error_never_a_drain_when_unread(t
     assert all(r.status in ("pass", "fail", "warn", "skip") for r in results)
     if error:
         assert not any(f.drains for f in findings(text, node_of()))
+
+
+# --- dcgmi discovery -l: UUID and PCI address where DCGM gives no serial --------------------
+
+DISCOVERY = FIX / "issue-DCGM-229__dcgmi-discovery-l-3.1.7-4xH100.txt"
+# the 4 H100 of DCGM-229, as NVML lists them on that node
+H100 = [("GPU-d6a2c177-4cd8-8d01-0310-79f2720f37de", "00000000:4C:00.0"),
+        ("GPU-75c4ee16-a840-6f6c-9a7b-5ed8f41598b8", "00000000:5D:00.0"),
+        ("GPU-879a110e-54dc-22fe-9699-5babde1d450e", "00000000:CC:00.0"),
+        ("GPU-5ea04b20-4cc3-4d84-0bb2-e4143be8e874", "00000000:DC:00.0")]
+
+
+def test_dcgm_discovery_real_output_gives_each_gpus_uuid_and_address():
+    from healthcheck.read.dcgmmap import parse_discovery
+
+    found = parse_discovery(DISCOVERY.read_text())
+    assert [(e.entity_id, e.uuid, e.pci) for e in found] == [
+        (i, uuid, f"0000:{pci[9:11].lower()}:00.0") for i, (uuid, pci) in enumerate(H100)]
+
+
+def four_gpu_test() -> Dict:
+    test = real_test()
+    test["results"] = test["results"][:4]
+    return test
+
+
+def test_dcgm_without_serials_maps_by_discovery_uuid_then_address(tmp_path):
+    from healthcheck.read.dcgm import read_dcgm
+    from healthcheck.config import DcgmConfig
+
+    # NVML lists the boards in another order than DCGM: NVML's 0 is DCGM's 3 and the reverse
+    order = [3, 1, 2, 0]
+    node = NodeSnapshot(host="h", gpus=tuple(GpuSnapshot(i, uuid=H100[d][0], pci_bus_id=H100[d][1])
+                                            for i, d in enumerate(order)))
+    (tmp_path / "discovery.txt").write_text(DISCOVERY.read_text())
+    dcgmi = fake_dcgmi(tmp_path, document(failing_on(four_gpu_test(), 3), serials=["<<<NOT_SUPPORTED>>>"] * 4))
+    text = (tmp_path / "dcgmi").read_text().replace(
+        "esac", f'discovery) cat "{tmp_path}/discovery.txt";; esac')
+    (tmp_path / "dcgmi").write_text(text)
+    read = read_dcgm(Config(dcgmi=dcgmi, dcgm=DcgmConfig(enabled="true")), diag=True)
+    assert read is not None and read.diag_error is None
+    assert {e.entity_id: e.uuid for e in read.entities} == {i: u for i, (u, _) in enumerate(H100)}
+    read = attribute(read, node.gpus)
+    found, _ = run_checks(node._replace(dcgm=read), CheckContext(Config(), Mode.NODE, level="deep"))
+    assert [(f.gpu, f.severity.value) for f in found if f.check == "dcgm.diag"] == [(0, "fail")]
+    # no UUIDs known: the address decides
+    bare = read._replace(entities=tuple(e._replace(uuid=None) for e in read.entities), attributed=False)
+    nodes = node._replace(gpus=tuple(g._replace(uuid=f"GPU-other-{g.index}") for g in node.gpus))
+    found, _ = run_checks(nodes._replace(dcgm=attribute(bare._replace(diag=tuple(
+        r._replace(gpu=int(r.entity[3:])) for r in bare.diag)), nodes.gpus)),
+        CheckContext(Config(), Mode.NODE, level="deep"))
+    assert [(f.gpu, f.severity.value) for f in found if f.check == "dcgm.diag"] == [(0, "fail")]
+
+
+def test_dcgm_healthy_run_asks_no_discovery(tmp_path):
+    from healthcheck.read.dcgm import read_dcgm
+    from healthcheck.config import DcgmConfig
+
+    marker = tmp_path / "asked"
+    dcgmi = fake_dcgmi(tmp_path, document(four_gpu_test(), serials=["<<<NOT_SUPPORTED>>>"] * 4))
+    text = (tmp_path / "dcgmi").read_text().replace("esac", f'discovery) touch "{marker}";; esac')
+    (tmp_path / "dcgmi").write_text(text)
+    read = read_dcgm(Config(dcgmi=dcgmi, dcgm=DcgmConfig(enabled="true")), diag=True)
+    assert read is not None and read.diag_error is None and not marker.exists()
