@@ -13,7 +13,7 @@ import subprocess
 import sys
 import time
 from pathlib import Path
-from typing import Dict, List, Optional
+from typing import Any, Dict, List, Optional
 
 from tests.lib.fakenode import ROOT, make_sysfs
 from tests.lib.slurmcluster import SlurmCluster, slurm_missing_reason
@@ -86,7 +86,7 @@ class GpuCluster:
                  gres_minors: Optional[Dict[str, List[int]]] = None, scripts: bool = True,
                  plugstack: Optional[str] = None,
                  shared_gres: Optional[Dict[str, str]] = None,
-                 reboot_timeout_s: Optional[int] = None) -> None:
+                 reboot_timeout_s: Optional[int] = None, **site: Any) -> None:
         """gres_minors: per node, the /dev/nvidiaN that gres.conf lists (default 0-7), e.g.
         {"gpu-a": [0, 1, 2, 4, 5, 6, 7]} for a node whose broken GPU 3 was taken out.
         scripts: Prolog=/Epilog= run our scripts.  plugstack: arguments of our SPANK plugin
@@ -95,7 +95,8 @@ class GpuCluster:
         `exec_wrapper`, which runs gpu-healthcheck with the node's scenario and config.
         shared_gres: per node, "mps:COUNT" or "shard:COUNT" (GresTypes=gpu,mps,shard).
         reboot_timeout_s: `scontrol reboot` works: RebootProgram is tests/lib/fake-reboot (the
-        node's slurmd comes back as if booted, see `after_boot`), ResumeTimeout this long."""
+        node's slurmd comes back as if booted, see `after_boot`), ResumeTimeout this long.
+        site: SlurmCluster's gres_types, gres_extra and nodes_include (a site's gres layout)."""
         self.wd = wd
         self.nodes = list(nodes or NODES)
         self.fake = fake
@@ -110,7 +111,7 @@ class GpuCluster:
                                     epilog=str(wd / "epilog-wrapper") if scripts else None,
                                     prolog_epilog_timeout=120, gres_minors=gres_minors,
                                     shared_gres=shared_gres,
-                                    extra_conf=self._reboot_conf(reboot_timeout_s))
+                                    extra_conf=self._reboot_conf(reboot_timeout_s), **site)
         for node in self.nodes:
             self.scenario(node).write_text(HEALTHY)
             (wd / "kern" / f"{node}.log").write_text("")
