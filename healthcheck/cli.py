@@ -102,7 +102,8 @@ def build_parser() -> "argparse.ArgumentParser":
     what.add_argument("--list-checks", action="store_true", help="list every check: id (for "
                       "[checks] disabled), severity, action, threshold key, what it catches")
     what.add_argument("--check-config", action="store_true", help="validate the configuration "
-                      "and print each key's effective value and where it came from")
+                      "(every error in one pass; warnings for paths that are missing) and print "
+                      "each key's effective value and where it came from")
     what.add_argument("--job-report", action="store_true", help="inside a job, as its user: "
                       "which of the job's GPUs is at fault (read-only; the SPANK plugin runs it "
                       "when a task fails)")

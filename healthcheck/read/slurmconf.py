@@ -79,6 +79,11 @@ def logical_lines(text: str, path: str) -> List[ConfLine]:
     for number, raw in enumerate(text.splitlines(), 1):
         if not pending:
             first = number
+            if "\\" not in raw:  # the usual line: no escape, no continuation
+                body = raw.split("#", 1)[0]
+                if body.strip():
+                    out.append(ConfLine(path, number, body))
+                continue
         body, more = _continues(_strip_comment(raw))
         pending.append(body)
         if more:

@@ -19,6 +19,14 @@ def test_check_config_reports_every_error_in_one_pass(node):
     assert len(doc["errors"]) == 3 and not doc["valid"]
 
 
+@pytest.mark.parametrize("text", ['state_dir = "var/gpu-healthcheck"\n', "nvml_timeout_s = 0\n",
+                                  "[checks]\ndisabled = [\"ecc.nope\"]\n", "state_dir = \n"])
+def test_check_config_a_bad_config_exits_as_node_exits_on_it(node, text):
+    node.write_config(text)
+    checked, ran = node.run("--check-config"), node.run("--node")
+    assert checked.rc == ran.rc == 3, (checked.stderr, ran.stderr)
+
+
 def test_check_config_refuses_a_relative_state_dir_and_exits_as_node_does(node):
     node.write_config('state_dir = "var/gpu-healthcheck"\n')
     checked = node.run("--check-config")
