@@ -68,6 +68,7 @@ class GpuLinks(NamedTuple):
     pci: Optional[str]  # its own PCI address, normalised
     ends: Tuple[LinkEnd, ...] = ()
     error: Optional[str] = None  # why its links could not be read
+    link_version: Optional[int] = None  # nvmlDeviceGetNvLinkVersion of its first active link
 
 
 class Topology(NamedTuple):

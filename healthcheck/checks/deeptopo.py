@@ -44,6 +44,23 @@ def path_text(peer: "DeepPeer") -> str:
     return "over PCIe peer to peer"
 
 
+# GB/s per link per direction by nvmlNvlinkVersion_t: 1.0 (Pascal) 20; 2.0 to 4.0 (Volta,
+# Ampere, Hopper) 25; 5.0 (Blackwell) 50 (NVIDIA's NVLink generations; checks/floors.py)
+NVLINK_VERSION_GBPS = {1: 20.0, 2: 25.0, 3: 25.0, 4: 25.0, 5: 25.0, 6: 25.0, 7: 50.0}
+NVLINK_VERSION_NAME = {1: "1.0", 2: "2.0", 3: "2.2", 4: "3.0", 5: "3.1", 6: "4.0", 7: "5.0"}
+
+
+def nvml_link_rate(node: NodeSnapshot, index: int) -> Tuple[Optional[float], str]:
+    """The per-link rate of GPU `index`'s NVLink version as NVML reported it, for a model the
+    floors table does not list."""
+    topology = node.deep.topology if node.deep is not None else None
+    gpu = next((g for g in topology.gpus if g.index == index), None) if topology is not None else None
+    version = gpu.link_version if gpu is not None else None
+    if version not in NVLINK_VERSION_GBPS:
+        return None, ""
+    return NVLINK_VERSION_GBPS[version], f"NVML reports NVLink {NVLINK_VERSION_NAME[version]}"
+
+
 def pair_floor(peer: "DeepPeer", node: NodeSnapshot, ctx: CheckContext) -> Tuple[Optional[float], str]:
     a, b = node.gpu(peer.src), node.gpu(peer.dst)
     known = a or b
@@ -54,6 +71,8 @@ def pair_floor(peer: "DeepPeer", node: NodeSnapshot, ctx: CheckContext) -> Tuple
         from .floors import peak
 
         rate, source = peak(known.name, "nvlink_link_gbps", cfg.floors)
+        if not rate:
+            rate, source = nvml_link_rate(node, peer.src)
         if not rate or not peer.links:
             return None, ""
         n = len(peer.links)

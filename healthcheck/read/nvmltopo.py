@@ -7,7 +7,8 @@ For each active link of each GPU (read/nvml.py found the link count and the inac
 `nvmlDeviceGetNvLinkRemotePciInfo_v2` gives the far end's PCI address, and
 `nvmlDeviceGetNvLinkRemoteDeviceType` (drivers since R460; where it is missing, a far end that
 is one of the node's GPUs is a GPU and any other is taken for an NVSwitch) says whether it is
-a GPU, an NVSwitch or a CPU.  For each pair of GPUs without NVLink between them,
+a GPU, an NVSwitch or a CPU; `nvmlDeviceGetNvLinkVersion` gives the links' version (the
+per-link rate of a model checks/floors.py does not list).  For each pair of GPUs without NVLink between them,
 `nvmlDeviceGetP2PStatus(..., NVML_P2P_CAPS_INDEX_READ)` says whether they can copy peer to
 peer over PCIe.  NVML runs in a thread with a deadline, as read/nvml.py runs it; a call that
 fails leaves that GPU's links unread (`error`), never a guess.
@@ -102,7 +103,13 @@ def _links(pynvml: Any, handle: Any, gpu: GpuSnapshot, own: Dict[int, Optional[s
                     return GpuLinks(gpu.index, own[gpu.index], tuple(ends), f"link {link} type: {exc}")
                 typed = False
         ends.append(LinkEnd(link, remote, kind))
-    return GpuLinks(gpu.index, own[gpu.index], tuple(ends))
+    version = None
+    if ends:
+        try:
+            version = int(pynvml.nvmlDeviceGetNvLinkVersion(handle, ends[0].link))
+        except pynvml.NVMLError:
+            version = None  # the per-link rate then comes from the model's floor alone
+    return GpuLinks(gpu.index, own[gpu.index], tuple(ends), link_version=version)
 
 
 def _pcie_pairs(pynvml: Any, handles: Dict[int, Any], read: Sequence[GpuLinks]) -> Tuple[Tuple[int, int], ...]:

@@ -132,3 +132,13 @@ def test_plan_pairs_from_topology_records():
     # a link whose far end says GPU but only one side sees it: no pair
     half = Topology(gpus=(gpu(0, [(0, bus(1), "gpu")]), gpu(1, [])))
     assert plan_pairs(half, [0, 1]) == ()
+
+
+def test_deep_unknown_model_pairs_take_the_link_rate_of_nvmls_nvlink_version(node):
+    # a model the floors table lacks: the per-link rate of the NVLink version NVML reports
+    # (Hopper: 4.0, 25 GB/s) gives each pair its floor all the same
+    result = deep_run(node, bridged_pairs(4, 12, "NVIDIA X900 Prototype") + "gpu.0.nvlink.peer.1.gbps = 90\n")
+    [pair] = by_check(result, "deep.nvlink_pair")
+    assert pair["message"].startswith("peer copy GPU 0 -> GPU 1 over NVLink links 0-11: 90 GB/s, below its floor "
+                                      "180 GB/s (60 % of 12 links x 25 GB/s, NVML reports NVLink 4.0)")
+    assert [f["severity"] for f in by_check(result, "deep.floors")] == ["info"]

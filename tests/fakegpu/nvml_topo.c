@@ -110,3 +110,23 @@ nvmlReturn_t nvmlDeviceGetP2PStatus(nvmlDevice_t device, nvmlDevice_t device2, n
     }
     return NVML_SUCCESS;
 }
+
+/* The link's NVLink version, by the GPU's architecture: Pascal 1.0, Volta 2.0, Ampere 3.0,
+ * Hopper 4.0, Blackwell 5.0 (nvmlNvlinkVersion_t values 1, 2, 4, 6, 7). */
+nvmlReturn_t nvmlDeviceGetNvLinkVersion(nvmlDevice_t device, unsigned int link, unsigned int *version)
+{
+    BEGIN(FG_F_NvLinkState, version != NULL);
+    if (g.nvlink_links == 0)
+        return NVML_ERROR_NOT_SUPPORTED;
+    if (link >= g.nvlink_links || link >= FG_MAX_LINKS)
+        return NVML_ERROR_INVALID_ARGUMENT;
+    switch (g.arch) {
+    case NVML_DEVICE_ARCH_PASCAL: *version = NVML_NVLINK_VERSION_1_0; break;
+    case NVML_DEVICE_ARCH_VOLTA: *version = NVML_NVLINK_VERSION_2_0; break;
+    case NVML_DEVICE_ARCH_AMPERE: *version = NVML_NVLINK_VERSION_3_0; break;
+    case NVML_DEVICE_ARCH_HOPPER: *version = NVML_NVLINK_VERSION_4_0; break;
+    case NVML_DEVICE_ARCH_BLACKWELL: *version = NVML_NVLINK_VERSION_5_0; break;
+    default: return NVML_ERROR_NOT_SUPPORTED;
+    }
+    return NVML_SUCCESS;
+}
