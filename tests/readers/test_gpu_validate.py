@@ -80,7 +80,7 @@ def test_validate_runs_every_deep_kernel_and_records_the_scenarios_figures(tmp_p
         assert set(row["times_s"]) == {"memory", "hbm_read", "hbm_copy", "h2d", "d2h", "compute"}
         assert all(t > 0 for t in row["times_s"].values()), row["times_s"]
     # two GPUs: one pair, at the slower side's rate
-    assert [(p["src"], p["dst"], round(p["gbps"])) for p in deep["peers"]] == [(0, 1, 400)]
+    assert [(p["src"], p["dst"], round(p["gbps"]), p["via"]) for p in deep["peers"]] == [(0, 1, 400, "nvswitch")]
     assert "deep gpu1: " in done.stdout and "hbm_read_gbps=" in done.stdout
 
 
