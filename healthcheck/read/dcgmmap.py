@@ -33,6 +33,7 @@ from ..pci import function_form
 NO_SERIAL = ("", "n/a", "<<<not_supported>>>", "[n/a]", "not supported")
 
 
+OTHER_TABLE = re.compile(r"^[0-9]+ (NvSwitch|CPU|Switch)")
 ROW = re.compile(r"^\|\s*([0-9]+)?\s*\|\s*(Name|PCI Bus ID|Device UUID):\s*(.*?)\s*\|\s*$")
 
 
@@ -54,8 +55,8 @@ def parse_discovery(text: str) -> Tuple[DcgmEntity, ...]:
     current: Optional[int] = None
     for raw in text.splitlines():
         line = raw.strip()
-        if "NvSwitch" in line or "CPU" in line.split(" ")[:2]:
-            break
+        if OTHER_TABLE.match(line):
+            break  # "0 NvSwitches found.", "2 CPUs found.": their ids are not GPUs
         row = ROW.match(line)
         if row is None:
             continue

@@ -287,3 +287,15 @@ def test_dcgm_healthy_run_asks_no_discovery(tmp_path):
     (tmp_path / "dcgmi").write_text(text)
     read = read_dcgm(Config(dcgmi=dcgmi, dcgm=DcgmConfig(enabled="true")), diag=True)
     assert read is not None and read.diag_error is None and not marker.exists()
+
+
+@settings(max_examples=300, deadline=None)
+@given(lines=st.lists(st.one_of(
+    st.sampled_from(DISCOVERY.read_text().splitlines()),
+    st.text(alphabet="| 0123456789abcDEF:.-GPUIDNameBusvice", max_size=60)), max_size=20))
+def test_dcgm_discovery_any_text_reads_to_gpus_or_nothing_never_raises(lines):
+    from healthcheck.read.dcgmmap import parse_discovery
+
+    for entity in parse_discovery("\n".join(lines)):
+        assert entity.group == "GPU" and entity.entity_id >= 0
+        assert entity.uuid is None or entity.uuid.startswith("GPU-")
