@@ -1,0 +1,170 @@
+"""decide/gang.py: the gang check's rounds inside one job's allocation, driven by a model of the
+job's nodes (which one is slow, hangs or errs) in place of srun: the plan is pure."""
+
+from __future__ import annotations
+
+from typing import Callable, List, Sequence, Set
+
+import pytest
+from hypothesis import given, settings, strategies as st
+
+from healthcheck.decide.gang import (FAILED, PASSED, SINGLE, UNKNOWN, GangPlan, gang_reason, job_lines,
+                                     parse_show_job, valid_job_id)
+from healthcheck.decide.sweep import BAD, Job, JobResult, NodeOutcome, Thresholds
+from healthcheck.read.slurmconf import expand_hostlist
+
+HEALTHY = 380.0
+FLOOR = Thresholds(floor_gbps=100.0)
+
+
+def run(nodes: Sequence[str], model: Callable[[Job], JobResult], thresholds: Thresholds = FLOOR,
+        first: Sequence[str] = ()):
+    plan = GangPlan(nodes, thresholds, partners=2, first=first)
+    ran: List[List[Job]] = []
+    while True:
+        jobs = plan.next_jobs()
+        if not jobs:
+            break
+        for job in jobs:
+            assert set(job.nodes) <= set(nodes)  # never a node outside the allocation
+            assert not set(job.nodes) & {n for j in jobs if j is not job for n in j.nodes}
+        ran.append(jobs)
+        plan.record([model(j) for j in jobs])
+    return plan.result(), ran
+
+
+def slow(bad: Set[str], figure: float = 41.2) -> Callable[[Job], JobResult]:
+    return lambda job: JobResult(job, figure if set(job.nodes) & bad else HEALTHY)
+
+
+def test_gang_four_nodes_one_slow_names_it_inside_the_allocation() -> None:
+    nodes = ["gpu-a", "gpu-b", "gpu-c", "gpu-d"]
+    result, ran = run(nodes, slow({"gpu-c"}))
+    assert result.outcome == FAILED
+    assert [n.node for n in result.bad] == ["gpu-c"]
+    [bad] = result.bad
+    assert bad.why == "busbw=41.2<100" and set(bad.partners) == {"gpu-a", "gpu-b"}
+    assert ran[0] == [Job(tuple(nodes), "gang", 1)]  # the whole job first, once
+    assert result.rounds == len(ran) == 4  # whole, pairs, two partner rounds
+    assert {n.node: n.outcome for n in result.others}["gpu-d"] == "transient"
+
+
+def test_gang_passing_collective_runs_once_and_passes() -> None:
+    result, ran = run(["gpu-a", "gpu-b", "gpu-c"], slow(set()))
+    assert result.outcome == PASSED and len(ran) == 1 and result.whole.busbw_gbps == HEALTHY
+
+
+def test_gang_one_node_runs_nothing() -> None:
+    result, ran = run(["gpu-a"], slow({"gpu-a"}))
+    assert result.outcome == SINGLE and ran == []
+    assert job_lines(result, "7", 1 << 28, {}) == ["gpu-healthcheck: gang: job 7 has one node: nothing to check"]
+
+
+def test_gang_three_nodes_with_the_bad_one_in_the_first_pair_names_no_node() -> None:
+    result, _ = run(["gpu-a", "gpu-b", "gpu-c"], slow({"gpu-a"}))
+    assert result.outcome == UNKNOWN and result.bad == ()  # no known-good node to partner with
+    result, _ = run(["gpu-a", "gpu-b", "gpu-c"], slow({"gpu-c"}))
+    assert [n.node for n in result.bad] == ["gpu-c"]
+
+
+def test_gang_two_nodes_cannot_tell_which_and_drains_nothing() -> None:
+    result, _ = run(["gpu-a", "gpu-b"], slow({"gpu-b"}))
+    assert result.outcome == UNKNOWN and result.bad == ()
+    assert "two nodes" in result.why
+    assert job_lines(result, "7", 1 << 28, {})[-1].endswith("nothing drained")
+
+
+def test_gang_without_a_floor_a_slow_whole_run_passes_but_an_nccl_error_fails() -> None:
+    result, _ = run(["gpu-a", "gpu-b", "gpu-c"], slow({"gpu-c"}), thresholds=Thresholds())
+    assert result.outcome == PASSED  # one run has no median: only the floor judges its figure
+
+    def err(job: Job) -> JobResult:
+        return JobResult(job, HEALTHY, "NCCL WARN Net : Connection closed" if "gpu-c" in job.nodes else None)
+
+    result, _ = run(["gpu-a", "gpu-b", "gpu-c", "gpu-d"], err, thresholds=Thresholds())
+    assert result.outcome == FAILED and [n.node for n in result.bad] == ["gpu-c"]
+
+
+def test_gang_failure_that_needs_the_whole_job_names_no_node() -> None:
+    def at_scale(job: Job) -> JobResult:
+        return JobResult(job, 41.2 if len(job.nodes) > 2 else HEALTHY)
+
+    result, _ = run(["gpu-a", "gpu-b", "gpu-c", "gpu-d"], at_scale)
+    assert result.outcome == UNKNOWN and result.bad == ()
+    assert "needs more nodes" in result.why
+
+
+def test_gang_a_claim_only_orders_the_pairs_and_never_decides() -> None:
+    nodes = ["gpu-a", "gpu-b", "gpu-c", "gpu-d"]
+    result, ran = run(nodes, slow({"gpu-d"}), first=["gpu-b"])  # the claim names a healthy node
+    assert [n.node for n in result.bad] == ["gpu-d"]
+    assert ran[1][0].nodes[0] == "gpu-b"  # tested first, found healthy
+    result, _ = run(nodes, slow(set()), first=["gpu-b"])
+    assert result.outcome == PASSED and result.bad == ()
+
+
+def test_gang_hang_of_the_whole_run_fails_and_names_the_hanging_node() -> None:
+    def hang(job: Job) -> JobResult:
+        return JobResult(job, None, "hang: ended by its time limit" if "gpu-b" in job.nodes else None) \
+            if "gpu-b" in job.nodes else JobResult(job, HEALTHY)
+
+    result, _ = run(["gpu-a", "gpu-b", "gpu-c", "gpu-d", "gpu-e"], hang)
+    assert result.outcome == FAILED and [n.node for n in result.bad] == ["gpu-b"]
+    assert gang_reason(result.bad[0], "all_reduce_perf", "12").startswith(
+        "gpu-healthcheck: fabric nccl=hang partners=")
+
+
+def test_gang_reason_names_figure_partners_collective_and_job() -> None:
+    node = NodeOutcome("gpu-c", BAD, 41.2, ("gpu-a", "gpu-b"), "busbw=41.2<100")
+    assert gang_reason(node, "all_reduce_perf", "1234") == \
+        "gpu-healthcheck: fabric busbw=41.2<100 partners=gpu-a,gpu-b all_reduce_perf gang job=1234"
+
+
+def test_gang_job_lines_name_node_partner_and_figure() -> None:
+    result, _ = run(["gpu-a", "gpu-b", "gpu-c", "gpu-d"], slow({"gpu-c"}))
+    lines = job_lines(result, "12", 256 << 20, {"gpu-c": "drained; job requeued"})
+    assert lines[0] == "gpu-healthcheck: gang: job 12: 4 nodes failed: busbw=41.2<100 (busbw 41.2 GB/s at 256 MiB)"
+    assert lines[1].startswith("gpu-healthcheck: gang: gpu-c is bad: busbw=41.2<100 with every partner (gpu-")
+    assert lines[1].endswith("busbw 41.2 GB/s; drained; job requeued")
+
+
+SHOW_JOB = """JobId=1234 JobName=train
+   UserId=alice(1001) GroupId=alice(1001) MCS_label=N/A
+   JobState=RUNNING Reason=None Dependency=(null)
+   Requeue=1 Restarts=0 BatchFlag=1 Reboot=0 ExitCode=0:0
+   NodeList=gpu-[a-b],gpu-[01-02]
+   BatchHost=gpu-01
+"""
+
+
+def test_gang_job_from_scontrol_show_job_both_layouts() -> None:
+    with pytest.raises(Exception):
+        parse_show_job(SHOW_JOB, expand_hostlist)  # gpu-[a-b] is no hostlist Slurm writes
+    text = SHOW_JOB.replace("gpu-[a-b],", "")
+    job = parse_show_job(text, expand_hostlist)
+    assert job.nodes == ("gpu-01", "gpu-02") and job.state == "RUNNING" and job.user == "alice(1001)"
+    one_line = " ".join(text.split())
+    assert parse_show_job(one_line, expand_hostlist) == job
+    with pytest.raises(ValueError):
+        parse_show_job("slurm_load_jobs error: Invalid job id specified", expand_hostlist)
+    with pytest.raises(ValueError):
+        parse_show_job("JobId=5 JobState=PENDING NodeList=(null)", expand_hostlist)
+
+
+@pytest.mark.parametrize("job_id,ok", [("1234", True), ("1234_5", False), ("0", False), ("", False),
+                                       ("12 34", False), (None, False)])
+def test_gang_job_id_is_plain_numeric(job_id, ok) -> None:
+    assert valid_job_id(job_id) is ok
+
+
+@settings(max_examples=60, deadline=None)
+@given(n=st.integers(min_value=3, max_value=24), bad=st.integers(min_value=0, max_value=23))
+def test_gang_one_bad_node_is_named_alone_and_no_healthy_node_ever_is(n: int, bad: int) -> None:
+    nodes = [f"gpu-{i:02d}" for i in range(n)]
+    culprit = nodes[bad % n]
+    result, ran = run(nodes, slow({culprit}))
+    assert [b.node for b in result.bad] in ([culprit], [] if n == 3 else [culprit])
+    # whole, pairs, then partner rounds: two, or more where an odd node out waits for partners
+    assert len(ran) <= (4 if n % 2 == 0 else 6)
+    healthy, _ = run(nodes, slow(set()))
+    assert healthy.outcome == PASSED and healthy.bad == ()
