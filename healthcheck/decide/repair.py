@@ -201,6 +201,16 @@ def cluster_state(node: NodeState, cluster: Sequence[NodeState],
     return DRAINED
 
 
+def blocked_by(node: NodeState) -> Optional[str]:
+    """What holds the GPUs of a node whose repair is blocked, as its Comment's claim says
+    (`... repair blocked gpus=2 at=... by=nv-hostengine_pid_4242`); None otherwise."""
+    mark = parse_mark(node.comment)
+    if not mark or mark["state"] != BLOCKED:
+        return None
+    m = re.search(r" by=(\S+)", node.comment or "")
+    return m.group(1) if m else None
+
+
 def reboot_flags(state: str) -> List[str]:
     """slurmctld's reboot flags in a node state: REBOOT_REQUESTED (waiting for idle),
     REBOOT_ISSUED (RebootProgram asked, boot not registered yet); older versions: REBOOT."""

@@ -15,10 +15,12 @@ its own section: the node still runs jobs.
 
 REPAIR is the repair loop's state of the node (decide.repair.cluster_state: its Comment claim,
 reason and state flags): resetting, rebooting, validating, rma, waiting_for_idle,
-waiting_for_budget, drained (waiting for its next check), or "-" where the loop has no part.
+waiting_for_budget, blocked (a reset that could not run: a line below the table names what
+holds the GPU), drained (waiting for its next check), or "-" where the loop has no part.
 
 --json prints a list of objects with keys node, state, gpu, pci, serial, check, value, context,
-job, time, repair, ours, refused and raw_reason (ours first, then refused drains, then the others).
+job, time, repair, ours, refused and raw_reason (ours first, then refused drains, then the
+others), and held_by for a blocked repair.
 """
 
 from __future__ import annotations
@@ -40,7 +42,7 @@ def rows_from_show_nodes(text: str, max_concurrent: Union[int, float] = 1) -> Li
     """Pure: one row per node drained by us or by someone else, ours first; max_concurrent is
     repair.max_concurrent (whether a drained node waits for the repair budget)."""
     from ..act.scontrol import parse_node_line, reason_time
-    from ..decide.repair import cluster_state
+    from ..decide.repair import BLOCKED, blocked_by, cluster_state
     from ..decide.verdict import is_ours, refused_reason, refused_time
 
     ours: List[Dict[str, Any]] = []
@@ -66,6 +68,8 @@ def rows_from_show_nodes(text: str, max_concurrent: Union[int, float] = 1) -> Li
             row = _our_row(node.name, node.state, node.reason, node.reason)
             row["time"] = reason_time(line)
             row["repair"] = cluster_state(node, cluster, max_concurrent)
+            if row["repair"] == BLOCKED:
+                row["held_by"] = blocked_by(node)
             ours.append(row)
         else:
             row = dict.fromkeys(COLUMNS)
@@ -107,7 +111,8 @@ def _columns(rows: List[Dict[str, Any]]) -> List[str]:
     widths = [max(len(t[i]) for t in table) for i in range(len(COLUMNS))]
     lines = ["  ".join(t[i].ljust(widths[i]) for i in range(len(COLUMNS))).rstrip() for t in table]
     # a reason we could not split into columns (older version, truncated) is still shown
-    return lines + [f"  {r['node']}: {r['raw_reason']}" for r in rows if r["check"] is None]
+    return (lines + [f"  {r['node']}: {r['raw_reason']}" for r in rows if r["check"] is None]
+            + [f"  {r['node']}: repair blocked by {r['held_by']}" for r in rows if r.get("held_by")])
 
 
 def format_table(rows: List[Dict[str, Any]]) -> List[str]:

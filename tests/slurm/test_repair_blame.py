@@ -124,10 +124,10 @@ def samples(path):
             for family in text_string_to_metric_families(path.read_text()) for s in family.samples}
 
 
-def cluster_repair(c: GpuCluster, node: str) -> str:
+def cluster_row(c: GpuCluster, node: str) -> dict:
     done = c.check(node, "--cluster", "--json")
     assert done.returncode == 0, done.stdout + done.stderr
-    return {row["node"]: row for row in json.loads(done.stdout)}[node]["repair"]
+    return {row["node"]: row for row in json.loads(done.stdout)}[node]
 
 
 def test_repair_blocked_by_no_nvidia_smi_or_nv_hostengine_is_never_an_attempt_and_names_the_holder(repair_cluster, tmp_path):
@@ -146,7 +146,7 @@ def test_repair_blocked_by_no_nvidia_smi_or_nv_hostengine_is_never_an_attempt_an
     assert "# fakegpu nvidia-smi" not in c.scenario("gpu-a").read_text()
     outcomes = ledger_outcomes(c, "gpu-a", 2)
     assert len(outcomes) == 3 and all(o.startswith("blocked: nvidia-smi is not at ") for o in outcomes), outcomes
-    assert cluster_repair(c, "gpu-a") == "blocked"
+    assert cluster_row(c, "gpu-a")["repair"] == "blocked"
     got = samples(metrics)
     assert got[("gpu_healthcheck_repairs_blocked_total", (("action", "reset"), ("cause", "no_nvidia_smi")))] == 3
     assert got[("gpu_healthcheck_repair_state", (("state", "blocked"),))] == 1
@@ -165,7 +165,8 @@ def test_repair_blocked_by_no_nvidia_smi_or_nv_hostengine_is_never_an_attempt_an
         assert len(blocked) == 5 and f"held by nv-hostengine pid {engine.pid}" in blocked[-1], blocked
         comment = c.cluster.node_info("gpu-a").get("Comment", "")
         assert comment.startswith("gpu-healthcheck: repair blocked gpus=2 ") and f"by=nv-hostengine_pid_{engine.pid}" in comment, comment
-        assert cluster_repair(c, "gpu-a") == "blocked"
+        row = cluster_row(c, "gpu-a")
+        assert (row["repair"], row["held_by"]) == ("blocked", f"nv-hostengine_pid_{engine.pid}"), row
         assert samples(metrics)[("gpu_healthcheck_repairs_blocked_total", (("action", "reset"), ("cause", "in_use")))] == 2
     finally:
         engine.kill()

@@ -25,3 +25,15 @@ def test_cluster_repair_column_from_the_claim_and_the_budget():
     table = format_table(rows_from_show_nodes(LINES))
     assert table[0].split() == [c.upper() for c in COLUMNS] and COLUMNS[-1] == "repair"
     assert table[1].split()[-1] == "resetting" and table[2].split()[-1] == "waiting_for_budget"
+
+
+def test_cluster_repair_column_blocked_names_what_holds_the_gpu():
+    blocked = " Comment=gpu-healthcheck: repair blocked gpus=2 at=2027-01-15T08:00:00+00:00 by=nv-hostengine_pid_4242"
+    lines = node_line("gpu-a", "IDLE+DRAIN", OURS + " [root@2026-11-29T19:01:02]") + blocked + "\n"
+    [row] = rows_from_show_nodes(lines)
+    assert (row["repair"], row["held_by"]) == ("blocked", "nv-hostengine_pid_4242")
+    table = format_table([row])
+    assert table[1].split()[-1] == "blocked" and table[-1] == "  gpu-a: repair blocked by nv-hostengine_pid_4242"
+    # resumed since: the stale mark is no repair state, and no holder is shown
+    back = node_line("gpu-a", "IDLE") + blocked + "\n"
+    assert rows_from_show_nodes(back) == []
