@@ -60,7 +60,7 @@ def run(request: RunRequest, config: Config, node_name: Optional[str] = None) ->
 
     inputs = NodeInputs(baseline=store.read_baseline, acks=lambda: read_acks(store),
                         listpids=slurm.listpids, probe_cap=probe_cap,
-                        known=(lambda: read_known_gpus(store)) if plan.health_check else None)
+                        known=lambda: read_known_gpus(store))
     snapshot, selected = read_node(request, config, host, node, inputs, events)
     if plan.health_check and plan.changes_node:  # how a GPU that vanishes later is named
         remember_gpus(store, snapshot, events)

@@ -472,8 +472,12 @@ def _nvswitch(snapshot: NodeSnapshot) -> bool:
 
 
 def _token(text: str) -> str:
-    """One word for the node's Comment: "nv-hostengine_pid_4242,...". """
-    return "".join(ch if ch.isalnum() or ch in ",.-_" else "_" for ch in text.replace(", ", ","))[:120]
+    """One word for the node's Comment, the holders without their hints:
+    "nv-hostengine_pid_4242,python3_pid_17"."""
+    import re
+
+    bare = re.sub(r" \([^)]*\)", "", text).replace(", ", ",")
+    return "".join(ch if ch.isalnum() or ch in ",.-_" else "_" for ch in bare)[:120]
 
 
 def _list(gpus: Sequence[int]) -> str:

@@ -40,7 +40,8 @@ class NodeInputs(NamedTuple):
     listpids: Optional[Callable[[str], Mapping[int, str]]] = None
     # seconds the CUDA probe may take within the run's budget (HealthCheckProgram)
     probe_cap: Optional[Callable[[], float]] = None
-    # --node: the GPUs earlier runs listed (known, error) from the state store
+    # the GPUs earlier --node --act runs listed (known, error) from the state store, read only
+    # where a GPU may need its name from them (_needs_known)
     known: Optional[Callable[[], Tuple[Tuple[KnownGpu, ...], Optional[str]]]] = None
 
 
@@ -60,7 +61,7 @@ def read_node(request: RunRequest, config: Config, host: str, node: str,
 
     gpus = name_lost_gpu(with_owners(nvml.gpus, config.proc_root), sysfs_gpus)
     gone: Tuple[GpuSnapshot, ...] = ()
-    if inputs.known is not None and nvml.error is None:
+    if inputs.known is not None and nvml.error is None and _needs_known(gpus, sysfs_gpus, config):
         known, why = inputs.known()
         if why:
             events.append(LogEvent("error", WARNING, f"{why}: a GPU gone from NVML is not named"))
@@ -326,6 +327,16 @@ def name_lost_gpu(gpus: Tuple[GpuSnapshot, ...],
         return gpus
     address = nvml_form(spare[0])
     return tuple(g._replace(pci_bus_id=address) if g is nameless[0] else g for g in gpus)
+
+
+def _needs_known(gpus: Tuple[GpuSnapshot, ...], sysfs_gpus: Optional[Tuple[str, ...]],
+                 config: Config) -> bool:
+    """Whether a GPU may need its name from the known GPUs: one is lost without a serial, or
+    fewer are listed than expected_gpus or sysfs counts.  A healthy node's run (every
+    prolog's) never reads the file."""
+    return (any(g.lost is not None and not g.serial for g in gpus)
+            or (config.expected_gpus is not None and len(gpus) < config.expected_gpus)
+            or len(sysfs_gpus or ()) > len(gpus))
 
 
 def with_known(gpus: Tuple[GpuSnapshot, ...], known: Tuple[KnownGpu, ...]

@@ -36,6 +36,10 @@ def finding_fields(finding: Finding, snapshot: NodeSnapshot) -> Dict[str, str]:
         fields["GPU_HEALTHCHECK_PORT"] = finding.port
         if finding.pci:
             fields["GPU_HEALTHCHECK_PORT_PCI_BUS_ID"] = finding.pci
+    elif finding.pci:  # a GPU NVML no longer lists, named by what an earlier run knew
+        fields["GPU_PCI_BUS_ID"] = finding.pci
+        if finding.serial:
+            fields["GPU_SERIAL"] = finding.serial
     gpu = snapshot.gpu(finding.gpu) if finding.gpu is not None else None
     if finding.gpu is not None:
         fields["GPU_INDEX"] = str(finding.gpu)
@@ -138,7 +142,8 @@ def build_report(snapshot: NodeSnapshot, findings: List[Finding], verdict: Verdi
         "findings": [{"check": f.check, "severity": f.severity.value, "gpu": f.gpu,
                       "value": f.value, "threshold": f.threshold, "message": f.message,
                       "action": f.action.value,
-                      **({"port": f.port, "port_pci_bus_id": f.pci} if f.port is not None else {})}
+                      **({"port": f.port, "port_pci_bus_id": f.pci} if f.port is not None else {}),
+                      **({"pci_bus_id": f.pci, "serial": f.serial} if f.port is None and f.pci else {})}
                      for f in findings],
         "network": network_document(snapshot),
         "kernel_log": kernel_log_document(snapshot),

@@ -331,7 +331,7 @@ def test_repair_gpu_held_by_a_process_is_blocked_naming_it_and_nothing_is_run(tm
     [step] = [e for e in events if e.fields.get("GPU_HEALTHCHECK_REPAIR_STEP") == "reset_blocked"]
     assert step.fields["GPU_HEALTHCHECK_REPAIR_HELD_BY"].startswith("nv-hostengine pid 4242 (DCGM's host engine")
     assert step.fields["GPU_HEALTHCHECK_REPAIR_BLOCKED"] == rd.IN_USE
-    assert "by=nv-hostengine_pid_4242" in door.nodes["gpu-a"].comment
+    assert door.nodes["gpu-a"].comment.endswith(" by=nv-hostengine_pid_4242"), door.nodes["gpu-a"].comment
     [entry] = ledger.read_ledger(str(tmp_path / "state"), rd.ledger_of(gpus()[2]))
     assert entry.outcome.startswith("blocked: held by nv-hostengine pid 4242") and not rd.counted(entry)
 
