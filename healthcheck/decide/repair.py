@@ -188,7 +188,10 @@ def cluster_state(node: NodeState, cluster: Sequence[NodeState],
     a claim, a node someone else drained).  The cooldown lives in the node's own ledger, which
     slurmctld does not show: such a node reads "drained" here."""
     mark = parse_mark(node.comment)
-    if mark and mark["state"] and not (mark["state"] == BLOCKED and not (node.drained and is_ours(node.reason))):
+    # a blocked mark speaks only for a node still drained by us and not rma since
+    stale = mark is not None and mark["state"] == BLOCKED and (
+        not node.drained or not is_ours(node.reason) or is_rma(node.reason))
+    if mark and mark["state"] and not stale:
         return mark["state"]
     if not node.drained or not is_ours(node.reason):
         return None

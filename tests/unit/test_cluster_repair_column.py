@@ -37,3 +37,7 @@ def test_cluster_repair_column_blocked_names_what_holds_the_gpu():
     # resumed since: the stale mark is no repair state, and no holder is shown
     back = node_line("gpu-a", "IDLE") + blocked + "\n"
     assert rows_from_show_nodes(back) == []
+    # marked rma since: rma, not blocked
+    rma = OURS.replace("=3 epilog", "=3 rma epilog")
+    [row] = rows_from_show_nodes(node_line("gpu-a", "IDLE+DRAIN", rma + " [root@2026-11-29T19:01:02]") + blocked + "\n")
+    assert row["repair"] == "rma" and "held_by" not in row
