@@ -27,7 +27,7 @@ from typing import TYPE_CHECKING, Dict, List, Optional, Sequence
 
 from ..config import Config
 from ..decide import repair as rd
-from ..decide.verdict import NodeState, drain_reason, is_ours
+from ..decide.verdict import NodeState, drain_reason, is_ours, is_rma
 from ..model import CRIT, ERR, INFO, NOTICE, WARNING, DoorError, Finding, LogEvent, Mode, NodeAction, NodeSnapshot
 from ..text import iso_utc
 from . import ledger
@@ -73,8 +73,9 @@ class Repairer:
         mark = rd.parse_mark(this.comment)
         if mark and mark["state"] in rd.AFTER_REBOOT:
             return self._after_reboot(snapshot, this, mark, report_only)
-        if mark and mark["state"] == rd.BLOCKED and not (this.drained and is_ours(this.reason)):
-            self.release()  # resumed (or an admin's now) since: the blocked mark is stale
+        if mark and mark["state"] == rd.BLOCKED and not (this.drained and is_ours(this.reason)
+                                                         and not is_rma(this.reason)):
+            self.release()  # resumed, an admin's or rma since: the blocked mark is stale
         gpus = snapshot.gpus
         now = time.time()
         try:
