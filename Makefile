@@ -6,8 +6,8 @@
 #   make fake    build the simulated NVML/CUDA libraries (tests/fakegpu/build)
 #   make bench   performance table vs floors and gcm, in the venv: tests.bench [BENCH_ARGS=...]
 #   make validate  tests/gpu/validate on a real GPU node (stdlib + pynvml)
-#   make ptx     healthcheck/read/ptx/deep_kernels.ptx from deep_kernels.cu (NVRTC, in the venv)
-#   make ptx-check  assemble the committed PTX with ptxas for sm_70/80/90/100/120 (in the venv)
+#   make ptx     healthcheck/read/ptx/deep_kernels.ptx and deep_tensor.ptx from their .cu (NVRTC, in the venv)
+#   make ptx-check  assemble the committed PTX with ptxas for sm_70..sm_120 (tensor: sm_80..) and print each memory kernel's load width (in the venv)
 #   make man     regenerate docs/gpu-healthcheck.8 from the argparse definition
 #   make deb     dist/gpu-healthcheck_VERSION_all.deb (deploy/deb/build-deb; dpkg-deb only)
 #   make rpm     dist/gpu-healthcheck-VERSION-1.elN.noarch.rpm: EL=9 (default) or EL=8 [EL8_PYTHON=3.11|3.9]

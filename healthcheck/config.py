@@ -193,6 +193,8 @@ _BOUNDS: Dict[str, Tuple[float, float, str]] = {
     "level": (1, 4, "dcgmi diag run levels"),
     "health_timeout_s": (0.1, 600.0, "seconds"),
     "bandwidth_mib": (1.0, float(MAX_GPU_MIB), "MiB"),
+    "duration_s": (0.5, 3600.0, "seconds of compute load per GPU"),
+    "memtest_passes": (1, 100, "passes of the memory test"),
     "nvidia_smi_timeout_s": (1.0, 3600.0, "seconds; a GPU reset takes seconds"),
     "max_attempts": (1, 1000, "repairs of one GPU"),
     "window_s": (0.0, 10 * 365 * 86400.0, "seconds"),

@@ -25,6 +25,11 @@ class DeepConfig(NamedTuple):
     # floor_fraction applies to, e.g. "NVIDIA H100 80GB HBM3:hbm_gbps=3350"
     floors: Tuple[str, ...] = ()
     bandwidth_mib: int = 1024  # each HBM bandwidth buffer
+    # seconds of back-to-back compute launches per GPU (FP32 FMA, and the tensor-core GEMM on
+    # sm_80 and newer): power and thermal throttling take seconds to show.  A GPU's deadline is
+    # timeout_s plus this.
+    duration_s: float = 30.0
+    memtest_passes: int = 1  # times the whole memory test runs (each pass its own patterns)
 
 
 class DcgmConfig(NamedTuple):

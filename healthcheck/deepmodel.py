@@ -19,6 +19,16 @@ class MemError(NamedTuple):
     actual: int
 
 
+class LoadSample(NamedTuple):
+    """One NVML reading while the compute kernels ran (every deep.SAMPLE_S, 100 ms)."""
+
+    t: float  # seconds since the load began (host clock)
+    sm_mhz: Optional[int] = None
+    power_mw: Optional[int] = None
+    temperature_c: Optional[int] = None
+    reasons: Optional[int] = None  # clocks event reasons
+
+
 class DeepGpu(NamedTuple):
     """The deep tests of one GPU.  A figure is None when its test did not run."""
 
@@ -40,6 +50,19 @@ class DeepGpu(NamedTuple):
     sm_clock_max_mhz: Optional[int] = None
     load_reasons: Optional[int] = None  # clocks event reasons seen while the FMA ran (OR)
     host_numa: Optional[int] = None  # the NUMA node the host copies ran bound to (None: unbound)
+    mem_passes: int = 0  # passes of the memory test that ran
+    tensor_gflops: Optional[float] = None  # BF16/FP16 mma.sync (sm_80 and newer)
+    load_s: float = 0.0  # device seconds of compute launches (the sustained load)
+    launches: int = 0  # compute launches, each output checked
+    wrong_elements: int = 0  # output elements that differed from the closed form, all launches
+    wrong_launches: int = 0  # launches with a wrong element
+    wrong_most: int = 0  # the most wrong elements in one launch
+    wrong_kernels: Tuple[str, ...] = ()  # the kernels whose output was wrong
+    sm_clock_sustained_mhz: Optional[int] = None  # median SM clock over the load's second half
+    power_max_mw: Optional[int] = None
+    temperature_max_c: Optional[int] = None
+    reasons_first_s: Tuple[Tuple[int, float], ...] = ()  # (reason bit, seconds into the load)
+    trace: Tuple[LoadSample, ...] = ()
     times: Tuple[Tuple[str, float], ...] = ()  # (test, seconds on the device)
     duration_s: float = 0.0  # wall time of the child
 

@@ -10,7 +10,7 @@ The import order below is the order checks run and findings are listed.
 
 from __future__ import annotations
 
-from . import node, xid, nvswitch, slurm, ecc, processes, board, fabric, network, probe, deep, deeptopo, dcgm  # noqa: F401  (registration)
+from . import node, xid, nvswitch, slurm, ecc, processes, board, fabric, network, probe, deep, deepload, deeptopo, dcgm  # noqa: F401  (registration)
 from .registry import CATALOGUE, CheckContext, CheckCrash, CheckSpec, label, run_checks
 
 __all__ = ["CATALOGUE", "CheckContext", "CheckCrash", "CheckSpec", "label", "run_checks"]

@@ -24,7 +24,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Callable, Dict, Iterator, Optional, Tuple
 
 from ..model import Action, Finding, GpuSnapshot, NodeSnapshot, Severity
-from .board import HW_SLOWDOWN_BITS
+from .deepshared import shared
 from .registry import CheckContext, finding as _f, gpu_check, label, node_check
 
 if TYPE_CHECKING:  # imported where a deep run is judged, never on the prolog's path
@@ -33,8 +33,6 @@ if TYPE_CHECKING:  # imported where a deep run is judged, never on the prolog's 
 # PCIe per-lane rate per direction after encoding, GB/s (PCI-SIG: 2.5/5 GT/s 8b/10b, 8/16/32/64
 # GT/s 128b/130b; Gen6 FLIT mode counted as Gen5 doubled).
 PCIE_LANE_GBPS = {1: 0.25, 2: 0.5, 3: 0.985, 4: 1.969, 5: 3.938, 6: 7.877}
-SW_POWER_CAP = 0x4
-THROTTLE_BITS = {**HW_SLOWDOWN_BITS, SW_POWER_CAP: "SW_POWER_CAP"}
 FATAL_CUDA = {214: "ECC uncorrectable", 220: "NVLink uncorrectable", 226: "contained error"}
 
 
@@ -79,10 +77,10 @@ def judge_figure(check: str, what: str, unit: str, gpu: GpuSnapshot, node: NodeS
         return
     action = Action.RESET if severity is Severity.FAIL else Action.NONE
     hint = "; reset the GPU and rerun --level deep, RMA if it stays slow" if action is Action.RESET else ""
-    yield _f(check, severity, gpu, f"{label(gpu)}: {what} {figure(value, unit)}, {'; '.join(parts)}{hint}",
-             value=round(value, 1), threshold=round(floor, 1) if floor is not None and not siblings else (
-                 cfg.sibling_ratio_fail if severity is Severity.FAIL else cfg.sibling_ratio_warn),
-             action=action)
+    yield from shared([_f(check, severity, gpu, f"{label(gpu)}: {what} {figure(value, unit)}, {'; '.join(parts)}{hint}",
+                          value=round(value, 1), threshold=round(floor, 1) if floor is not None and not siblings else (
+                              cfg.sibling_ratio_fail if severity is Severity.FAIL else cfg.sibling_ratio_warn),
+                          action=action)], gpu, node)
 
 
 def datasheet_floor(gpu: GpuSnapshot, metric: str, ctx: CheckContext) -> Tuple[Optional[float], str]:
@@ -109,9 +107,10 @@ def check_deep_run(gpu: GpuSnapshot, node: NodeSnapshot, ctx: CheckContext) -> I
     if mine is None or mine.status == "ok":
         return
     if mine.cu_result in FATAL_CUDA:
-        yield _f("deep.run", Severity.FAIL, gpu,
-                 f"{label(gpu)}: deep test failed: {mine.detail} ({FATAL_CUDA[mine.cu_result]}); "
-                 f"reset the GPU", value=mine.cu_name, threshold="ok", action=Action.RESET)
+        yield from shared([_f("deep.run", Severity.FAIL, gpu,
+                              f"{label(gpu)}: deep test failed: {mine.detail} ({FATAL_CUDA[mine.cu_result]}); "
+                              f"reset the GPU", value=mine.cu_name, threshold="ok", action=Action.RESET)],
+                          gpu, node)
         return
     yield _f("deep.run", Severity.UNKNOWN, gpu, f"{label(gpu)}: deep test did not finish ({mine.status}): "
              f"{mine.detail}", value=mine.cu_name or mine.status, threshold="ok")
@@ -139,10 +138,10 @@ def check_deep_memory(gpu: GpuSnapshot, node: NodeSnapshot, ctx: CheckContext) -
         named = ", ".join(f"byte offset {first.offset + b // 8:#x} bit {b % 8}" for b in bits[:4])
         where = (f"; first at offset {first.offset:#x} (device address {first.address:#x}): expected "
                  f"{first.expected:#018x}, read {first.actual:#018x} ({named})")
-    yield _f("deep.memory", Severity.FAIL, gpu,
-             f"{label(gpu)}: memory test {mine.mem_pass}: {mine.mem_errors} word(s) wrong of "
-             f"{mine.mem_bytes // (1 << 20):,} MiB{where}; RMA the GPU",
-             value=mine.mem_errors, threshold=0, action=Action.RMA)
+    yield from shared([_f("deep.memory", Severity.FAIL, gpu,
+                          f"{label(gpu)}: memory test {mine.mem_pass}: {mine.mem_errors} word(s) wrong of "
+                          f"{mine.mem_bytes // (1 << 20):,} MiB{where}; RMA the GPU",
+                          value=mine.mem_errors, threshold=0, action=Action.RMA)], gpu, node)
 
 
 @gpu_check("deep.hbm", severity=Severity.FAIL, action=Action.RESET,
@@ -201,31 +200,6 @@ def check_deep_compute(gpu: GpuSnapshot, node: NodeSnapshot, ctx: CheckContext) 
                             lambda d: d.gflops, floor, words)
 
 
-@gpu_check("deep.throttle", severity=Severity.WARN)
-def check_deep_throttle(gpu: GpuSnapshot, node: NodeSnapshot, ctx: CheckContext) -> Iterator[Finding]:
-    """The GPU held its clocks down while the FMA kernel ran: named with NVML's reason.
-
-    Warns on the hardware and thermal reasons (HW_SLOWDOWN, SW_THERMAL, HW_THERMAL,
-    HW_POWER_BRAKE: NVML API reference, "Clocks Event Reasons") seen under load, with the lowest
-    SM clock read and the maximum.  SW_POWER_CAP alone is info: a GPU at its power limit under a
-    full FMA load is working as designed.  Not a drain: cooling and power are the site's.
-    nvidia-smi equivalent: `nvidia-smi -q -d PERFORMANCE` while a job runs.
-    """
-    mine = deep_of(node, gpu.index)
-    if mine is None or not mine.load_reasons:
-        return
-    active = [name for bit, name in THROTTLE_BITS.items() if mine.load_reasons & bit]
-    if not active:
-        return
-    clocks = ""
-    if mine.sm_clock_mhz is not None:
-        clocks = f", SM clock {mine.sm_clock_mhz} MHz" + (
-            f" of {mine.sm_clock_max_mhz} MHz" if mine.sm_clock_max_mhz else "")
-    severity = Severity.WARN if any(n != "SW_POWER_CAP" for n in active) else Severity.INFO
-    yield _f("deep.throttle", severity, gpu,
-             f"{label(gpu)}: under load clocks held down by {', '.join(active)}{clocks}; check "
-             f"cooling and power", value=",".join(active), threshold="HW_SLOWDOWN, SW_THERMAL, "
-             "HW_THERMAL or HW_POWER_BRAKE")
 
 
 @node_check("deep.peers", severity=Severity.UNKNOWN)

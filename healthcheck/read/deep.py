@@ -1,44 +1,43 @@
 """--level deep: on-device tests from the PTX the package ships, in killable probe children.
 
-    run = run_deep(targets, DeepPlan(...), timeout_s=300.0)   # -> deepmodel.DeepRun
+    run = run_deep(targets, pairs, DeepPlan(...), timeout_s=300.0)   # -> deepmodel.DeepRun
 
 Each GPU under test gets one forked child (cudaprobe.run_children: CUDA_VISIBLE_DEVICES names
 it, a deadline kills it; the parent never touches CUDA).  The child loads ptx/deep_kernels.ptx
-with cuModuleLoadData (the driver JIT-compiles it: no toolkit on the node) and runs, in order:
+(and ptx/deep_tensor.ptx on sm_80 and newer) with cuModuleLoadData (the driver JIT-compiles it:
+no toolkit on the node) and runs, in order:
 
-1. the memory test over `fraction` of free memory, compared on the device: address in address
-   (each 64-bit word holds its own address, then its complement) and moving inversions with a
-   pattern and its complement; only the count and the first failing words come back;
-2. HBM read and copy bandwidth;
+1. the memory test (read/deepmem.py) over `fraction` of free memory, compared on the device:
+   address in address, moving inversions, walking ones and zeros, random data, `memtest_passes`
+   times; only the count and the first failing words come back;
+2. HBM read and copy bandwidth (16-byte loads, four in flight per thread);
 3. host<->device bandwidth from pinned memory (cuMemHostAlloc), both directions;
-4. an FP32 FMA loop in GFLOP/s, reading the SM clock and the clocks event reasons from NVML
-   while it runs.
+4. `duration_s` of compute launches back to back, every output checked against its closed form,
+   with NVML's SM clock, power, temperature and clocks event reasons every 100 ms
+   (read/deepload.py).
 
 Then one child that sees them all copies between the GPU pairs read/deeptopo.py plans from
 NVML's topology (cuCtxEnablePeerAccess, cuMemcpyPeer): pairs bridged by NVLink, a ring through
-the NVSwitches, PCIe peer to peer where NVML says it works.  Times are CUDA
-events on the device, never the host's clock.
+the NVSwitches, PCIe peer to peer where NVML says it works.  Times are CUDA events on the
+device, never the host's clock.  Launches are sized by the driver's occupancy
+(cuOccupancyMaxActiveBlocksPerMultiprocessor).
 """
 
 from __future__ import annotations
 
 import ctypes
-import time
 from typing import Any, Dict, Optional, Sequence, Tuple
 
-from ..deepmodel import DeepGpu, DeepRun, MemError
+from ..deepmodel import DeepGpu, DeepRun, LoadSample, MemError
 from ..records import NamedTuple
 from .cudaprobe import MIB, ChildOutcome, ProbeTarget, _Cuda, _CudaError, child_failure, run_children
 from ..model import ProbeStatus
-from .deepcuda import CU_ERROR_NOT_READY, FLIP, THREADS, DeepTarget, Device, GpuClocks, read_ptx, u64
+from .deepcuda import TENSOR_PTX, DeepTarget, Device, read_ptx
 from .deeplinks import host_copies, run_peer_pairs
+from .deepload import sustained
+from .deepmem import memtest
 
-MAX_RECORDS = 8  # HC_MAX_RECORDS in deep_kernels.cu
-RESULT_BYTES = (1 + 3 * MAX_RECORDS) * 8
-BLOCKS_PER_SM = 8
-FMA_BLOCKS_PER_SM = 4
-MI_PATTERN = 0x5555555555555555  # and its complement 0xAAAA...: every bit both ways
-LOAD_POLL_S = 0.02  # between NVML reads while the FMA kernel runs
+VECTOR = 16  # bytes per load of hc_read and hc_copy (ulonglong2)
 
 
 class DeepPlan(NamedTuple):
@@ -47,73 +46,23 @@ class DeepPlan(NamedTuple):
     host_mib: int = 256  # the pinned host buffer
     peer_mib: int = 256
     reps: int = 5  # timed repetitions of each bandwidth test
-    fma_iters: int = 8192  # ~18 GFLOP per launch on 132 SMs: ~0.3 s at 60 TFLOPS
     host_gates: Tuple[Any, ...] = ()  # deeplinks.HostGate per GPU: NUMA node, one copy at a time
-
-
-def _memtest(d: Device, plan: DeepPlan, out: Dict[str, Any]) -> bool:
-    """The memory test; False when it found failing words (recorded in out)."""
-    nbytes = int(d.free_mem() * plan.fraction) - RESULT_BYTES - 2 * MIB
-    nbytes -= nbytes % MIB
-    if nbytes < MIB:
-        raise _CudaError(ProbeStatus.ALLOC_ERROR, "cuMemGetInfo_v2", 2, "too little free memory")
-    buf = d.alloc(nbytes)  # first: on an idle GPU it starts the GPU's memory
-    result = d.alloc(4096)
-    words, blocks = nbytes // 8, d.sms * BLOCKS_PER_SM
-    out["mem_bytes"] = nbytes
-    host = (ctypes.c_uint64 * (1 + 3 * MAX_RECORDS))()
-    start, end = d.event(), d.event()
-    d.record(start)
-
-    def checked(name: str, kernel: str, *args: Any) -> bool:
-        d.cuda.call(ProbeStatus.COPY_ERROR, "cuMemsetD32_v2", ctypes.c_uint64(result), ctypes.c_uint(0),
-                    ctypes.c_size_t(RESULT_BYTES // 4))
-        d.launch(kernel, blocks, *args, ctypes.c_uint64(result))
-        d.cuda.call(ProbeStatus.COPY_ERROR, "cuMemcpyDtoH_v2", host, ctypes.c_uint64(result),
-                    ctypes.c_size_t(RESULT_BYTES))
-        if host[0] == 0:
-            return True
-        out["mem_errors"], out["mem_pass"] = int(host[0]), name
-        out["mem_records"] = [[int(host[1 + 3 * k]) * 8, buf + int(host[1 + 3 * k]) * 8,
-                               int(host[2 + 3 * k]), int(host[3 + 3 * k])]
-                              for k in range(min(int(host[0]), MAX_RECORDS))]
-        return False
-
-    n, tag = ctypes.c_uint64(words), ctypes.c_uint64(buf)
-    ok = True
-    for name, flip in (("address in address", 0), ("address in address, inverted", FLIP)):
-        d.launch("hc_addr_write", blocks, ctypes.c_uint64(buf), n, tag, u64(flip))
-        if not checked(name, "hc_addr_check", ctypes.c_uint64(buf), n, tag, u64(flip)):
-            ok = False
-            break
-    if ok:
-        p, q = MI_PATTERN, MI_PATTERN ^ FLIP
-        d.launch("hc_mi_fill", blocks, ctypes.c_uint64(buf), n, u64(p))
-        for name, expect, write, down in (("moving inversions up", p, q, 0),
-                                          ("moving inversions down", q, p, 1),
-                                          ("moving inversions verify", p, p, 0)):
-            if not checked(name, "hc_mi_step", ctypes.c_uint64(buf), n, u64(expect), u64(write),
-                           ctypes.c_uint(down)):
-                ok = False
-                break
-    d.record(end)
-    out["times"]["memory"] = d.seconds(start, end)
-    d.free(buf)
-    d.free(result)
-    return ok
+    duration_s: float = 30.0  # device seconds of compute launches (deep.duration_s)
+    memtest_passes: int = 1
 
 
 def _bandwidth(d: Device, plan: DeepPlan, out: Dict[str, Any]) -> None:
     nbytes = min(plan.bandwidth_mib * MIB, d.free_mem() // 4)
     nbytes -= nbytes % MIB
     src, dst, sink = d.alloc(nbytes), d.alloc(nbytes), d.alloc(4096)
-    n, blocks = ctypes.c_uint64(nbytes // 8), d.sms * BLOCKS_PER_SM
+    n = ctypes.c_uint64(nbytes // VECTOR)
     d.cuda.call(ProbeStatus.COPY_ERROR, "cuMemsetD32_v2", ctypes.c_uint64(src), ctypes.c_uint(0x5AA5C33C),
                 ctypes.c_size_t(nbytes // 4))
     start, end = d.event(), d.event()
     for key, kernel, args, moved in (
             ("hbm_read", "hc_read", (ctypes.c_uint64(src), n, ctypes.c_uint64(sink)), nbytes),
             ("hbm_copy", "hc_copy", (ctypes.c_uint64(dst), ctypes.c_uint64(src), n), 2 * nbytes)):
+        blocks = d.grid(kernel)
         d.launch(kernel, blocks, *args)  # warm-up: the first launch of a kernel pays for loading
         d.record(start)
         for _ in range(plan.reps):
@@ -128,37 +77,7 @@ def _bandwidth(d: Device, plan: DeepPlan, out: Dict[str, Any]) -> None:
     d.free(dst)
 
 
-def _compute(d: Device, plan: DeepPlan, uuid: str, out: Dict[str, Any]) -> None:
-    blocks = d.sms * FMA_BLOCKS_PER_SM
-    sink = d.alloc(blocks * THREADS * 4)
-    start, end = d.event(), d.event()
-    nvml = GpuClocks(uuid)
-    try:
-        d.record(start)
-        d.launch("hc_fma", blocks, ctypes.c_uint64(sink), ctypes.c_uint(plan.fma_iters), ctypes.c_float(1.0))
-        d.record(end)
-        reasons, clocks = 0, []
-        while True:  # NVML read while the kernel runs: a throttled GPU is named with its reason
-            r, clock = nvml.sample()
-            reasons |= r or 0
-            if clock is not None:
-                clocks.append(clock)
-            code = d.cuda.lib.cuEventQuery(end)
-            if code != CU_ERROR_NOT_READY:
-                break
-            time.sleep(LOAD_POLL_S)
-        seconds = d.seconds(start, end)
-        out["gflops"] = 16.0 * plan.fma_iters * blocks * THREADS / seconds / 1e9
-        out["times"]["compute"] = seconds
-        out["load_reasons"] = reasons if nvml.lib is not None else None
-        out["sm_clock_mhz"] = min(clocks) if clocks else None
-        out["sm_clock_max_mhz"] = nvml.max_clock()
-    finally:
-        nvml.close()
-    d.free(sink)
-
-
-def _deep_in_child(target: DeepTarget, plan: DeepPlan, ptx: bytes) -> Dict[str, object]:
+def _deep_in_child(target: DeepTarget, plan: DeepPlan, ptx: bytes, tensor_ptx: bytes) -> Dict[str, object]:
     out: Dict[str, Any] = {"status": "ok", "times": {}}
     try:
         cuda = _Cuda()
@@ -167,10 +86,10 @@ def _deep_in_child(target: DeepTarget, plan: DeepPlan, ptx: bytes) -> Dict[str, 
     device: Optional[Device] = None
     try:
         cuda.call(ProbeStatus.INIT_ERROR, "cuInit", ctypes.c_uint(0))
-        device = Device(cuda, 0, ptx)
-        if _memtest(device, plan, out):
+        device = Device(cuda, 0, ptx, tensor_ptx)
+        if memtest(device, plan, out, target.held_mib):
             _bandwidth(device, plan, out)
-            _compute(device, plan, target.uuid, out)
+            sustained(device, plan, target.uuid, out)
     except _CudaError as err:
         out.update(status="error", cu_result=err.code, cu_name=err.name, detail=str(err))
     finally:
@@ -182,11 +101,13 @@ def _deep_in_child(target: DeepTarget, plan: DeepPlan, ptx: bytes) -> Dict[str, 
 def run_deep(targets: Sequence[ProbeTarget], pairs: Sequence[Any], plan: DeepPlan,
              timeout_s: float) -> DeepRun:
     """The deep tests of every target GPU in parallel, then the peer copies `pairs`
-    (read/deeptopo.PeerPair, planned from NVML's topology) between GPUs that passed them."""
-    ptx = read_ptx()
-    gpus = [DeepTarget(t.index, t.uuid) for t in targets]
-    outcomes = run_children(gpus, lambda t: _deep_in_child(t, plan, ptx), timeout_s)
-    results = tuple(_gpu_result(o, timeout_s) for o in outcomes)
+    (read/deeptopo.PeerPair, planned from NVML's topology) between GPUs that passed them.  A
+    GPU's deadline is timeout_s plus the load's duration_s."""
+    ptx, tensor_ptx = read_ptx(), read_ptx(TENSOR_PTX)
+    gpus = [DeepTarget(t.index, t.uuid, held_mib=t.held_mib) for t in targets]
+    deadline = timeout_s + plan.duration_s
+    outcomes = run_children(gpus, lambda t: _deep_in_child(t, plan, ptx, tensor_ptx), deadline)
+    results = tuple(_gpu_result(o, deadline) for o in outcomes)
     healthy = {r.index for r in results if r.status == "ok" and not r.mem_errors}
     pairs = [p for p in pairs if p.src in healthy and p.dst in healthy]
     if not pairs:
@@ -222,5 +143,14 @@ def _gpu_result(outcome: ChildOutcome, timeout_s: float) -> DeepGpu:
         h2d_gbps=num("h2d_gbps"), d2h_gbps=num("d2h_gbps"), gflops=num("gflops"),
         sm_clock_mhz=whole("sm_clock_mhz"), sm_clock_max_mhz=whole("sm_clock_max_mhz"),
         load_reasons=whole("load_reasons"), host_numa=whole("host_numa"),
+        mem_passes=whole("mem_passes") or 0,
+        tensor_gflops=num("tensor_gflops"), load_s=num("load_s") or 0.0,
+        launches=whole("launches") or 0, wrong_elements=whole("wrong_elements") or 0,
+        wrong_launches=whole("wrong_launches") or 0, wrong_most=whole("wrong_most") or 0,
+        wrong_kernels=tuple(str(k) for k in data.get("wrong_kernels") or ()),
+        sm_clock_sustained_mhz=whole("sm_clock_sustained_mhz"), power_max_mw=whole("power_max_mw"),
+        temperature_max_c=whole("temperature_max_c"),
+        reasons_first_s=tuple((int(b), float(t)) for b, t in data.get("reasons_first_s") or ()),
+        trace=tuple(LoadSample(*row) for row in data.get("trace") or ()),
         times=tuple(sorted((str(k), float(v)) for k, v in (data.get("times") or {}).items())),
         duration_s=outcome.elapsed_s)

@@ -212,7 +212,7 @@ def deep(snapshot: NodeSnapshot, config: Config) -> Any:
         if gpu.mig_mode or not gpu.uuid:
             skipped.append(DeepGpu(gpu.index, "not_run", detail="MIG is on" if gpu.mig_mode else "no UUID"))
             continue
-        targets.append(ProbeTarget(gpu.index, gpu.uuid))
+        targets.append(ProbeTarget(gpu.index, gpu.uuid, co_tenant_mib(gpu, snapshot)))
     if not targets:
         return DeepRun(gpus=tuple(skipped))
     import tempfile
@@ -224,7 +224,8 @@ def deep(snapshot: NodeSnapshot, config: Config) -> Any:
     with tempfile.TemporaryDirectory(prefix="gpu-healthcheck-deep-") as tmp:
         gates = host_gates(tested, config.sysfs_root, os.path.join(tmp, "host-copies.lock"))
         plan = DeepPlan(fraction=config.probe.full_fraction, bandwidth_mib=config.deep.bandwidth_mib,
-                        host_gates=gates)
+                        host_gates=gates, duration_s=config.deep.duration_s,
+                        memtest_passes=config.deep.memtest_passes)
         run = run_deep(targets, pairs, plan, config.deep.timeout_s)
     if topology is not None and topology.error and not run.peers:
         run = run._replace(peer_detail=f"NVLink topology not read: {topology.error}")

@@ -59,7 +59,7 @@ IB_ROW = "ours --prolog (HGX + 8 HCAs x 2 ports in /sys/class/infiniband)"
 # deep costs on a real GPU.
 DEEP_ROW = "ours --node --level deep (fake: 48 MiB boards, 4 MiB bandwidth buffers)"
 DEEP_MEMORY_MIB = 48
-DEEP_CONFIG = "[deep]\nbandwidth_mib = 4\n[dcgm]\nenabled = false\n"
+DEEP_CONFIG = "[deep]\nbandwidth_mib = 4\nduration_s = 0.5\n[dcgm]\nenabled = false\n"
 
 
 def ib_config(node: SimNode) -> Path:

@@ -3,11 +3,12 @@ of the kernels the package ships as PTX (tests/fakegpu/cuda_deep.c)."""
 
 from __future__ import annotations
 
-# Small boards: the fake runs the kernels over host copies of the GPU's memory.
+# Small boards: the fake runs the kernels over host copies of the GPU's memory (64 sweeps of
+# walking ones among them).
 DEEP = """gpus = 8
-gpu.*.memory.total_mib = 48
+gpu.*.memory.total_mib = 24
 """
-CONFIG = "[deep]\nbandwidth_mib = 4\n[dcgm]\nenabled = false\n"
+CONFIG = "[deep]\nbandwidth_mib = 4\nduration_s = 0.5\n[dcgm]\nenabled = false\n"
 
 
 def deep_run(node, scenario: str):

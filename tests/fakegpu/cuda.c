@@ -584,9 +584,9 @@ EXPORT CUresult cuCtxSynchronize(void)
     pthread_mutex_lock(&lock);
     int gpu;
     CUresult rc = current_gpu(&gpu);
-    if (rc == CUDA_SUCCESS)
-        fg_work_done();             /* every launch has finished */
+    double until = rc == CUDA_SUCCESS ? fg_gpu_idle_at(gpu) : 0;
     pthread_mutex_unlock(&lock);
+    fg_sleep_until(until);          /* every launch and copy has finished */
     return rc;
 }
 
@@ -836,11 +836,13 @@ EXPORT CUresult cuMemcpyHtoD_v2(CUdeviceptr dstDevice, const void *srcHost, size
     struct alloc *a = NULL;
     if (rc == CUDA_SUCCESS && ByteCount && (!srcHost || !(a = find_range(dstDevice, ByteCount))))
         rc = CUDA_ERROR_INVALID_VALUE;
+    double until = 0;
     if (rc == CUDA_SUCCESS && ByteCount) {
         rc = dev_write(a, (size_t)(dstDevice - a->base), srcHost, ByteCount);
-        fg_account_copy(a->gpu, ByteCount, 0);
+        until = fg_account_copy(a->gpu, ByteCount, 0);
     }
     pthread_mutex_unlock(&lock);
+    fg_sleep_until(until);          /* synchronous: after the GPU's earlier work, for its time */
     return rc;
 }
 
@@ -852,15 +854,17 @@ EXPORT CUresult cuMemcpyDtoH_v2(void *dstHost, CUdeviceptr srcDevice, size_t Byt
     struct alloc *a = NULL;
     if (rc == CUDA_SUCCESS && ByteCount && (!dstHost || !(a = find_range(srcDevice, ByteCount))))
         rc = CUDA_ERROR_INVALID_VALUE;
+    double until = 0;
     if (rc == CUDA_SUCCESS && ByteCount) {
         unsigned char *dst = dstHost;
         dev_read(a, (size_t)(srcDevice - a->base), dst, ByteCount);
-        fg_account_copy(a->gpu, ByteCount, 1);
+        until = fg_account_copy(a->gpu, ByteCount, 1);
         /* cuda.corrupt: the memory of the allocation's GPU returns one
          * flipped bit, the signature of a bad cell. */
         if (scn->gpu[a->gpu].cuda_corrupt)
             dst[0] ^= 0x01;
     }
     pthread_mutex_unlock(&lock);
+    fg_sleep_until(until);
     return rc;
 }

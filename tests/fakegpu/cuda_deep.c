@@ -1,26 +1,22 @@
 /*
- * fakegpu libcuda.so.1, the deep level: modules, kernel launches, events, pinned host memory,
- * peer access and peer copies, and the device attributes a launch is sized by.
+ * fakegpu libcuda.so.1, the deep level: modules, kernel launches, occupancy, pinned host
+ * memory, peer access and peer copies, and the device attributes a launch is sized by
+ * (cuda_time.c keeps the device's time: events, synchronisation, the load NVML sees).
  *
  * cuModuleLoadData takes the PTX text the package ships; cuModuleGetFunction finds an entry
  * the PTX declares (".entry NAME(") and this file knows; cuLaunchKernel runs the host build of
- * the same source (deep_kernels.cu through cuda_shim.h) over host copies of the allocations
- * its pointer arguments name, so the kernels' addressing and compare logic run for real, on
- * the fake's memory, stuck bits included (gpu.N.mem.stuck_bits).  A kernel touching more than
- * FG_KERNEL_MAX_BYTES fails with CUDA_ERROR_LAUNCH_OUT_OF_RESOURCES: give deep scenarios
- * small GPUs (gpu.N.memory.total_mib).  hc_fma runs its first block only: the full grid is
- * billions of FMAs, seconds per GPU on a host; its figure comes from the timeline.
+ * the same sources (deep_kernels.cu and deep_tensor.cu through cuda_shim.h) over host copies
+ * of the allocations its pointer arguments name, so the kernels' addressing and compare logic
+ * run for real, on the fake's memory, stuck bits included (gpu.N.mem.stuck_bits).  A kernel
+ * touching more than FG_KERNEL_MAX_BYTES fails with CUDA_ERROR_LAUNCH_OUT_OF_RESOURCES: give
+ * deep scenarios small GPUs (gpu.N.memory.total_mib).
  *
- * Time: one device timeline per process, in simulated seconds.  Each launch and copy moves it
- * on by what the scenario says the work takes (bytes / gpu.N.perf.hbm_gbps, flops /
- * perf.gflops, bytes / perf.h2d_gbps, d2h_gbps or nvlink.peer_gbps); cuEventRecord stamps it
- * and cuEventElapsedTime subtracts, so a measured figure is what the scenario says, whatever
- * the host's speed, and nothing sleeps.
- *
- * Load: from an hc_fma launch until a synchronize (cuEventSynchronize, a cuEventQuery that
- * finds the work done, cuCtxSynchronize), the GPU is busy: the fake NVML, in the same
- * process, then adds gpu.N.perf.throttle_under_load to its clocks event reasons (it asks
- * fakegpu_load_reasons below).
+ * The compute kernels (hc_fma, hc_mma_*) are closed forms: their output does not depend on the
+ * iteration count (each iteration adds a product and takes it away again).  The host build runs
+ * their first block with at most FG_COMPUTE_ITERS iterations (the full grid is billions of
+ * FMAs, seconds per GPU on a host) and every other block gets its output, as every block
+ * computes the same; gpu.N.compute.wrong = COUNT then flips the lowest bit of COUNT elements.
+ * Their time on the device timeline is the full count's, at gpu.N.perf.gflops (tensor_gflops).
  */
 #define _GNU_SOURCE
 #include <math.h>   /* fmaf, for the kernels: outside the hidden block below */
@@ -34,36 +30,47 @@
 #include "cuda_shim.h"
 __thread hc_dim3 threadIdx, blockIdx, blockDim, gridDim;
 #include "../../healthcheck/read/ptx/deep_kernels.cu"
+#include "../../healthcheck/read/ptx/deep_tensor.cu"
 #pragma GCC visibility pop
 
 #define FG_KERNEL_MAX_BYTES (2ULL << 30)
 #define MAX_PTR_ARGS 4
+#define MAX_PARAMS 6
+#define FG_COMPUTE_ITERS 16u
+#define FG_MAX_BLOCKS_PER_SM 32     /* resident blocks per SM, sm_80 and sm_90 */
 
 typedef struct CUmod_st {
     char *image;                /* the PTX text, NUL-terminated */
 } *CUmodule;
-
-typedef struct CUevent_st {
-    double at;                  /* device timeline, seconds */
-    int recorded;
-} *CUevent;
 
 enum { P_PTR, P_U64, P_U32, P_F32 };
 
 struct kernel {
     const char *name;
     int nparams;
-    int kind[6];
+    int kind[MAX_PARAMS];
+};
+
+enum {
+    K_ADDR_WRITE, K_ADDR_CHECK, K_MI_FILL, K_MI_STEP, K_WALK_FILL, K_WALK, K_RAND_WRITE,
+    K_RAND_CHECK, K_READ, K_COPY, K_FMA, K_MMA_BF16, K_MMA_F16, K_CHECK,
 };
 
 static const struct kernel kernels[] = {
-    {"hc_addr_write", 4, {P_PTR, P_U64, P_U64, P_U64}},
-    {"hc_addr_check", 5, {P_PTR, P_U64, P_U64, P_U64, P_PTR}},
-    {"hc_mi_fill", 3, {P_PTR, P_U64, P_U64}},
-    {"hc_mi_step", 6, {P_PTR, P_U64, P_U64, P_U64, P_U32, P_PTR}},
-    {"hc_read", 3, {P_PTR, P_U64, P_PTR}},
-    {"hc_copy", 3, {P_PTR, P_PTR, P_U64}},
-    {"hc_fma", 3, {P_PTR, P_U32, P_F32}},
+    [K_ADDR_WRITE] = {"hc_addr_write", 4, {P_PTR, P_U64, P_U64, P_U64}},
+    [K_ADDR_CHECK] = {"hc_addr_check", 5, {P_PTR, P_U64, P_U64, P_U64, P_PTR}},
+    [K_MI_FILL] = {"hc_mi_fill", 3, {P_PTR, P_U64, P_U64}},
+    [K_MI_STEP] = {"hc_mi_step", 6, {P_PTR, P_U64, P_U64, P_U64, P_U32, P_PTR}},
+    [K_WALK_FILL] = {"hc_walk_fill", 3, {P_PTR, P_U64, P_U64}},
+    [K_WALK] = {"hc_walk", 4, {P_PTR, P_U64, P_U64, P_PTR}},
+    [K_RAND_WRITE] = {"hc_rand_write", 3, {P_PTR, P_U64, P_U64}},
+    [K_RAND_CHECK] = {"hc_rand_check", 4, {P_PTR, P_U64, P_U64, P_PTR}},
+    [K_READ] = {"hc_read", 3, {P_PTR, P_U64, P_PTR}},
+    [K_COPY] = {"hc_copy", 3, {P_PTR, P_PTR, P_U64}},
+    [K_FMA] = {"hc_fma", 2, {P_PTR, P_U32}},
+    [K_MMA_BF16] = {"hc_mma_bf16", 5, {P_PTR, P_U32, P_U32, P_U32, P_F32}},
+    [K_MMA_F16] = {"hc_mma_f16", 5, {P_PTR, P_U32, P_U32, P_U32, P_F32}},
+    [K_CHECK] = {"hc_check", 5, {P_PTR, P_U64, P_PTR, P_U32, P_PTR}},
 };
 #define NKERNELS (sizeof kernels / sizeof kernels[0])
 
@@ -71,6 +78,7 @@ typedef const struct kernel *CUfunction;
 
 enum {
     CUDA_ERROR_INVALID_IMAGE = 200,
+    CUDA_ERROR_INVALID_PTX = 218,
     CUDA_ERROR_INVALID_HANDLE = 400,
     CUDA_ERROR_NOT_FOUND = 500,
     CUDA_ERROR_NOT_READY = 600,
@@ -79,13 +87,11 @@ enum {
     CUDA_ERROR_PEER_ACCESS_UNSUPPORTED = 217,
 };
 
-static double timeline;                         /* seconds (lock held) */
-static int loaded[FG_MAX_GPUS];                 /* an hc_fma launch not yet synchronized */
 static unsigned char peer_on[FG_MAX_GPUS][FG_MAX_GPUS];
 
 static void advance(double seconds)
 {
-    timeline += seconds;
+    fg_advance_timeline(seconds);
 }
 
 static double rate(double gbps)
@@ -93,15 +99,14 @@ static double rate(double gbps)
     return gbps > 0 ? gbps * 1e9 : 1e9;
 }
 
-void fg_account_copy(int gpu, size_t n, int dir)
+/* A synchronous copy waits for the GPU's earlier work (stream order), and takes its time on
+ * the timeline only: a --level full probe copies a whole board back, which would otherwise
+ * sleep seconds per GPU in every test. */
+double fg_account_copy(int gpu, size_t n, int dir)
 {
     const fg_gpu *g = &scn->gpu[gpu];
     advance((double)n / rate(dir ? g->d2h_gbps : g->h2d_gbps));
-}
-
-void fg_work_done(void)
-{
-    memset(loaded, 0, sizeof loaded);
+    return fg_gpu_idle_at(gpu);
 }
 
 void fg_apply_stuck(const struct alloc *a, size_t off, unsigned char *dst, size_t n)
@@ -115,18 +120,6 @@ void fg_apply_stuck(const struct alloc *a, size_t off, unsigned char *dst, size_
         unsigned char bit = (unsigned char)(1u << g->stuck_bit[i]);
         *b = g->stuck_value[i] ? (unsigned char)(*b | bit) : (unsigned char)(*b & ~bit);
     }
-}
-
-/* The clocks event reasons a GPU (scenario index) adds while it runs a kernel: for the fake
- * NVML in the same process (dlsym through dlopen(RTLD_NOLOAD)). */
-EXPORT unsigned long long fakegpu_load_reasons(int gpu)
-{
-    pthread_mutex_lock(&lock);
-    unsigned long long r = 0;
-    if (scn && gpu >= 0 && gpu < (int)scn->ngpus && loaded[gpu])
-        r = scn->gpu[gpu].throttle_under_load | 1ULL << 63;   /* bit 63: "under load" */
-    pthread_mutex_unlock(&lock);
-    return r;
 }
 
 /* ----------------------------------------------------------------- modules */
@@ -143,8 +136,14 @@ EXPORT CUresult cuModuleLoadData(CUmodule *module, const void *image)
         return rc;
     const char *text = image;
     /* PTX is text with a .version and a .target line; anything else is not an image we know */
-    if (!strstr(text, ".version ") || !strstr(text, ".target "))
+    const char *target = strstr(text, ".target sm_");
+    if (!strstr(text, ".version ") || !target)
         return CUDA_ERROR_INVALID_IMAGE;
+    /* the JIT refuses a PTX for a newer architecture than the GPU's (ptxas: "SM version
+     * specified by .target is higher than default") */
+    unsigned int sm = (unsigned int)strtoul(target + strlen(".target sm_"), NULL, 10);
+    if (sm > scn->gpu[gpu].cc_major * 10 + scn->gpu[gpu].cc_minor)
+        return CUDA_ERROR_INVALID_PTX;
     CUmodule m = calloc(1, sizeof *m);
     if (!m || !(m->image = strdup(text))) {
         free(m);
@@ -209,46 +208,93 @@ static CUresult unstage(struct staged *s)
     return rc;
 }
 
+static int is_compute(const struct kernel *k)
+{
+    return k == &kernels[K_FMA] || k == &kernels[K_MMA_BF16] || k == &kernels[K_MMA_F16];
+}
+
 static void run_grid(const struct kernel *k, unsigned int gx, unsigned int bx, void *const *arg)
 {
     gridDim = (hc_dim3){gx, 1, 1};
     blockDim = (hc_dim3){bx, 1, 1};
-    unsigned int blocks = strcmp(k->name, "hc_fma") == 0 ? 1 : gx;
+    unsigned int blocks = is_compute(k) ? 1 : gx;
+    /* a closed form: the first block, with fewer iterations, computes what the full count does */
+    unsigned int iters = 0;
+    if (is_compute(k))
+        iters = *(const unsigned int *)arg[1] > FG_COMPUTE_ITERS ? FG_COMPUTE_ITERS
+                                                                 : *(const unsigned int *)arg[1];
     for (unsigned int b = 0; b < blocks; b++)
         for (unsigned int t = 0; t < bx; t++) {
             blockIdx = (hc_dim3){b, 0, 0};
             threadIdx = (hc_dim3){t, 0, 0};
 #define U64(i) (*(const u64 *)arg[i])
 #define U32(i) (*(const unsigned int *)arg[i])
+#define F32(i) (*(const float *)arg[i])
 #define PTR(i, T) ((T *)arg[i])
             switch (k - kernels) {
-            case 0: hc_addr_write(PTR(0, u64), U64(1), U64(2), U64(3)); break;
-            case 1: hc_addr_check(PTR(0, u64), U64(1), U64(2), U64(3), PTR(4, u64)); break;
-            case 2: hc_mi_fill(PTR(0, u64), U64(1), U64(2)); break;
-            case 3: hc_mi_step(PTR(0, u64), U64(1), U64(2), U64(3), U32(4), PTR(5, u64)); break;
-            case 4: hc_read(PTR(0, u64), U64(1), PTR(2, u64)); break;
-            case 5: hc_copy(PTR(0, u64), PTR(1, u64), U64(2)); break;
-            case 6: hc_fma(PTR(0, float), U32(1), *(const float *)arg[2]); break;
+            case K_ADDR_WRITE: hc_addr_write(PTR(0, u64), U64(1), U64(2), U64(3)); break;
+            case K_ADDR_CHECK: hc_addr_check(PTR(0, u64), U64(1), U64(2), U64(3), PTR(4, u64)); break;
+            case K_MI_FILL: hc_mi_fill(PTR(0, u64), U64(1), U64(2)); break;
+            case K_MI_STEP: hc_mi_step(PTR(0, u64), U64(1), U64(2), U64(3), U32(4), PTR(5, u64)); break;
+            case K_WALK_FILL: hc_walk_fill(PTR(0, u64), U64(1), U64(2)); break;
+            case K_WALK: hc_walk(PTR(0, u64), U64(1), U64(2), PTR(3, u64)); break;
+            case K_RAND_WRITE: hc_rand_write(PTR(0, u64), U64(1), U64(2)); break;
+            case K_RAND_CHECK: hc_rand_check(PTR(0, u64), U64(1), U64(2), PTR(3, u64)); break;
+            case K_READ: hc_read(PTR(0, ulonglong2), U64(1), PTR(2, u64)); break;
+            case K_COPY: hc_copy(PTR(0, ulonglong2), PTR(1, ulonglong2), U64(2)); break;
+            case K_FMA: hc_fma(PTR(0, float), iters); break;
+            case K_MMA_BF16: hc_mma_bf16(PTR(0, float), iters, U32(2), U32(3), F32(4)); break;
+            case K_MMA_F16: hc_mma_f16(PTR(0, float), iters, U32(2), U32(3), F32(4)); break;
+            case K_CHECK: hc_check(PTR(0, unsigned int), U64(1), PTR(2, unsigned int), U32(3), PTR(4, u64)); break;
             }
 #undef U64
 #undef U32
+#undef F32
 #undef PTR
         }
+}
+
+/* A compute kernel's output: every block gets the first block's, then gpu.N.compute.wrong
+ * elements (the last ones) have their lowest bit flipped, a silent wrong answer. */
+static void spread_output(const struct kernel *k, const fg_gpu *g, unsigned int gx, unsigned int bx,
+                          void *const *arg)
+{
+    if (!is_compute(k))
+        return;
+    float *out = (float *)arg[0];
+    for (unsigned int b = 1; b < gx; b++)
+        memcpy(out + (size_t)b * bx, out, bx * sizeof *out);
+    size_t total = (size_t)gx * bx;
+    for (size_t i = 0; i < g->compute_wrong && i < total; i++) {
+        uint32_t bits;
+        memcpy(&bits, &out[total - 1 - i], sizeof bits);
+        bits ^= 1u;
+        memcpy(&out[total - 1 - i], &bits, sizeof bits);
+    }
 }
 
 /* Seconds the launch takes on the device timeline, from the scenario's speeds. */
 static double launch_seconds(const struct kernel *k, const fg_gpu *g, unsigned int gx,
                              unsigned int bx, void *const *arg)
 {
-    double words = k->kind[1] == P_U64 ? (double)*(const u64 *)arg[1] : 0;
+    double words = k->nparams > 1 && k->kind[1] == P_U64 ? (double)*(const u64 *)arg[1] : 0;
+    double threads = (double)gx * bx;
     switch (k - kernels) {
-    case 3: /* hc_mi_step: each word read and written */
+    case K_MI_STEP: /* each word read and written */
         return 16.0 * words / rate(g->hbm_gbps);
-    case 5: /* hc_copy: n words read, n written */
-        return 16.0 * (double)*(const u64 *)arg[2] / rate(g->hbm_gbps);
-    case 6: /* hc_fma: 8 FMAs (16 flops) per iteration per thread */
-        return 16.0 * (double)gx * bx * *(const unsigned int *)arg[1] / rate(g->gflops);
-    default:
+    case K_WALK: /* 64 sweeps, each word read and written */
+        return 64.0 * 16.0 * words / rate(g->hbm_gbps);
+    case K_CHECK: /* n 4-byte elements read */
+        return 4.0 * words / rate(g->hbm_gbps);
+    case K_READ: /* n 16-byte vectors read */
+        return 16.0 * words / rate(g->hbm_gbps);
+    case K_COPY: /* n vectors read, n written */
+        return 32.0 * (double)*(const u64 *)arg[2] / rate(g->hbm_gbps);
+    case K_FMA: /* 16 FMAs (32 flops) per iteration per thread */
+        return 32.0 * threads * *(const unsigned int *)arg[1] / rate(g->gflops);
+    case K_MMA_BF16: case K_MMA_F16: /* 8 m16n8k16 (8 x 4096 flops) per iteration per warp */
+        return 8.0 * 4096.0 * (threads / 32.0) * *(const unsigned int *)arg[1] / rate(g->tensor_gflops);
+    default: /* each word written, or read */
         return 8.0 * words / rate(g->hbm_gbps);
     }
 }
@@ -266,12 +312,13 @@ EXPORT CUresult cuLaunchKernel(CUfunction f, unsigned int gx, unsigned int gy, u
     if (!params || extra || gx == 0 || bx == 0 || gy != 1 || gz != 1 || by != 1 || bz != 1 ||
         bx > 1024 || shared)
         return CUDA_ERROR_INVALID_VALUE;
+    double issued = fg_monotonic();   /* before the host build runs: the GPU starts now */
     pthread_mutex_lock(&lock);
     int gpu;
     CUresult rc = current_gpu(&gpu);
     struct staged staged[MAX_PTR_ARGS];
     int nstaged = 0;
-    void *arg[6];
+    void *arg[MAX_PARAMS];
     unsigned long long total = 0;
     for (int i = 0; rc == CUDA_SUCCESS && i < f->nparams; i++) {
         arg[i] = params[i];
@@ -301,19 +348,20 @@ EXPORT CUresult cuLaunchKernel(CUfunction f, unsigned int gx, unsigned int gy, u
             nstaged++;
         }
         /* the kernel gets a pointer to a host pointer, as CUDA passes a device pointer */
-        static __thread unsigned char *host[6];
+        static __thread unsigned char *host[MAX_PARAMS];
         host[i] = staged[s].flat + (p - a->base);
         arg[i] = &host[i];
     }
     if (rc == CUDA_SUCCESS) {
         /* arg[i] of a pointer parameter points to the host pointer; run_grid wants the pointer */
-        void *direct[6];
+        void *direct[MAX_PARAMS];
         for (int i = 0; i < f->nparams; i++)
             direct[i] = f->kind[i] == P_PTR ? *(void **)arg[i] : arg[i];
         run_grid(f, gx, bx, direct);
-        advance(launch_seconds(f, &scn->gpu[gpu], gx, bx, direct));
-        if (f == &kernels[6])
-            loaded[gpu] = 1;
+        spread_output(f, &scn->gpu[gpu], gx, bx, direct);
+        double seconds = launch_seconds(f, &scn->gpu[gpu], gx, bx, direct);
+        fg_device_work(gpu, seconds, issued, 1);
+        fg_log_launch(gpu, f->name, gx, bx, seconds);
     }
     for (int s = 0; s < nstaged; s++) {
         CUresult u = unstage(&staged[s]);
@@ -322,68 +370,6 @@ EXPORT CUresult cuLaunchKernel(CUfunction f, unsigned int gx, unsigned int gy, u
     }
     pthread_mutex_unlock(&lock);
     return rc;
-}
-
-/* ------------------------------------------------------------------ events */
-
-EXPORT CUresult cuEventCreate(CUevent *ev, unsigned int flags)
-{
-    (void)flags;
-    if (!ev)
-        return CUDA_ERROR_INVALID_VALUE;
-    if (!(*ev = calloc(1, sizeof **ev)))
-        return CUDA_ERROR_OUT_OF_MEMORY;
-    return CUDA_SUCCESS;
-}
-
-EXPORT CUresult cuEventRecord(CUevent ev, void *stream)
-{
-    (void)stream;
-    if (!ev)
-        return CUDA_ERROR_INVALID_HANDLE;
-    pthread_mutex_lock(&lock);
-    ev->at = timeline;
-    ev->recorded = 1;
-    pthread_mutex_unlock(&lock);
-    return CUDA_SUCCESS;
-}
-
-EXPORT CUresult cuEventQuery(CUevent ev)
-{
-    if (!ev)
-        return CUDA_ERROR_INVALID_HANDLE;
-    pthread_mutex_lock(&lock);
-    fg_work_done();                 /* the fake's work is done by the time anyone asks */
-    pthread_mutex_unlock(&lock);
-    return CUDA_SUCCESS;
-}
-
-EXPORT CUresult cuEventSynchronize(CUevent ev)
-{
-    return cuEventQuery(ev);
-}
-
-EXPORT CUresult cuEventElapsedTime(float *ms, CUevent start, CUevent end)
-{
-    if (!ms)
-        return CUDA_ERROR_INVALID_VALUE;
-    if (!start || !end || !start->recorded || !end->recorded)
-        return CUDA_ERROR_INVALID_HANDLE;
-    *ms = (float)((end->at - start->at) * 1000.0);
-    return CUDA_SUCCESS;
-}
-
-EXPORT CUresult cuEventDestroy_v2(CUevent ev)
-{
-    if (!ev)
-        return CUDA_ERROR_INVALID_HANDLE;
-    free(ev);
-    return CUDA_SUCCESS;
-}
-
-EXPORT CUresult cuEventDestroy(CUevent ev)
-{
-    return cuEventDestroy_v2(ev);
 }
 
 /* ------------------------------------------------------- pinned host memory */
@@ -425,6 +411,31 @@ EXPORT CUresult cuDeviceGetAttribute(int *pi, int attrib, CUdevice dev)
             *pi = (int)g->cc_minor;
         else
             rc = CUDA_ERROR_INVALID_VALUE;  /* documented: only these three */
+    }
+    pthread_mutex_unlock(&lock);
+    return rc;
+}
+
+/* Blocks of `block` threads one SM holds at once: the SM's threads (gpu.N.cuda.max_threads_per_sm,
+ * 2048 on sm_70/80/90, 1536 on sm_86/89/120) over the block's, at most 32 (registers and shared
+ * memory never bind for the deep level's kernels). */
+EXPORT CUresult cuOccupancyMaxActiveBlocksPerMultiprocessor(int *blocks, CUfunction f, int block,
+                                                            size_t shared)
+{
+    int known = 0;
+    for (size_t i = 0; i < NKERNELS; i++)
+        known |= f == &kernels[i];
+    if (!blocks || block <= 0 || block > 1024)
+        return CUDA_ERROR_INVALID_VALUE;
+    if (!known)
+        return CUDA_ERROR_INVALID_HANDLE;
+    (void)shared;
+    pthread_mutex_lock(&lock);
+    int gpu;
+    CUresult rc = current_gpu(&gpu);
+    if (rc == CUDA_SUCCESS) {
+        int n = (int)scn->gpu[gpu].max_threads_per_sm / block;
+        *blocks = n > FG_MAX_BLOCKS_PER_SM ? FG_MAX_BLOCKS_PER_SM : n;
     }
     pthread_mutex_unlock(&lock);
     return rc;

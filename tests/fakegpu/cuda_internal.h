@@ -79,10 +79,19 @@ void fg_apply_stuck(const struct alloc *a, size_t off, unsigned char *dst, size_
 
 CUresult dev_write(struct alloc *a, size_t off, const unsigned char *src, size_t n);
 void dev_read(const struct alloc *a, size_t off, unsigned char *dst, size_t n);
-/* The device timeline (cuda_deep.c): a copy of n bytes to (dir 0) or from (1) the GPU takes
- * n / gpu.N.perf.h2d_gbps (d2h_gbps); fg_work_done: every launch has finished. */
-void fg_account_copy(int gpu, size_t n, int dir);
-void fg_work_done(void);
+/* The device's time (cuda_time.c; lock held unless said).  fg_device_work: `seconds` of work
+ * (a kernel when `kernel`) issued at `issued` (monotonic) to GPU gpu, queued after its earlier
+ * work: returns when it ends (monotonic).  fg_gpu_idle_at: when the GPU's queued work ends.
+ * fg_sleep_until: wait (lock NOT held) until then.  fg_account_copy (cuda_deep.c): a copy of n
+ * bytes to (dir 0) or from (1) the GPU at gpu.N.perf.h2d_gbps (d2h_gbps) on the timeline:
+ * returns when the GPU's earlier work ends, which a synchronous copy waits for. */
+double fg_monotonic(void);
+double fg_device_work(int gpu, double seconds, double issued, int kernel);
+double fg_gpu_idle_at(int gpu);
+void fg_advance_timeline(double seconds);
+void fg_sleep_until(double when);
+void fg_log_launch(int gpu, const char *name, unsigned int gx, unsigned int bx, double seconds);
+double fg_account_copy(int gpu, size_t n, int dir);
 
 #pragma GCC visibility pop
 

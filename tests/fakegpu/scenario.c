@@ -186,6 +186,8 @@ static void gpu_defaults(fg_gpu *g, unsigned int n)
     g->gflops = 55000.0;
     g->peer_gbps = 370.0;
     g->sm_count = 132;
+    g->tensor_gflops = 600000.0;    /* mma.sync BF16 on an H100 SXM: below the 989 TFLOPS dense peak */
+    g->max_threads_per_sm = 2048;
 }
 
 /* ------------------------------------------------------------- MIG devices */
@@ -240,6 +242,7 @@ static void scenario_defaults(fg_scenario *s, unsigned int nfill)
     s->nvml_init_error = 0;
     s->nvml_init_hang_s = 0;
     s->kernel_log[0] = '\0';
+    s->launch_log[0] = '\0';
     s->nfilled = nfill;
     memset(s->filled, 0, sizeof s->filled);
     for (unsigned int n = 0; n < nfill; n++) {
@@ -644,6 +647,10 @@ static const gkey gpu_keys[] = {
     {"nvlink.peer_gbps", K_GBPS, G(peer_gbps), 0, 0, 0},
     {"p2p.pcie", K_U32, G(pcie_p2p), 0, 0, 1},
     {"cuda.sm_count", K_U32, G(sm_count), 0, 1, 4096},
+    {"cuda.max_threads_per_sm", K_U32, G(max_threads_per_sm), 0, 32, 4096},
+    {"perf.throttle_after_s", K_SECONDS, G(throttle_after_s), 0, 0, 0},
+    {"perf.tensor_gflops", K_GBPS, G(tensor_gflops), 0, 0, 0},
+    {"compute.wrong", K_U32, G(compute_wrong), 0, 0, 1 << 30},
 };
 
 /* gpu.N.nvlink.L.KEY / gpu.N.nvlink.*.KEY: one link's error counter, or every link's. */
@@ -1072,6 +1079,8 @@ static int parse_line(fg_scenario *s, char *line, perr *e)
     }
     if (strcmp(key, "kernel_log") == 0)
         return parse_string(val, s->kernel_log, sizeof s->kernel_log, e);
+    if (strcmp(key, "cuda.launch_log") == 0)
+        return parse_string(val, s->launch_log, sizeof s->launch_log, e);
     if (strcmp(key, "driver_version") == 0)
         return parse_string(val, s->driver_version, sizeof s->driver_version, e);
     if (strcmp(key, "cuda_driver_version") == 0) {

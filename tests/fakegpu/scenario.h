@@ -155,6 +155,10 @@ typedef struct {
     double hbm_gbps, h2d_gbps, d2h_gbps, gflops, peer_gbps;
     unsigned long long throttle_under_load;       /* clocks event reasons while a kernel runs */
     unsigned int sm_count;                        /* CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT */
+    double throttle_after_s;        /* throttle_under_load shows after this long under load */
+    unsigned int compute_wrong;     /* wrong elements in every compute kernel's output */
+    double tensor_gflops;           /* the tensor-core GEMM (hc_mma_*), GFLOP/s */
+    unsigned int max_threads_per_sm;  /* cuOccupancyMaxActiveBlocksPerMultiprocessor */
     /* read by the fake nvidia-smi only (nvidia_smi.c) */
     int reset_fails;                    /* gpu.N.reset.fails: --gpu-reset fails on this GPU */
     int fault_recurs;                   /* gpu.N.fault.recurs: a reset does not clear its faults */
@@ -167,6 +171,7 @@ typedef struct {
     int nvml_init_error;
     double nvml_init_hang_s;    /* nvmlInit* blocks this long */
     char kernel_log[4096];      /* kernel_log: where the fake nvidia-smi writes the driver's lines */
+    char launch_log[4096];      /* cuda.launch_log: each kernel launch appends a line here */
     /* gpu[0..nfilled-1] hold their defaults and every gpu.* line; a GPU
      * past that (never enumerated: nfilled >= ngpus once parsed) gets its
      * defaults when a gpu.N line names it (filled[N]).  The array is 0.9 MiB:

@@ -15,9 +15,9 @@ import json, sys
 from healthcheck.read.cudaprobe import ProbeTarget
 from healthcheck.read.deep import DeepPlan, run_deep
 ts = [ProbeTarget(i, 'GPU-fa4e0000-0000-4000-8000-%012x' % i) for i in range(int(sys.argv[1]))]
-run = run_deep(ts, [], DeepPlan(bandwidth_mib=2, host_mib=2), 120)
+run = run_deep(ts, [], DeepPlan(bandwidth_mib=2, host_mib=2, duration_s=0.2), 120)
 print(json.dumps([[g.index, g.status, g.detail, g.mem_errors, g.mem_pass,
-                   [list(r) for r in g.mem_records]] for g in run.gpus]))
+                   [list(r) for r in g.mem_records], g.wrong_elements] for g in run.gpus]))
 """
 
 
@@ -36,14 +36,14 @@ def run_deep_on(fakegpu, tmp_path, scenario: str, gpus: int):
 
 
 def test_deep_memory_host_build_passes_on_clean_memory(fakegpu, tmp_path):
-    for index, status, detail, errors, _, _ in run_deep_on(fakegpu, tmp_path, "", 2):
-        assert (status, errors) == ("ok", 0), detail
+    for index, status, detail, errors, _, _, wrong in run_deep_on(fakegpu, tmp_path, "", 2):
+        assert (status, errors, wrong) == ("ok", 0, 0), detail
 
 
 @pytest.mark.parametrize("addr,bit,value", [(0, 0, 1), (0x43, 3, 1), (0x1FFFFF, 7, 1),
                                             (0x123457, 6, 0), (0x1000000, 1, 0)])
 def test_deep_memory_host_build_finds_every_injected_stuck_bit(fakegpu, tmp_path, addr, bit, value):
-    ((_, status, detail, errors, where, records),) = run_deep_on(
+    ((_, status, detail, errors, where, records, _),) = run_deep_on(
         fakegpu, tmp_path, f"gpu.0.mem.stuck_bits = {addr:#x}:{bit}={value}\n", 1)
     assert status == "ok", detail
     assert errors == 1, (where, records)
@@ -53,21 +53,34 @@ def test_deep_memory_host_build_finds_every_injected_stuck_bit(fakegpu, tmp_path
 
 
 def test_deep_memory_host_build_finds_two_stuck_bits_in_one_pass(fakegpu, tmp_path):
-    ((_, _, _, errors, _, records),) = run_deep_on(
+    ((_, _, _, errors, _, records, _),) = run_deep_on(
         fakegpu, tmp_path, "gpu.0.mem.stuck_bits = 0x10:0,0x100008:5\n", 1)
     assert errors == 2
     assert sorted(r[0] for r in records) == [0x10, 0x100008]
 
 
-def test_deep_ptx_regenerates_to_the_committed_file():
-    """make ptx (NVRTC, pinned in setup.cfg) writes exactly the PTX the package ships."""
+@pytest.mark.parametrize("name,target", [("deep_kernels", "sm_70"), ("deep_tensor", "sm_80")])
+def test_deep_ptx_regenerates_to_the_committed_file(name, target):
+    """make ptx (NVRTC, pinned in setup.cfg) writes exactly the PTX the package ships, with the
+    PTX ISA version pinned at 7.0 (the oldest driver the package supports, R450)."""
     pytest.importorskip("nvidia.cuda_nvrtc", reason="nvidia-cuda-nvrtc-cu12 not installed (make venv)")
-    done = subprocess.run([sys.executable, str(ROOT / "tests/ptx/make_ptx.py"), "--stdout"],
+    done = subprocess.run([sys.executable, str(ROOT / "tests/ptx/make_ptx.py"), "--stdout", name],
                           capture_output=True, text=True, timeout=300)
     assert done.returncode == 0, done.stderr
-    committed = (ROOT / "healthcheck/read/ptx/deep_kernels.ptx").read_text()
-    assert done.stdout == committed, "run `make ptx` and commit healthcheck/read/ptx/deep_kernels.ptx"
-    assert "\n.version 7.0\n.target sm_70\n" in committed
+    committed = (ROOT / f"healthcheck/read/ptx/{name}.ptx").read_text()
+    assert done.stdout == committed, f"run `make ptx` and commit healthcheck/read/ptx/{name}.ptx"
+    assert f"\n.version 7.0\n.target {target}\n" in committed
+
+
+def test_deep_hbm_kernels_issue_128_bit_loads_in_the_committed_ptx():
+    """hc_read and hc_copy load 16 bytes at a time (ld.global.v2.u64 / v4.u32), four in flight:
+    one 8-byte load at a time caps them near 3 TB/s, below an H200's 4.8 TB/s."""
+    from tests.ptx.ptx_check import ptx_load_widths
+
+    widths = ptx_load_widths((ROOT / "healthcheck/read/ptx/deep_kernels.ptx").read_text())
+    for kernel in ("hc_read", "hc_copy"):
+        assert set(widths[kernel]) == {128}, (kernel, widths[kernel])
+        assert widths[kernel][128] >= 4, (kernel, widths[kernel])  # the unrolled loop's four
 
 
 def test_deep_ptx_check_assembles_for_every_architecture():
@@ -76,5 +89,25 @@ def test_deep_ptx_check_assembles_for_every_architecture():
                           text=True, timeout=600)
     assert done.returncode == 0, done.stdout + done.stderr
     lines = done.stdout.splitlines()
-    assert [ln.split(":")[0] for ln in lines] == ["sm_70", "sm_80", "sm_90", "sm_100", "sm_120"]
-    assert all("hc_mi_step" in ln and "registers" in ln for ln in lines)
+    archs = ["sm_70", "sm_75", "sm_80", "sm_86", "sm_89", "sm_90", "sm_100", "sm_120"]
+    assembled = [ln.split(":")[0] for ln in lines if not ln.startswith("loads ")]
+    assert assembled == [f"deep_kernels {a}" for a in archs] + [f"deep_tensor {a}" for a in archs[2:]]
+    assert all("registers" in ln for ln in lines if not ln.startswith("loads "))
+    assert all("hc_mma_bf16" in ln for ln in lines if ln.startswith("deep_tensor"))
+    loads = {ln.split(":")[0][len("loads "):]: ln for ln in lines if ln.startswith("loads ")}
+    assert sorted(loads) == sorted(["hc_addr_check", "hc_mi_step", "hc_walk", "hc_rand_check",
+                                    "hc_read", "hc_copy"])
+    assert "PTX 5x128-bit" in loads["hc_read"] and "FAILED" not in done.stdout
+    if "sm_90 " in loads["hc_read"]:  # nvidia-cuda-nvdisasm installed: the SASS says it too
+        assert "sm_90 5x128-bit" in loads["hc_read"] and "sm_90 5x128-bit" in loads["hc_copy"]
+
+
+def test_deep_tensor_kernels_on_the_fake_compute_their_closed_form(fakegpu, tmp_path):
+    """The host build of deep_tensor.cu (cuda_shim.h's mma) gives the closed form the child
+    checks every launch against, and a GPU of compute capability 7.0 never loads that PTX."""
+    for cc, kernels in (("9.0", {"hc_fma", "hc_mma_bf16", "hc_mma_f16"}), ("7.0", {"hc_fma"})):
+        log = tmp_path / f"launches-{cc}"
+        rows = run_deep_on(fakegpu, tmp_path, f"gpu.0.cuda_cc = {cc}\ncuda.launch_log = {log}\n", 1)
+        assert rows[0][1] == "ok", rows
+        ran = {line.split()[1].split("=")[1] for line in log.read_text().splitlines()}
+        assert ran & {"hc_fma", "hc_mma_bf16", "hc_mma_f16"} == kernels

@@ -18,7 +18,8 @@ def _validate(tmp_path, fakegpu, scenario):
     env = {k: v for k, v in os.environ.items()
            if not k.startswith(("SLURM", "CUDA_VISIBLE", "GPU_HEALTHCHECK"))}
     env.update(LD_LIBRARY_PATH=str(fakegpu), FAKEGPU_SCENARIO=str(path), OUT=str(out))
-    done = subprocess.run([sys.executable, str(VALIDATE), "--kernel-log", str(tmp_path / "kern")],
+    done = subprocess.run([sys.executable, str(VALIDATE), "--kernel-log", str(tmp_path / "kern"),
+                           "--deep-duration", "0.5", "--full-fraction", "0.1"],
                           env=env, capture_output=True, text=True, timeout=300)
     doc = json.loads((out / "validate.json").read_text())
     return done, doc
@@ -68,7 +69,11 @@ def test_validate_runs_every_deep_kernel_and_records_the_scenarios_figures(tmp_p
     # every kernel the package ships, each under the timed test that ran it
     assert deep["kernels"] == {"hc_addr_write": "memory", "hc_addr_check": "memory",
                                "hc_mi_fill": "memory", "hc_mi_step": "memory",
-                               "hc_read": "hbm_read", "hc_copy": "hbm_copy", "hc_fma": "compute"}
+                               "hc_walk_fill": "memory", "hc_walk": "memory",
+                               "hc_rand_write": "memory", "hc_rand_check": "memory",
+                               "hc_read": "hbm_read", "hc_copy": "hbm_copy", "hc_fma": "compute",
+                               "hc_check": "compute", "hc_mma_bf16": "compute",
+                               "hc_mma_f16": "compute"}
     rows = {r["gpu"]: r for r in deep["gpus"]}
     assert sorted(rows) == [0, 1]
     expect = {0: (3000, 3000, 45, 50, 55000), 1: (3100, 3100, 50, 48, 60000)}
@@ -79,9 +84,21 @@ def test_validate_runs_every_deep_kernel_and_records_the_scenarios_figures(tmp_p
                                         "gflops")] == [read, copy, h2d, d2h, gflops], row
         assert set(row["times_s"]) == {"memory", "hbm_read", "hbm_copy", "h2d", "d2h", "compute"}
         assert all(t > 0 for t in row["times_s"].values()), row["times_s"]
+        # the sustained load: its seconds, every launch checked, and the clock trace
+        assert row["load_s"] >= 0.5 and row["launches"] > 0 and row["wrong_elements"] == 0
+        assert row["sm_clock_sustained_mhz"] == row["sm_clock_max_mhz"] == 1980
+        assert round(row["tensor_gflops"]) == 600000 and row["memory_passes"] == 1
+        assert row["clock_trace"] and all(len(s) == 5 for s in row["clock_trace"])
     # two GPUs: one pair, at the slower side's rate
     assert [(p["src"], p["dst"], round(p["gbps"]), p["via"]) for p in deep["peers"]] == [(0, 1, 400, "nvswitch")]
     assert "deep gpu1: " in done.stdout and "hbm_read_gbps=" in done.stdout
+    # the SASS load widths: the fake's libcuda has no linker API, so PyPI's ptxas assembles for
+    # the GPU's sm_90 and nvdisasm reads it; the HBM kernels load 128 bits at a time
+    sass = doc["sass"]
+    assert sass["jit"]["cc"] == "9.0" and sass["source"] == "ptxas"
+    if sass["nvdisasm"]:
+        assert sass["loads"]["hc_read"] == {"128": 5} and sass["loads"]["hc_copy"] == {"128": 5}
+        assert set(sass["loads"]["hc_walk"]) == {"64"}
 
 
 def test_validate_names_a_deep_test_that_is_not_ok(tmp_path, fakegpu):

@@ -16,8 +16,8 @@ pytestmark = pytest.mark.slurm
 
 # Small fake boards and small bandwidth buffers: the fake runs the deep kernels on the host
 # (tests/cli/test_deep_level.py uses the same figures).
-DEEP_SCENARIO = "gpus = 8\ngpu.*.memory.total_mib = 48\n"
-DEEP_CONFIG = "[deep]\nbandwidth_mib = 4\n[dcgm]\nenabled = false\n"
+DEEP_SCENARIO = "gpus = 8\ngpu.*.memory.total_mib = 24\n"
+DEEP_CONFIG = "[deep]\nbandwidth_mib = 4\nduration_s = 0.5\n[dcgm]\nenabled = false\n"
 
 
 def _slurmd_log(c: GpuCluster, node: str) -> str:

@@ -25,8 +25,8 @@ PARTITION = ("PartitionName=gpu-healthcheck-sweep Nodes=ALL Hidden=YES RootOnly=
              "MaxTime=30 OverSubscribe=EXCLUSIVE State=UP")
 # small fake boards and bandwidth buffers (tests/cli/test_deep_level.py): the fake runs the
 # deep kernels on the host
-DEEP = "gpus = 8\ngpu.*.memory.total_mib = 48\n"
-DEEP_CONFIG = "[deep]\nbandwidth_mib = 4\n[dcgm]\nenabled = false\n"
+DEEP = "gpus = 8\ngpu.*.memory.total_mib = 24\n"
+DEEP_CONFIG = "[deep]\nbandwidth_mib = 4\nduration_s = 0.5\n[dcgm]\nenabled = false\n"
 
 
 def sweep(c: GpuCluster, exe: Path, *args: str) -> subprocess.CompletedProcess:

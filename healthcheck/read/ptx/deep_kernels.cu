@@ -82,42 +82,143 @@ HC_KERNEL hc_mi_step(u64 *buf, u64 n, u64 expect, u64 write, unsigned int descen
     }
 }
 
-/* HBM read bandwidth: every word read once; the sum is stored only if it hits a value no
- * buffer of ours produces, so the loads cannot be optimised away. */
-HC_KERNEL hc_read(const u64 *buf, u64 n, u64 *sink)
+/* Walking ones and zeros: word i holds one bit set, at (i + shift) mod 64, and every other word
+ * (by parity) its complement, so neighbouring words drive a lone 1 and a lone 0 on different
+ * data lines.  After hc_walk_fill (shift 0), hc_walk sweeps the whole buffer 64 times, each
+ * sweep checking `shift` and writing `shift + 1`, so every bit of every word is walked.  One
+ * launch for the 64 sweeps: each thread's share of the buffer is far larger than the L2
+ * cache, so every check reads what DRAM kept since the previous sweep. */
+HC_DEVICE u64 hc_walk_word(u64 i, u64 shift, u64 parity)
 {
-    u64 acc = 0;
+    u64 bit = 1ULL << ((i + shift) & 63);
+    return ((i ^ parity) & 1) ? ~bit : bit;
+}
+
+HC_KERNEL hc_walk_fill(u64 *buf, u64 n, u64 parity)
+{
     for (u64 i = hc_first(); i < n; i += hc_stride())
-        acc ^= buf[i];
+        buf[i] = hc_walk_word(i, 0, parity);
+}
+
+HC_KERNEL hc_walk(u64 *buf, u64 n, u64 parity, u64 *result)
+{
+    for (u64 shift = 0; shift < 64; shift++)
+        for (u64 i = hc_first(); i < n; i += hc_stride()) {
+            u64 want = hc_walk_word(i, shift, parity), got = buf[i];
+            if (got != want)
+                hc_record(result, i, want, got);
+            buf[i] = hc_walk_word(i, shift + 1, parity);
+        }
+}
+
+/* Random data: word i holds a hash of (seed, i) (splitmix64's finaliser), a pattern with no
+ * structure a fault could hide behind. */
+HC_DEVICE u64 hc_mix(u64 seed, u64 i)
+{
+    u64 z = seed + (i + 1) * 0x9E3779B97F4A7C15ULL;
+    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ULL;
+    z = (z ^ (z >> 27)) * 0x94D049BB133111EBULL;
+    return z ^ (z >> 31);
+}
+
+HC_KERNEL hc_rand_write(u64 *buf, u64 n, u64 seed)
+{
+    for (u64 i = hc_first(); i < n; i += hc_stride())
+        buf[i] = hc_mix(seed, i);
+}
+
+HC_KERNEL hc_rand_check(const u64 *buf, u64 n, u64 seed, u64 *result)
+{
+    for (u64 i = hc_first(); i < n; i += hc_stride()) {
+        u64 want = hc_mix(seed, i), got = buf[i];
+        if (got != want)
+            hc_record(result, i, want, got);
+    }
+}
+
+/* HBM read bandwidth: n 16-byte vectors, each read once, four independent 128-bit loads in
+ * flight per thread (one 8-byte load at a time cannot keep HBM3e busy: too few bytes in flight
+ * per SM).  The sum is stored only if it hits a value no buffer of ours produces, so the loads
+ * cannot be optimised away. */
+HC_KERNEL hc_read(const ulonglong2 *buf, u64 n, u64 *sink)
+{
+    u64 acc = 0, s = hc_stride(), i = hc_first();
+    for (; i + 3 * s < n; i += 4 * s) {
+        ulonglong2 v0 = buf[i], v1 = buf[i + s], v2 = buf[i + 2 * s], v3 = buf[i + 3 * s];
+        acc ^= (v0.x ^ v0.y) ^ (v1.x ^ v1.y) ^ (v2.x ^ v2.y) ^ (v3.x ^ v3.y);
+    }
+    for (; i < n; i += s)
+        acc ^= buf[i].x ^ buf[i].y;
     if (acc == 0x8badf00ddeadbeefULL)
         sink[0] = acc;
 }
 
-/* HBM copy bandwidth: n words read and n written. */
-HC_KERNEL hc_copy(u64 *dst, const u64 *src, u64 n)
+/* HBM copy bandwidth: n 16-byte vectors read and n written, four loads in flight per thread. */
+HC_KERNEL hc_copy(ulonglong2 *dst, const ulonglong2 *src, u64 n)
 {
-    for (u64 i = hc_first(); i < n; i += hc_stride())
+    u64 s = hc_stride(), i = hc_first();
+    for (; i + 3 * s < n; i += 4 * s) {
+        ulonglong2 v0 = src[i], v1 = src[i + s], v2 = src[i + 2 * s], v3 = src[i + 3 * s];
+        dst[i] = v0;
+        dst[i + s] = v1;
+        dst[i + 2 * s] = v2;
+        dst[i + 3 * s] = v3;
+    }
+    for (; i < n; i += s)
         dst[i] = src[i];
 }
 
-/* Compute throughput: 8 independent FMA chains per thread, `iters` times: 16 iters
- * floating-point operations per thread.  The chains converge (m < 1), so no value overflows. */
-HC_KERNEL hc_fma(float *out, unsigned int iters, float seed)
+/* Compute under load, with an answer to check: 8 independent FMA chains per thread.  Each
+ * iteration adds x y_j to chain j and takes it away again (fma(x, y, a), then fma(-x, y, a)):
+ * with x = 1 + lane/256 and y_j = 1 + (j+1)/8 every value has at most 18 significant bits, so
+ * IEEE FP32 computes both steps exactly and the chain comes back to where it started.  One
+ * last fma(x, y_j, a_j) and the sum of the chains make each thread's output a closed form of
+ * its lane (threadIdx.x), whatever `iters` is: out = sum_j (j + 0.5 + x y_j).  A wrong FMA
+ * anywhere leaves its error in the output.  32 floating-point operations per iteration per
+ * thread.  No value depends on another thread: no block, SM or launch can mask another. */
+HC_KERNEL hc_fma(float *out, unsigned int iters)
 {
-    u64 t = hc_first();
-    float a0 = seed + (float)(t & 255) * 0.001f;
-    float a1 = a0 + 1.0f, a2 = a0 + 2.0f, a3 = a0 + 3.0f;
-    float a4 = a0 + 4.0f, a5 = a0 + 5.0f, a6 = a0 + 6.0f, a7 = a0 + 7.0f;
-    const float m = 0.9999999f, c = 0.0000001f;
+    float x = 1.0f + (float)(threadIdx.x & 255) * 0.00390625f, nx = -x;
+    float a0 = 0.5f, a1 = 1.5f, a2 = 2.5f, a3 = 3.5f, a4 = 4.5f, a5 = 5.5f, a6 = 6.5f, a7 = 7.5f;
+    const float y0 = 1.125f, y1 = 1.25f, y2 = 1.375f, y3 = 1.5f;
+    const float y4 = 1.625f, y5 = 1.75f, y6 = 1.875f, y7 = 2.0f;
     for (unsigned int k = 0; k < iters; k++) {
-        a0 = fmaf(a0, m, c);
-        a1 = fmaf(a1, m, c);
-        a2 = fmaf(a2, m, c);
-        a3 = fmaf(a3, m, c);
-        a4 = fmaf(a4, m, c);
-        a5 = fmaf(a5, m, c);
-        a6 = fmaf(a6, m, c);
-        a7 = fmaf(a7, m, c);
+        a0 = fmaf(x, y0, a0);
+        a1 = fmaf(x, y1, a1);
+        a2 = fmaf(x, y2, a2);
+        a3 = fmaf(x, y3, a3);
+        a4 = fmaf(x, y4, a4);
+        a5 = fmaf(x, y5, a5);
+        a6 = fmaf(x, y6, a6);
+        a7 = fmaf(x, y7, a7);
+        a0 = fmaf(nx, y0, a0);
+        a1 = fmaf(nx, y1, a1);
+        a2 = fmaf(nx, y2, a2);
+        a3 = fmaf(nx, y3, a3);
+        a4 = fmaf(nx, y4, a4);
+        a5 = fmaf(nx, y5, a5);
+        a6 = fmaf(nx, y6, a6);
+        a7 = fmaf(nx, y7, a7);
     }
-    out[t] = ((a0 + a1) + (a2 + a3)) + ((a4 + a5) + (a6 + a7));
+    a0 = fmaf(x, y0, a0);
+    a1 = fmaf(x, y1, a1);
+    a2 = fmaf(x, y2, a2);
+    a3 = fmaf(x, y3, a3);
+    a4 = fmaf(x, y4, a4);
+    a5 = fmaf(x, y5, a5);
+    a6 = fmaf(x, y6, a6);
+    a7 = fmaf(x, y7, a7);
+    out[hc_first()] = ((a0 + a1) + (a2 + a3)) + ((a4 + a5) + (a6 + a7));
+}
+
+/* A compute kernel's output against its closed form: out[i] must hold the bits of
+ * expect[i % period] (the host computes them); how many do not is added to count[0].  One
+ * runs after every compute launch, into that launch's own counter, so the host reads every
+ * launch's verdict at the end without stopping the load to copy outputs back. */
+HC_KERNEL hc_check(const unsigned int *out, u64 n, const unsigned int *expect, unsigned int period,
+                   u64 *count)
+{
+    for (u64 i = hc_first(); i < n; i += hc_stride())
+        if (out[i] != expect[i % period])
+            HC_ATOMIC_ADD(count, 1ULL);
 }

@@ -1,0 +1,189 @@
+/*
+ * fakegpu libcuda.so.1, the device's time: events, synchronisation, the load a kernel puts on a
+ * GPU (which the fake NVML in the same process reads), and the record of what ran.
+ *
+ * Two clocks.  The simulated timeline (seconds of device work, one per process) moves on by
+ * what each launch and copy takes at the scenario's speeds (cuda_deep.c: launch_seconds);
+ * cuEventRecord stamps it and cuEventElapsedTime subtracts, so a measured figure is what the
+ * scenario says, whatever the host's speed.  And each GPU's queue on the host's monotonic
+ * clock: work starts when the GPU's earlier work ends (or now, on an idle GPU) and ends its
+ * simulated time later.  An event is ready when the work before it has ended: cuEventQuery
+ * says CUDA_ERROR_NOT_READY until then and cuEventSynchronize, cuCtxSynchronize and the
+ * synchronous copies wait for it, as on the real driver.  So a sustained-load test lasts what
+ * it asks for, and NVML read meanwhile sees the GPU under load.
+ *
+ * Load: from the start of a kernel until the GPU's last kernel ends, the GPU is under load;
+ * kernels queued back to back are one stretch of load.  fakegpu_load_reasons gives the fake
+ * NVML gpu.N.perf.throttle_under_load once a stretch has lasted gpu.N.perf.throttle_after_s.
+ *
+ * cuda.launch_log = PATH: every launch appends one line,
+ *   gpu=N kernel=NAME grid=G block=B seconds=S
+ * (S: its simulated time), so a test can read what ran on which GPU, and for how long, without
+ * timing anything itself.
+ */
+#define _GNU_SOURCE
+#include <fcntl.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "cuda_internal.h"
+
+typedef struct CUevent_st {
+    double at;                  /* simulated timeline, seconds */
+    double ready;               /* host monotonic clock: when the work before it ends */
+    int recorded;
+} *CUevent;
+
+enum { CUDA_ERROR_INVALID_HANDLE = 400, CUDA_ERROR_NOT_READY = 600 };
+
+static double timeline;                         /* seconds (lock held) */
+static double busy_until[FG_MAX_GPUS];          /* monotonic: the GPU's queued work ends */
+static double kernel_until[FG_MAX_GPUS];        /* monotonic: its last kernel ends */
+static double load_since[FG_MAX_GPUS];          /* monotonic: its current stretch of kernels began */
+
+double fg_monotonic(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+}
+
+void fg_sleep_until(double when)
+{
+    double now = fg_monotonic();
+    if (when > now)
+        fg_sleep(when - now);
+}
+
+double fg_device_work(int gpu, double seconds, double issued, int kernel)
+{
+    double start = busy_until[gpu] > issued ? busy_until[gpu] : issued;
+    if (kernel) {
+        if (kernel_until[gpu] < start)  /* the GPU ran no kernel for a while: a new stretch */
+            load_since[gpu] = start;
+        kernel_until[gpu] = start + seconds;
+    }
+    busy_until[gpu] = start + seconds;
+    timeline += seconds;
+    return busy_until[gpu];
+}
+
+void fg_advance_timeline(double seconds)
+{
+    timeline += seconds;
+}
+
+double fg_gpu_idle_at(int gpu)
+{
+    return busy_until[gpu];
+}
+
+void fg_log_launch(int gpu, const char *name, unsigned int gx, unsigned int bx, double seconds)
+{
+    if (!scn || !scn->launch_log[0])
+        return;
+    char line[256];
+    int n = snprintf(line, sizeof line, "gpu=%d kernel=%s grid=%u block=%u seconds=%.9f\n", gpu,
+                     name, gx, bx, seconds);
+    int fd = open(scn->launch_log, O_WRONLY | O_APPEND | O_CREAT | O_CLOEXEC, 0644);
+    if (fd < 0)
+        return;
+    /* one write per line with O_APPEND: lines of the children running at once never mix */
+    if (write(fd, line, (size_t)n) != n)
+        fprintf(stderr, "fakegpu: cannot append to cuda.launch_log %s\n", scn->launch_log);
+    close(fd);
+}
+
+/* The clocks event reasons a GPU (scenario index) adds under load: for the fake NVML in the
+ * same process (dlsym through dlopen(RTLD_NOLOAD)).  Bit 63: the GPU runs a kernel now. */
+EXPORT unsigned long long fakegpu_load_reasons(int gpu)
+{
+    pthread_mutex_lock(&lock);
+    unsigned long long r = 0;
+    double now = fg_monotonic();
+    if (scn && gpu >= 0 && gpu < (int)scn->ngpus && now < kernel_until[gpu]) {
+        r = 1ULL << 63;
+        if (now - load_since[gpu] >= scn->gpu[gpu].throttle_after_s)
+            r |= scn->gpu[gpu].throttle_under_load;
+    }
+    pthread_mutex_unlock(&lock);
+    return r;
+}
+
+/* ------------------------------------------------------------------ events */
+
+EXPORT CUresult cuEventCreate(CUevent *ev, unsigned int flags)
+{
+    (void)flags;
+    if (!ev)
+        return CUDA_ERROR_INVALID_VALUE;
+    if (!(*ev = calloc(1, sizeof **ev)))
+        return CUDA_ERROR_OUT_OF_MEMORY;
+    return CUDA_SUCCESS;
+}
+
+EXPORT CUresult cuEventRecord(CUevent ev, void *stream)
+{
+    (void)stream;
+    if (!ev)
+        return CUDA_ERROR_INVALID_HANDLE;
+    pthread_mutex_lock(&lock);
+    int gpu;
+    CUresult rc = current_gpu(&gpu);
+    if (rc == CUDA_SUCCESS) {
+        ev->at = timeline;
+        ev->ready = busy_until[gpu];
+        ev->recorded = 1;
+    }
+    pthread_mutex_unlock(&lock);
+    return rc;
+}
+
+EXPORT CUresult cuEventQuery(CUevent ev)
+{
+    if (!ev)
+        return CUDA_ERROR_INVALID_HANDLE;
+    pthread_mutex_lock(&lock);
+    double ready = ev->recorded ? ev->ready : 0;
+    pthread_mutex_unlock(&lock);
+    return fg_monotonic() >= ready ? CUDA_SUCCESS : CUDA_ERROR_NOT_READY;
+}
+
+EXPORT CUresult cuEventSynchronize(CUevent ev)
+{
+    if (!ev)
+        return CUDA_ERROR_INVALID_HANDLE;
+    pthread_mutex_lock(&lock);
+    double ready = ev->recorded ? ev->ready : 0;
+    pthread_mutex_unlock(&lock);
+    fg_sleep_until(ready);
+    return CUDA_SUCCESS;
+}
+
+EXPORT CUresult cuEventElapsedTime(float *ms, CUevent start, CUevent end)
+{
+    if (!ms)
+        return CUDA_ERROR_INVALID_VALUE;
+    if (!start || !end || !start->recorded || !end->recorded)
+        return CUDA_ERROR_INVALID_HANDLE;
+    if (fg_monotonic() < end->ready || fg_monotonic() < start->ready)
+        return CUDA_ERROR_NOT_READY;    /* as the driver: an event not yet reached has no time */
+    *ms = (float)((end->at - start->at) * 1000.0);
+    return CUDA_SUCCESS;
+}
+
+EXPORT CUresult cuEventDestroy_v2(CUevent ev)
+{
+    if (!ev)
+        return CUDA_ERROR_INVALID_HANDLE;
+    free(ev);
+    return CUDA_SUCCESS;
+}
+
+EXPORT CUresult cuEventDestroy(CUevent ev)
+{
+    return cuEventDestroy_v2(ev);
+}
