@@ -7,7 +7,21 @@ from __future__ import annotations
 
 from typing import Optional, Tuple
 
+from .logmodel import XidEvent
 from .records import NamedTuple
+
+# The GpuSnapshot fields NVML is read again for after the deep tests (read/deepafter.py), and
+# their words in a finding (checks/deepload.py: deep.after).
+AFTER_FIELDS = (("ecc_volatile_uncorrected", "volatile uncorrected ECC errors"),
+                ("ecc_aggregate_uncorrected", "aggregate uncorrected ECC errors"),
+                ("ecc_volatile_corrected", "volatile corrected ECC errors"),
+                ("retired_dbe", "pages retired for DBEs"), ("retired_sbe", "pages retired for SBEs"),
+                ("retired_pending", "page retirement pending"),
+                ("remap_uncorrectable", "rows remapped for uncorrectable errors"),
+                ("remap_correctable", "rows remapped for correctable errors"),
+                ("remap_pending", "row remap pending"), ("remap_failure", "row remap failure"),
+                ("sram_aggregate_uncorrected", "SRAM uncorrectable errors"),
+                ("recovery_action", "NVML recovery action"), ("lost", "GPU lost"))
 
 
 class MemError(NamedTuple):
@@ -102,11 +116,25 @@ class Topology(NamedTuple):
     error: Optional[str] = None
 
 
+class GpuCounters(NamedTuple):
+    """A GPU's error counters before the deep tests (AFTER_FIELDS' values, in order)."""
+
+    index: int  # type: ignore[assignment]
+    uuid: str
+    values: Tuple[object, ...] = ()
+
+
 class DeepRun(NamedTuple):
     gpus: Tuple[DeepGpu, ...] = ()
     peers: Tuple[DeepPeer, ...] = ()
     peer_detail: Optional[str] = None  # why the peer test did not run, where it did not
     topology: Optional[Topology] = None  # what the peer pairs were chosen from
+    # read/deepafter.py: the counters before the tests (the snapshot's GPUs hold them after),
+    # the Xids the kernel logged while they ran, and why the re-read failed where it did
+    before: Tuple[GpuCounters, ...] = ()
+    during_xids: Tuple[XidEvent, ...] = ()
+    after_error: Optional[str] = None
+    after_ran: bool = False
 
 
 class DcgmResult(NamedTuple):

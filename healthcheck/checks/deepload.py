@@ -7,6 +7,7 @@ with live co-tenants may conclude (pure: no reader, no CUDA).
 - deep.clock: the SM clock the GPU sustained under load, against its maximum and its siblings.
 - deep.tensor: the tensor-core GEMM's TFLOPS against the siblings' median (checks/deep.py's
   judge_figure, the same thresholds as every deep figure).
+- deep.after: what NVML's error counters and the kernel log say the tests provoked.
 
 On a GPU that live co-tenants share (gres/shard, gres/mps: model.co_tenant_mib), their work and
 memory are in every figure: each deep finding there is unknown, never a fail (deepshared.py).
@@ -20,7 +21,7 @@ from ..model import Action, Finding, GpuSnapshot, NodeSnapshot, Severity
 from .board import HW_SLOWDOWN_BITS
 from .deep import deep_of, judge_figure
 from .deepshared import shared
-from .registry import CheckContext, finding as _f, gpu_check, label
+from .registry import CheckContext, finding as _f, gpu_at, gpu_check, label
 
 SW_POWER_CAP = 0x4
 THROTTLE_BITS = {**HW_SLOWDOWN_BITS, SW_POWER_CAP: "SW_POWER_CAP"}
@@ -144,3 +145,68 @@ def check_deep_tensor(gpu: GpuSnapshot, node: NodeSnapshot, ctx: CheckContext) -
     """
     yield from shared(judge_figure("deep.tensor", "tensor-core GEMM", "GFLOP/s", gpu, node, ctx,
                                    lambda d: d.tensor_gflops, None, ""), gpu, node)
+
+
+def _shown(value: object) -> str:
+    if isinstance(value, bool):
+        return "yes" if value else "no"
+    return "unknown" if value is None else str(value)
+
+
+def _grew(before: object, after: object) -> bool:
+    """Whether a counter or flag got worse: a flag set, a count up, a GPU now lost."""
+    if isinstance(after, bool) or isinstance(before, bool):
+        return bool(after) and not before
+    if isinstance(after, int) and isinstance(before, int):
+        return after > before
+    return isinstance(after, str) and after != before
+
+
+@gpu_check("deep.after", severity=Severity.FAIL, action=Action.RESET)
+def check_deep_after(gpu: GpuSnapshot, node: NodeSnapshot, ctx: CheckContext) -> Iterator[Finding]:
+    """What the deep tests provoked: NVML's error counters and the kernel log read again after
+    them, against before.
+
+    Fails (reset) when uncorrectable ECC errors, DBE page retirements, uncorrectable row remaps
+    or SRAM errors grew, or a remap or retirement became pending, while the tests ran: a weak
+    cell the memory test's patterns tripped (the pending remap applies at the next reset:
+    NVIDIA's memory error management guide); rma on a remap failure.  Corrected errors that
+    grew are info (ecc.volatile_corrected judges their count).  Xids the kernel logged during the
+    tests are named (the Xid checks judge each by NVIDIA's catalogue); with nothing else
+    changed that is a warn.  The ECC, remap and retired-pages checks judge the counters after
+    the tests too.  A re-read that failed is unknown.
+    nvidia-smi equivalent: `nvidia-smi -q -d ECC,PAGE_RETIREMENT,ROW_REMAPPER` before and after.
+    """
+    from ..deepmodel import AFTER_FIELDS
+
+    deep = node.deep
+    if deep is None or not deep.after_ran:
+        return
+    mine = next((b for b in deep.before if b.index == gpu.index), None)
+    if mine is None:
+        return
+    if deep.after_error:
+        yield _f("deep.after", Severity.UNKNOWN, gpu, f"{label(gpu)}: not judged after the deep "
+                 f"tests: {deep.after_error}")
+        return
+    changed = [(name, words, old, getattr(gpu, name)) for (name, words), old in zip(AFTER_FIELDS, mine.values)
+               if _grew(old, getattr(gpu, name))]
+    xids = [e for e in deep.during_xids if (at := gpu_at(node, e.pci)) is not None and at.index == gpu.index]
+    if not changed and not xids:
+        return
+    parts = [f"{words} {_shown(old)} -> {_shown(new)}" for _, words, old, new in changed]
+    parts += [f"Xid {e.xid if e.xid is not None else '(fallen off the bus)'} logged"
+              + (f" {e.occurrences}x" if e.occurrences > 1 else "") for e in xids]
+    serious = {n for n, _, _, _ in changed} - {"ecc_volatile_corrected", "remap_correctable", "retired_sbe"}
+    if "remap_failure" in serious:
+        severity, action, hint = Severity.FAIL, Action.RMA, "; RMA the GPU (a row remap failed)"
+    elif serious:
+        severity, action, hint = Severity.FAIL, Action.RESET, "; reset the GPU (a pending remap applies at reset) and rerun --level deep"
+    elif xids:
+        severity, action, hint = Severity.WARN, Action.NONE, ""
+    else:
+        severity, action, hint = Severity.INFO, Action.NONE, ""
+    yield from shared([_f("deep.after", severity, gpu,
+                          f"{label(gpu)}: during the deep tests: {'; '.join(parts)}{hint}",
+                          value=", ".join(n for n, _, _, _ in changed) or "xid", threshold="no change",
+                          action=action)], gpu, node)

@@ -117,12 +117,20 @@ def read_node(request: RunRequest, config: Config, host: str, node: str,
         snapshot = snapshot._replace(probes=probe(snapshot, config, request.level,
                                                   inputs.probe_cap() if inputs.probe_cap else None))
     if request.level == "deep" and mode is not Mode.EPILOG:
+        started = (time.monotonic(), time.time())
         if config.deep.enabled:
             snapshot = snapshot._replace(deep=deep(snapshot, config))
         from .dcgm import read_dcgm
         from .dcgmmap import attribute
 
         snapshot = snapshot._replace(dcgm=attribute(read_dcgm(config, diag=True), snapshot.gpus))
+        if snapshot.deep is not None:  # what the tests provoked is judged by this run
+            from .deepafter import after_deep
+
+            window = xid_window(mode, snapshot, config.xid_window_s) if mode is not Mode.PROLOG else None
+            snapshot = after_deep(snapshot, config, started[0], started[1], window)
+            if window is not None and mode is Mode.NODE and inputs.acks is not None:
+                snapshot = without_acknowledged(snapshot, config, inputs.acks(), events)
     elif mode is Mode.NODE and config.dcgm.enabled != "false":
         from .dcgm import read_dcgm
         from .dcgmmap import attribute

@@ -143,7 +143,11 @@ def build_report(snapshot: NodeSnapshot, findings: List[Finding], verdict: Verdi
             "peers": [{"src": p.src, "dst": p.dst, "gbps": _r(p.gbps), "detail": p.detail or None,
                        "via": p.via or None, "links": list(p.links)}
                       for p in snapshot.deep.peers],
-            "peer_detail": snapshot.deep.peer_detail},
+            "peer_detail": snapshot.deep.peer_detail,
+            # NVML and the kernel log read again after the tests (deep.after judges the change)
+            "after": {"ran": snapshot.deep.after_ran, "error": snapshot.deep.after_error,
+                      "xids": [{"pci": e.pci, "xid": e.xid, "count": e.occurrences}
+                               for e in snapshot.deep.during_xids]}},
         "dcgm": None if snapshot.dcgm is None else {
             "diag": [r._asdict() for r in snapshot.dcgm.diag],
             "health": [r._asdict() for r in snapshot.dcgm.health],

@@ -362,6 +362,8 @@ EXPORT CUresult cuLaunchKernel(CUfunction f, unsigned int gx, unsigned int gy, u
         double seconds = launch_seconds(f, &scn->gpu[gpu], gx, bx, direct);
         fg_device_work(gpu, seconds, issued, 1);
         fg_log_launch(gpu, f->name, gx, bx, seconds);
+        if (f == &kernels[K_ADDR_CHECK])
+            fg_memory_test_ran(gpu);
     }
     for (int s = 0; s < nstaged; s++) {
         CUresult u = unstage(&staged[s]);

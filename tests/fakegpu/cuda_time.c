@@ -97,6 +97,49 @@ void fg_log_launch(int gpu, const char *name, unsigned int gx, unsigned int bx, 
     close(fd);
 }
 
+/* gpu.N.mem.dbe_under_test = COUNT: the GPU's first memory-test launch in this process
+ * provokes COUNT uncorrectable ECC errors, as a weak cell under the test's patterns does: the
+ * scenario file gains the counters NVML then reports (volatile and aggregate uncorrected,
+ * a pending row remap) and `kernel_log` the driver's Xid 48 line, stamped with the monotonic
+ * clock as dmesg prints it.  Appended with O_APPEND, one write each: children of other GPUs
+ * may append at the same time. */
+static unsigned char dbe_done[FG_MAX_GPUS];
+
+static void append(const char *path, const char *text)
+{
+    int fd = open(path, O_WRONLY | O_APPEND | O_CLOEXEC);
+    size_t n = strlen(text);
+    if (fd < 0 || write(fd, text, n) != (ssize_t)n)
+        fprintf(stderr, "fakegpu: cannot append to %s\n", path);
+    if (fd >= 0)
+        close(fd);
+}
+
+void fg_memory_test_ran(int gpu)
+{
+    const fg_gpu *g = &scn->gpu[gpu];
+    const char *path = getenv("FAKEGPU_SCENARIO");
+    if (!g->dbe_under_test || dbe_done[gpu] || !path)
+        return;
+    dbe_done[gpu] = 1;
+    char text[512];
+    snprintf(text, sizeof text,
+             "# gpu.%d.mem.dbe_under_test: the memory test provoked %u uncorrectable errors\n"
+             "gpu.%d.ecc.volatile.uncorrected = %llu\ngpu.%d.ecc.aggregate.uncorrected = %llu\n"
+             "gpu.%d.remap.pending = 1\n", gpu, g->dbe_under_test, gpu,
+             (unsigned long long)g->ecc_vol_unc + g->dbe_under_test, gpu,
+             (unsigned long long)g->ecc_agg_unc + g->dbe_under_test, gpu);
+    append(path, text);
+    if (scn->kernel_log[0]) {
+        snprintf(text, sizeof text,
+                 "[%.6f] NVRM: Xid (PCI:%04x:%02x:%02x): 48, pid=%d, name=python3, An uncorrectable "
+                 "double bit error (DBE) has been detected on GPU in the framebuffer at partition 0, "
+                 "subpartition 0.\n", fg_monotonic(), g->pci_domain, g->pci_bus, g->pci_device,
+                 (int)getpid());
+        append(scn->kernel_log, text);
+    }
+}
+
 /* The clocks event reasons a GPU (scenario index) adds under load: for the fake NVML in the
  * same process (dlsym through dlopen(RTLD_NOLOAD)).  Bit 63: the GPU runs a kernel now. */
 EXPORT unsigned long long fakegpu_load_reasons(int gpu)

@@ -651,6 +651,7 @@ static const gkey gpu_keys[] = {
     {"perf.throttle_after_s", K_SECONDS, G(throttle_after_s), 0, 0, 0},
     {"perf.tensor_gflops", K_GBPS, G(tensor_gflops), 0, 0, 0},
     {"compute.wrong", K_U32, G(compute_wrong), 0, 0, 1 << 30},
+    {"mem.dbe_under_test", K_U32, G(dbe_under_test), 0, 0, 1 << 20},
 };
 
 /* gpu.N.nvlink.L.KEY / gpu.N.nvlink.*.KEY: one link's error counter, or every link's. */

@@ -157,6 +157,7 @@ typedef struct {
     unsigned int sm_count;                        /* CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT */
     double throttle_after_s;        /* throttle_under_load shows after this long under load */
     unsigned int compute_wrong;     /* wrong elements in every compute kernel's output */
+    unsigned int dbe_under_test;    /* uncorrectable ECC errors the memory test provokes */
     double tensor_gflops;           /* the tensor-core GEMM (hc_mma_*), GFLOP/s */
     unsigned int max_threads_per_sm;  /* cuOccupancyMaxActiveBlocksPerMultiprocessor */
     /* read by the fake nvidia-smi only (nvidia_smi.c) */

@@ -11,7 +11,8 @@ from healthcheck.config import Config
 from healthcheck.model import (Action, Baseline, GpuBaseline, GpuProcess, GpuSnapshot, JobContext,
                                KernelLogRead, Mode, NodeSnapshot, ProbeResult, ProbeStatus,
                                Severity, SxidEvent, XidEvent)
-from healthcheck.deepmodel import DcgmRead, DcgmResult, DeepGpu, DeepPeer, DeepRun, MemError
+from healthcheck.deepmodel import (AFTER_FIELDS, DcgmRead, DcgmResult, DeepGpu, DeepPeer, DeepRun,
+                                   GpuCounters, MemError)
 from healthcheck.netmodel import IbPort, NetworkRead, PortBaseline
 from tests.lib.percheck import per_check
 
@@ -59,6 +60,10 @@ FAULTS = {
         DeepPeer(0, 1, 50.0, via="nvlink", links=tuple(range(12))),))), Mode.NODE, Severity.WARN, Action.NONE),
     "deep.compute_wrong": (dict(deep=_deep(launches=30, wrong_elements=90, wrong_launches=30, wrong_most=3,
                                            wrong_kernels=("hc_fma",))), Mode.NODE, Severity.FAIL, Action.RMA),
+    "deep.after": (dict(gpu=dict(ecc_volatile_uncorrected=2, remap_pending=True),
+                        deep=_deep()._replace(after_ran=True, before=(GpuCounters(0, "GPU-0", tuple(
+                            getattr(HEALTHY, n) for n, _ in AFTER_FIELDS)),))),
+                   Mode.NODE, Severity.FAIL, Action.RESET),
     "deep.clock": (dict(deep=_deep(sm_clock_sustained_mhz=900, sm_clock_max_mhz=1980)), Mode.NODE,
                    Severity.WARN, Action.NONE),
     "deep.tensor": (dict(gpus=(HEALTHY, HEALTHY._replace(index=1, uuid="GPU-1")),
