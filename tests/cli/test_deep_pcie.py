@@ -11,7 +11,7 @@ from pathlib import Path
 from healthcheck.model import GpuSnapshot
 from healthcheck.read.deeplinks import host_gates
 
-CONFIG = "[deep]\nbandwidth_mib = 4\n[dcgm]\nenabled = false\n"
+CONFIG = "[deep]\nbandwidth_mib = 4\nduration_s = 0.5\n[dcgm]\nenabled = false\n"
 
 
 def bus(i: int) -> str:
@@ -43,7 +43,7 @@ def test_deep_host_copies_run_bound_to_the_gpus_numa_node(node):
     numa_sysfs(node.sysfs, {0: 0, 1: 1}, {0: str(usable[0]), 1: str(usable[-1])})
     node.write_config(CONFIG)
     result = node.run("--node", "--level", "deep", "--json",
-                      scenario="gpus = 3\ngpu.*.memory.total_mib = 48\n", timeout=300)
+                      scenario="gpus = 3\ngpu.*.memory.total_mib = 24\n", timeout=300)
     rows = {r["gpu"]: r for r in result.json["deep"]["gpus"]}
     assert [rows[g]["host_numa_node"] for g in range(3)] == [0, 1, None]
     assert all(round(rows[g]["h2d_gbps"]) == 50 for g in range(3))
@@ -56,7 +56,7 @@ from healthcheck.read.deep import DeepPlan, run_deep
 from healthcheck.read.deeplinks import HostGate
 ts = [ProbeTarget(i, 'GPU-fa4e0000-0000-4000-8000-%012x' % i) for i in range(2)]
 gates = tuple(HostGate('0000:%02x:00.0' % (0x18 + i * 0x10), sys.argv[1]) for i in range(2))
-run = run_deep(ts, [], DeepPlan(bandwidth_mib=2, host_mib=2, host_gates=gates), float(sys.argv[2]))
+run = run_deep(ts, [], DeepPlan(bandwidth_mib=2, host_mib=2, host_gates=gates, duration_s=0.2), float(sys.argv[2]))
 print(json.dumps([[g.index, g.status, g.h2d_gbps] for g in run.gpus]))
 """
 

@@ -11,7 +11,7 @@ from typing import Dict, List, Tuple
 from healthcheck.deepmodel import GpuLinks, LinkEnd, Topology
 from healthcheck.read.deeptopo import PeerPair, plan_pairs
 
-CONFIG = "[deep]\nbandwidth_mib = 4\n[dcgm]\nenabled = false\n"
+CONFIG = "[deep]\nbandwidth_mib = 4\nduration_s = 0.5\n[dcgm]\nenabled = false\n"
 
 
 def bus(i: int) -> str:
@@ -30,7 +30,7 @@ def by_check(result, check):
 
 def bridged_pairs(n: int, links: int, name: str) -> str:
     """n boards bridged in pairs (0-1, 2-3, ...): every link of each goes to its partner."""
-    lines = [f"gpus = {n}", "gpu.*.memory.total_mib = 48", f"gpu.*.name = {name}", f"gpu.*.nvlink.links = {links}"]
+    lines = [f"gpus = {n}", "gpu.*.memory.total_mib = 24", f"gpu.*.name = {name}", f"gpu.*.nvlink.links = {links}"]
     lines += [f"gpu.{i}.nvlink.*.remote = {bus(i ^ 1)}" for i in range(n)]
     return "\n".join(lines) + "\n"
 
@@ -53,7 +53,7 @@ DGX1 = nv_links(TOPO.read_text())
 
 
 def dgx1() -> str:
-    lines = ["gpus = 8", "gpu.*.memory.total_mib = 48", "gpu.*.name = Tesla V100-SXM2-32GB",
+    lines = ["gpus = 8", "gpu.*.memory.total_mib = 24", "gpu.*.name = Tesla V100-SXM2-32GB",
              "gpu.*.nvlink.links = 6", "gpu.*.architecture = volta", "gpu.*.cuda_cc = 7.0",
              # 6 links at ~21 GB/s per link and direction, what a healthy DGX-1 copies
              "gpu.*.nvlink.peer_gbps = 126"]
@@ -110,7 +110,7 @@ def test_deep_gpu_slow_with_every_peer_fails_that_gpu_alone(node):
 
 
 def test_deep_pcie_boards_copy_peer_to_peer_only_where_nvml_says_they_can(node):
-    scenario = ("gpus = 4\ngpu.*.memory.total_mib = 48\ngpu.*.name = NVIDIA L40S\ngpu.*.nvlink.links = 0\n"
+    scenario = ("gpus = 4\ngpu.*.memory.total_mib = 24\ngpu.*.name = NVIDIA L40S\ngpu.*.nvlink.links = 0\n"
                 "gpu.0.p2p.pcie = 1\ngpu.1.p2p.pcie = 1\ngpu.2.p2p.pcie = 1\n")
     result = deep_run(node, scenario)
     assert result.rc == 0, result.json["findings"]

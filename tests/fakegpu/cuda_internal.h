@@ -92,6 +92,8 @@ void fg_advance_timeline(double seconds);
 void fg_sleep_until(double when);
 void fg_log_launch(int gpu, const char *name, unsigned int gx, unsigned int bx, double seconds);
 double fg_account_copy(int gpu, size_t n, int dir);
+/* the kernel of that name (cuda_launch.c), NULL when the fake has no host build of it */
+const void *fg_kernel_named(const char *name);
 /* the memory test ran on a GPU (cuda_time.c): gpu.N.mem.dbe_under_test's errors appear */
 void fg_memory_test_ran(int gpu);
 
