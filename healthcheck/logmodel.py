@@ -43,6 +43,9 @@ class SxidEvent(NamedTuple):
     monotonic_s: Optional[float] = None
     wallclock: Optional[float] = None
     seq: Optional[int] = None
+    # the number of a detail line's "Severity N" (the driver's NVSWITCH_ERROR_SEVERITY_*:
+    # 0 non-fatal, 1 fatal); None when the line states none
+    severity: Optional[int] = None
 
 
 class KernelLogPosition(NamedTuple):

@@ -16,9 +16,15 @@ def sxid_verdict(fatal: Optional[bool]) -> Tuple[Severity, Action]:
     return Severity.WARN, Action.NONE
 
 
+# The nvswitch driver's severity numbers (open-gpu-kernel-modules, ctrl_dev_nvswitch.h):
+# NVSWITCH_ERROR_SEVERITY_NONFATAL = 0, NVSWITCH_ERROR_SEVERITY_FATAL = 1.
+SEVERITY_FATALITY = {0: False, 1: True}
+
+
 def sxid_severities(events: Iterable[SxidEvent]) -> List[Tuple[SxidEvent, Optional[bool]]]:
     """Each event with the fatality of the error it belongs to: its own word, else that of the
-    latest header line of the same switch and code before it, else None (not stated)."""
+    latest header line of the same switch and code before it, else the number of its own
+    "Severity N" (1 fatal, 0 non-fatal) when no header said it, else None (not stated)."""
     last: Dict[Tuple[str, int], bool] = {}
     out: List[Tuple[SxidEvent, Optional[bool]]] = []
     for event in events:
@@ -26,8 +32,11 @@ def sxid_severities(events: Iterable[SxidEvent]) -> List[Tuple[SxidEvent, Option
         if event.fatal is not None:
             last[key] = event.fatal
             out.append((event, event.fatal))
+        elif key in last:
+            out.append((event, last[key]))
         else:
-            out.append((event, last.get(key)))
+            out.append((event, SEVERITY_FATALITY.get(event.severity) if event.severity is not None
+                        else None))
     return out
 
 
@@ -39,7 +48,9 @@ def check_sxid(node: NodeSnapshot, ctx: CheckContext) -> Iterator[Finding]:
     reboot: NVIDIA's Fabric Manager User Guide ("NVSwitch SXid errors": fatal and always-fatal
     SXids) has the NVSwitches and GPUs reset, which on an HGX baseboard is a reboot.  A
     non-fatal SXid warns (the switch corrected it; watch for repeats); detail lines (Severity,
-    Data) count with the error they follow, and an SXid whose line states no severity warns.
+    Data) count with the error they follow.  Where no header line says it, a detail line's
+    "Severity 1" is fatal and "Severity 0" non-fatal (the driver's NVSWITCH_ERROR_SEVERITY_FATAL
+    and _NONFATAL, ctrl_dev_nvswitch.h); an SXid whose lines state no severity warns.
     The finding and the drain reason name the NVSwitch by its PCI address.
     nvidia-smi equivalent: `dmesg | grep SXid`.
     """

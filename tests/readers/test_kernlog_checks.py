@@ -35,6 +35,27 @@ def test_sxid_fatal_fails_with_reboot_and_the_reason_names_the_nvswitch_pci_addr
         "gpu-healthcheck: sxid=24007@0000:c3:00.0 epilog job=5"
 
 
+def test_sxid_severity_1_without_a_fatal_header_fails_with_reboot_talos_line():
+    """A real Talos OS log (8x A100): SXid 24007 stated only as "Severity 1 Engine instance
+    12", the nvswitch driver's NVSWITCH_ERROR_SEVERITY_FATAL, with no Fatal header line; its
+    Data line counts with it.  Read from the file through the real reader."""
+    path = KLOG / "blocks" / "vllm-issue-40652__talos-a100-sxid24007-severity1.log"
+    log = read_kernel_log(str(path), KernelLogWindow())
+    assert log.error is None and [(e.sxid, e.severity) for e in log.sxids] == [(24007, 1), (24007, None)]
+    findings = found(NODE._replace(kernel_log=log), Mode.EPILOG, "sxid")
+    [f] = findings
+    assert (f.severity, f.action) == (FAIL, Action.REBOOT)
+    assert "nvidia-nvswitch1 at PCI 0000:aa:00.0: SXid 24007 (fatal, 2 line(s))" in f.message
+
+
+def test_sxid_severity_0_detail_lines_keep_their_non_fatal_header_and_a_fatal_header_wins():
+    block = (KLOG / "blocks" / "nvtrust-issue-124__h100-nvswitch-probe-sxid22013.log").read_text().splitlines()
+    events = parse_sxids(block)
+    assert {e.severity for e in events if "Severity" in e.message} == {0}
+    fatal_first = parse_sxids([l.replace("Non-fatal", "Fatal") for l in block])
+    assert {f for _, f in sxid_severities(fatal_first)} == {True}  # "Severity 0" lines after it
+
+
 def test_sxid_non_fatal_and_its_detail_lines_are_one_warning():
     block = (KLOG / "blocks" / "nvtrust-issue-124__h100-nvswitch-probe-sxid22013.log").read_text().splitlines()
     node = NODE._replace(kernel_log=KernelLogRead(sxids=tuple(parse_sxids(block))))
@@ -102,13 +123,19 @@ def test_sxid_every_real_line_gets_its_sxid_pci_severity_and_action():
     rows = kernel_rows
     events = parse_sxids([line for _, _, line in rows])
     assert len(events) == len(rows)
-    stated = {"Fatal": (FAIL, Action.REBOOT), "Non-fatal": (WARN, Action.NONE)}
+    stated = {"Fatal": (FAIL, Action.REBOOT), "Non-fatal": (WARN, Action.NONE),
+              "Severity 1": (FAIL, Action.REBOOT), "Severity 0": (WARN, Action.NONE)}
+    headers = set()
     for (code, pci, line), (event, fatal) in zip(rows, sxid_severities(events)):
         assert (event.sxid, event.pci) == (int(code), pci), line
         word = re.search(r"\): \d+, (Fatal|Non-fatal),", line)
+        number = re.search(r"\): \d+, (Severity [01]) ", line)
         if word:
+            headers.add((pci, code))
             assert sxid_verdict(fatal) == stated[word[1]], line
-        else:  # a detail line, or a line that states no severity: warns
+        elif number and (pci, code) not in headers:  # the driver's number, no header before it
+            assert sxid_verdict(fatal) == stated[number[1]], line
+        elif (pci, code) not in headers:  # a line that states no severity: warns
             assert sxid_verdict(fatal) == (WARN, Action.NONE), line
     # the detail lines of 22013 inherit its "Non-fatal"
     assert [f for e, f in sxid_severities(events) if e.sxid == 22013] == [False] * 5
