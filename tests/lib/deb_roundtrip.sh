@@ -1,7 +1,13 @@
 #!/bin/sh
 # dpkg -i / run / dpkg -r / dpkg --purge of the .deb, in a throwaway root:  (tests/packaging/test_deb.py)
 #
-#   unshare -m --propagation private sh tests/lib/deb_roundtrip.sh DEB FAKEGPU_BUILD WORKDIR
+#   unshare -m --propagation private sh tests/lib/deb_roundtrip.sh DEB FAKEGPU_BUILD WORKDIR [rc]
+#
+# With "rc", the machine under the throwaway root is first given what a node that once had the
+# package shows: installed, then removed but not purged (dpkg's "rc" state, its conffile and
+# its dpkg bookkeeping left).  That is made in an overlay layer of its own, which then lies
+# under the throwaway root as if it were this machine's own /, so the run below meets it just
+# as it would meet such a host.
 #
 # Inside a private mount namespace, an overlay whose lower layer is this machine's own / (read
 # only) and whose upper layer is a tmpfs becomes the root a chroot runs dpkg in.  So dpkg
@@ -14,11 +20,27 @@
 # Prints "== STEP" headers, command output, and after each step the files the upper layer holds
 # (what the steps changed), for the test to judge; exits non-zero at the first failing step.
 set -eu
-deb=$1 fake=$2 work=$3
+deb=$1 fake=$2 work=$3 seed=${4:-}
 ov=$work/ov
 mkdir -p "$ov"
 mount -t tmpfs -o mode=0755 tmpfs "$ov"
-mkdir "$ov/upper" "$ov/work" "$ov/root" "$ov/mask"
+mkdir "$ov/upper" "$ov/work" "$ov/root" "$ov/mask" "$ov/seed"
+host=/
+if [ "$seed" = rc ]; then
+    mkdir "$ov/seedwork" "$ov/seedroot"
+    mount -t overlay overlay -o "lowerdir=/,upperdir=$ov/seed,workdir=$ov/seedwork" "$ov/seedroot"
+    S=$ov/seedroot
+    mount -t proc proc "$S/proc"
+    mount -t tmpfs -o mode=0755 tmpfs "$S/run"
+    mount -t tmpfs -o mode=1777 tmpfs "$S/tmp"
+    cp "$deb" "$S/tmp/pkg.deb"
+    echo "== SEED rc"
+    chroot "$S" /usr/bin/env -i PATH=/usr/sbin:/usr/bin:/sbin:/bin sh -c \
+        'dpkg -i /tmp/pkg.deb >/dev/null && dpkg -r gpu-healthcheck >/dev/null &&
+         dpkg-query -W -f="\${db:Status-Abbrev}\n" gpu-healthcheck && ls /etc/gpu-healthcheck'
+    umount "$S/tmp" "$S/run" "$S/proc" "$S"
+    host=$ov/seed:/
+fi
 # A layer of whiteouts over the host's own root hides any gpu-healthcheck already on this
 # machine (a state directory, a config, an install): the test neither reads nor depends on it.
 for p in etc/gpu-healthcheck var/lib/gpu-healthcheck usr/bin/gpu-healthcheck usr/libexec/gpu-healthcheck \
@@ -26,7 +48,7 @@ for p in etc/gpu-healthcheck var/lib/gpu-healthcheck usr/bin/gpu-healthcheck usr
     mkdir -p "$ov/mask/$(dirname "$p")"
     mknod "$ov/mask/$p" c 0 0
 done
-mount -t overlay overlay -o "lowerdir=$ov/mask:/,upperdir=$ov/upper,workdir=$ov/work" "$ov/root"
+mount -t overlay overlay -o "lowerdir=$ov/mask:$host,upperdir=$ov/upper,workdir=$ov/work" "$ov/root"
 R=$ov/root
 mount -t proc proc "$R/proc"
 mount --rbind /dev "$R/dev"
@@ -75,6 +97,18 @@ if ! in_root dpkg -s python3-psutil >/dev/null 2>&1; then
         { in_root apt-get update -q >/dev/null 2>&1 &&
           in_root env DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends python3-psutil; }
 fi
+# A gpu-healthcheck this machine knows (installed, or removed but not purged: "rc", with its
+# conffile's checksum in dpkg's database while the mask above hides the file) would make the
+# install an upgrade that keeps the "deleted" conffile out.  Purge it from the throwaway root's
+# database first, so the round trip starts from a machine that never had it; the host's own
+# database is only ever read.
+earlier=$(in_root dpkg-query -W -f='${db:Status-Abbrev}' gpu-healthcheck 2>/dev/null || true)
+case $earlier in
+    ""|un*) ;;
+    *) echo "== EARLIER"
+       echo "$earlier" | sed 's/ *$//'
+       in_root dpkg --purge gpu-healthcheck >/dev/null ;;
+esac
 changes before
 
 echo "== INSTALL"

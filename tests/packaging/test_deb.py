@@ -185,8 +185,8 @@ def _changed(lines: List[str]) -> Set[str]:
     return {ln.split(" ", 1)[1] for ln in lines if ln[:2] in ("f ", "l ", "c ")}
 
 
-@pytest.fixture(scope="module")
-def roundtrip(deb: Path, tmp_path_factory: pytest.TempPathFactory, fakegpu: Path) -> Dict[str, List[str]]:
+def _roundtrip(deb: Path, tmp_path_factory: pytest.TempPathFactory, fakegpu: Path,
+               *seed: str) -> Dict[str, List[str]]:
     if os.geteuid() != 0:
         _unavailable("the dpkg round trip needs root (mount namespace, overlayfs, chroot)")
     if shutil.which("unshare") is None or shutil.which("dpkg") is None:
@@ -197,13 +197,33 @@ def roundtrip(deb: Path, tmp_path_factory: pytest.TempPathFactory, fakegpu: Path
         _unavailable("man not installed (Debian package man-db): the round trip renders the installed page")
     work = tmp_path_factory.mktemp("debroot")
     proc = subprocess.run(["unshare", "-m", "--propagation", "private", "sh", str(ROUNDTRIP),
-                           str(deb), str(fakegpu), str(work)],
+                           str(deb), str(fakegpu), str(work), *seed],
                           capture_output=True, text=True, timeout=600)
     if proc.returncode != 0 and "== INSTALL" not in proc.stdout:
         if "python3-psutil" in proc.stdout + proc.stderr or "mount" in proc.stderr:
             _unavailable(f"throwaway root not available here:\n{proc.stdout[-2000:]}\n{proc.stderr[-2000:]}")
     assert proc.returncode == 0, f"{proc.stdout[-6000:]}\n{proc.stderr[-3000:]}"
     return _sections(proc.stdout)
+
+
+@pytest.fixture(scope="module")
+def roundtrip(deb: Path, tmp_path_factory: pytest.TempPathFactory, fakegpu: Path) -> Dict[str, List[str]]:
+    return _roundtrip(deb, tmp_path_factory, fakegpu)
+
+
+def test_deb_round_trip_on_a_machine_with_the_package_removed_not_purged(
+        deb: Path, tmp_path_factory: pytest.TempPathFactory, fakegpu: Path) -> None:
+    """A node where the package was once removed but not purged (dpkg's "rc" state, its conffile
+    left), made in a layer under the throwaway root as this machine's own / would be: the round
+    trip still installs the conffile, runs, removes and purges as on a clean machine."""
+    rt = _roundtrip(deb, tmp_path_factory, fakegpu, "rc")
+    assert [line.strip() for line in rt["SEED rc"]] == ["rc", "config.toml"]
+    assert rt["EARLIER"] == ["rc"]
+    assert CONFFILE in _changed(rt["CHANGES installed"])
+    assert rt["CHECK-CONFIG"] == [f"config file: {CONFFILE} (default path; valid)"]
+    assert rt["NODE healthy"][0] == "rc=0" and rt["NODE dbe"][0] == "rc=2"
+    assert rt["LEFT"][:2] == ["exists /etc/gpu-healthcheck", "exists /var/lib/gpu-healthcheck"]
+    assert rt["LEFT 2"] == ["absent /etc/gpu-healthcheck", "absent /var/lib/gpu-healthcheck"]
 
 
 def test_installed_deb_runs_on_the_fake_gpus(roundtrip: Dict[str, List[str]]) -> None:
