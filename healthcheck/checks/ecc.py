@@ -169,6 +169,12 @@ def check_remap_failure(gpu: GpuSnapshot, node: NodeSnapshot, ctx: CheckContext)
                  action=Action.RMA)
 
 
+# NVIDIA's "GPU Memory Error Management", RMA Policy Thresholds for SRAM Failure Modes: more than
+# 4 uncorrectable unique events within one address bank of a parity-protected SRAM (more than 2
+# for SEC-DED) set the SRAM Threshold Exceeded flag, the RMA criterion.
+SRAM_RMA_UNCORRECTED = 4
+
+
 @gpu_check("ecc.sram_threshold", severity=Severity.FAIL, action=Action.RMA)
 def check_ecc_sram_threshold(gpu: GpuSnapshot, node: NodeSnapshot, ctx: CheckContext) -> Iterator[Finding]:
     """The GPU's uncorrectable SRAM errors passed the threshold for field diagnostics.
@@ -179,8 +185,20 @@ def check_ecc_sram_threshold(gpu: GpuSnapshot, node: NodeSnapshot, ctx: CheckCon
     diagnostics instead of a reset: a reset clears the volatile counters but not the SRAM that
     keeps failing.  Fail, action rma: a person runs NVIDIA's field diagnostics and returns the
     GPU if they fail; the repair loop never resets it.
+    Without the flag, more than 4 uncorrectable SRAM errors since manufacture (NVML's aggregate
+    parity + SEC-DED counts, all banks together) warn, suggesting RMA: NVIDIA's "RMA Policy
+    Thresholds for SRAM Failure Modes" set the flag at more than 4 unique uncorrectable events
+    within one address bank, and the aggregate is what a node shows of that (it does not say
+    which bank, so it never drains alone).
     nvidia-smi equivalent: `nvidia-smi -q -d ECC`, Aggregate, "SRAM Threshold Exceeded".
     """
+    count = gpu.sram_aggregate_uncorrected
+    if not gpu.sram_threshold_exceeded and count is not None and count > SRAM_RMA_UNCORRECTED:
+        yield _f("ecc.sram_threshold", Severity.WARN, gpu,
+                 f"{label(gpu)}: {count} uncorrectable SRAM errors since manufacture, more than "
+                 f"{SRAM_RMA_UNCORRECTED} (NVIDIA's RMA policy for SRAM: more than 4 within one "
+                 f"address bank); run NVIDIA's field diagnostics and RMA the GPU if they fail",
+                 value=count, threshold=SRAM_RMA_UNCORRECTED, action=Action.NONE)
     if gpu.sram_threshold_exceeded:
         count = gpu.sram_aggregate_uncorrected
         errors = f" ({count} uncorrectable SRAM errors since manufacture)" if count else ""

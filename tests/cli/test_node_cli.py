@@ -325,3 +325,15 @@ def test_memory_leaked_an_idle_gpu_holding_memory_is_still_a_leak_to_reset(node)
     [leak] = [f for f in result.json["findings"] if f["check"] == "memory.leaked"]
     assert (leak["severity"], leak["action"]) == ("fail", "reset")
     assert "leaked" in leak["message"] and "idle GPU (0 % utilization, P0)" in leak["message"]
+
+
+def test_ecc_sram_threshold_aggregate_5_uncorrectable_sram_errors_warns_suggesting_rma(node):
+    """The fake's SRAM status with 5 aggregate uncorrectable errors (3 parity + 2 SEC-DED) and
+    no threshold flag: more than NVIDIA's 4, a warning that suggests RMA; never a drain."""
+    scenario = ("gpus = 2\ngpu.1.sram.aggregate.uncorrected_parity = 3\n"
+                "gpu.1.sram.aggregate.uncorrected_secded = 2\n")
+    result = node.run("--node", "--json", scenario=scenario)
+    assert result.rc == 1, (result.stdout, result.stderr)
+    [sram] = [f for f in result.json["findings"] if f["check"] == "ecc.sram_threshold"]
+    assert (sram["severity"], sram["gpu"], sram["value"], sram["threshold"]) == ("warn", 1, 5, 4)
+    assert "RMA" in sram["message"] and result.json["action"]["taken"] == "none"

@@ -46,3 +46,17 @@ def test_recovery_action_values_past_4_are_named_only_as_pynvml_knows_them():
     assert recovery_action_name(7, {}) == ("recovery action 7", Action.DRAIN)  # an older pynvml
     [f] = found(gpu(recovery_action=42), check="recovery_action")
     assert f.severity is FAIL and f.drains and "recovery action 42" in f.message
+
+
+def test_ecc_sram_threshold_aggregate_above_4_without_the_flag_warns_suggesting_rma():
+    """NVIDIA's RMA policy thresholds for SRAM: more than 4 uncorrectable errors (per address
+    bank) is the criterion; 5 in the aggregate without the flag warns, 4 says nothing."""
+    [finding] = findings_of(faulty(dict(gpu=dict(sram_aggregate_uncorrected=5))), Mode.NODE,
+                            "ecc.sram_threshold")
+    assert (finding.severity, finding.action, finding.value, finding.threshold) == (WARN, Action.NONE, 5, 4)
+    assert "5 uncorrectable SRAM errors since manufacture" in finding.message and "RMA" in finding.message
+    assert findings_of(faulty(dict(gpu=dict(sram_aggregate_uncorrected=4))), Mode.NODE,
+                       "ecc.sram_threshold") == []
+    [flagged] = findings_of(faulty(dict(gpu=dict(sram_aggregate_uncorrected=5, sram_threshold_exceeded=True))),
+                            Mode.NODE, "ecc.sram_threshold")
+    assert (flagged.severity, flagged.action) == (FAIL, Action.RMA)
