@@ -80,3 +80,7 @@ class KernelLogRead(NamedTuple):
     ignored_lines: int = 0  # NVRM lines not written by the kernel (a user's `logger`)
     dropped_events: int = 0  # events of (GPU, Xid) pairs past kernlog.MAX_GROUPS
     window: Optional[str] = None  # what bounded it: seq, offset, monotonic, wallclock, boot
+    # the kernel's "NVRM: Xid" lines in the window that name no GPU we can read (a redacted or
+    # garbled PCI address): never dropped silently; the first few kept, all counted
+    unparsed: Tuple[str, ...] = ()
+    unparsed_lines: int = 0

@@ -220,7 +220,8 @@ def check_xid(node: NodeSnapshot, ctx: CheckContext) -> Iterator[Finding]:
     catalogue does not list warns.  The window is the job's (epilog) or since boot
     (by hand), so an old Xid does not keep a node drained until the log rotates; by hand, Xids
     an admin acknowledged (--ack, or resuming our drain) no longer count, and a GPU failing
-    again after `xid_escalate_after` acknowledgements escalates to RMA.
+    again after `xid_escalate_after` acknowledgements escalates to RMA.  A kernel Xid line we
+    cannot attribute (a redacted PCI address) is an info finding, "unparsed kernel line".
     nvidia-smi equivalent: `dmesg | grep 'NVRM: Xid'`.
     """
     if ctx.mode is Mode.PROLOG:
@@ -257,6 +258,13 @@ def check_xid(node: NodeSnapshot, ctx: CheckContext) -> Iterator[Finding]:
                  f"kernel log: only the newest part was checked ({log.skipped_bytes} bytes of the "
                  f"window not read, {log.dropped_events} events of further GPU/Xid pairs not kept); "
                  f"the work is bounded so that a flood of log lines cannot stall the check")
+    if log.unparsed_lines:
+        # a line we cannot attribute is shown, never dropped: a person can read what we cannot
+        yield _f("xid", Severity.INFO, None,
+                 f"kernel log: {log.unparsed_lines} unparsed kernel line(s): an NVRM Xid line "
+                 f"naming no GPU or code we can read (e.g. a redacted PCI address), not judged; "
+                 f"read it yourself. Log: {log.unparsed[0][:160] if log.unparsed else ''}",
+                 value=log.unparsed_lines)
     if log.ignored_lines:
         yield _f("xid", Severity.INFO, None,
                  f"kernel log: {log.ignored_lines} NVRM line(s) not written by the kernel were "

@@ -57,6 +57,8 @@ OFF_BUS = "fallen off the bus"
 # the driver prints it when it loads and again when it resets the GPU.  Xids of that GPU logged
 # before it were dealt with by the reset; aggregate() drops them.  Never reported as an event.
 REINIT = -1
+# XidEvent.xid of a kernel "NVRM: Xid" line naming no GPU we can read (a redacted PCI address):
+UNPARSED, MAX_UNPARSED = -2, 3  # counted, the first 3 kept, shown unparsed; never dropped
 
 
 class _Patterns(NamedTuple):
@@ -197,7 +199,7 @@ def _iso(date: str, msg: str) -> Tuple[str, Optional[float], Optional[float], Op
 def parse_lines(lines: Iterable[str], year: Optional[int] = None) -> List[XidEvent]:
     """Every Xid and fallen-off-the-bus event the kernel wrote in these lines, one per line
     (pure; never raises on input)."""
-    return [e for e in iter_events(lines, year) if e is not None and e.xid != REINIT]
+    return [e for e in iter_events(lines, year) if e is not None and e.xid not in (REINIT, UNPARSED)]
 
 
 def iter_events(lines: Iterable[str], year: Optional[int] = None) -> Iterator[Optional[XidEvent]]:
@@ -223,6 +225,10 @@ def iter_events(lines: Iterable[str], year: Optional[int] = None) -> Iterator[Op
         if m:
             yield XidEvent(pci=kernel_form(m["pci"]), xid=int(m["xid"]), message=_clean(msg),
                            monotonic_s=mono, wallclock=wall, seq=seq)
+            continue
+        if "Xid" in msg:
+            yield XidEvent(pci="", xid=UNPARSED, message=_clean(msg), monotonic_s=mono,
+                           wallclock=wall, seq=seq)
             continue
         init = pats.init.search(msg)
         if init:
@@ -442,18 +448,27 @@ def _scan(lines: Iterable[str], window: KernelLogWindow) -> KernelLogRead:
                 sxid_lines.append(line)
             yield line
 
+    unparsed: List[str] = []  # the first MAX_UNPARSED, of unparsed_count
+    unparsed_count = 0
+
     def kernel_only(stream: Iterator[Optional[XidEvent]]) -> Iterator[XidEvent]:
-        nonlocal ignored
+        nonlocal ignored, unparsed_count
         for event in stream:
             if event is None:
                 ignored += 1
-            elif in_window(event, window):
+            elif not in_window(event, window):
+                continue
+            elif event.xid == UNPARSED:
+                unparsed_count += 1
+                unparsed.extend([event.message][:MAX_UNPARSED - len(unparsed)])
+            else:
                 yield event
 
     result = aggregate(kernel_only(iter_events(sxid_tee(lines))))
     sxids = [e for e in parse_sxids(sxid_lines) if in_window(e, window)]
     return KernelLogRead(events=result.events, sxids=tuple(sxids), lines=result.lines,
-                         ignored_lines=ignored, dropped_events=result.dropped)
+                         ignored_lines=ignored, dropped_events=result.dropped,
+                         unparsed=tuple(unparsed), unparsed_lines=unparsed_count)
 
 
 def _read_file(path: str, offset: int, skip_partial: bool = False) -> Iterator[str]:

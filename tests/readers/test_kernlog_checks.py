@@ -162,3 +162,23 @@ def test_xid_and_sxid_real_blocks_read_from_a_file_judge_as_the_catalogue_says(b
     rank = [INFO, WARN, FAIL]
     assert findings and {f.check for f in findings} <= {"xid", "sxid"}
     assert max((f.severity for f in findings), key=rank.index) is worst
+
+
+def test_xid_line_with_a_redacted_pci_address_is_an_unparsed_kernel_line_finding_never_dropped(tmp_path):
+    """A real Xid 79 line (nvrm-xid-lines.tsv) as a poster redacts it, its PCI address written
+    as xxxx: no GPU can be read from it, so it is not judged as one, but it is shown (info,
+    "unparsed kernel line") instead of vanishing; the other lines still count."""
+    [real] = [line for code, _, line in tsv("nvrm-xid-lines.tsv") if code == "79"][:1]
+    redacted = real.replace("(PCI:0000:01:00)", "(PCI:xxxx:xx:xx)")
+    assert redacted != real
+    log_file = tmp_path / "kern.log"
+    log_file.write_text(redacted + "\n" + redacted + "\n")
+    log = read_kernel_log(str(log_file), KernelLogWindow())
+    assert log.events == () and log.unparsed_lines == 2 and log.unparsed[0].endswith("GPU has fallen off the bus.")
+    [f] = found(NODE._replace(kernel_log=log), Mode.EPILOG, "xid")
+    assert (f.severity, f.action, f.value, f.drains) == (INFO, Action.NONE, 2, False)
+    assert "2 unparsed kernel line(s)" in f.message and "(PCI:xxxx:xx:xx): 79" in f.message
+    # beside an attributed line: both are there
+    log_file.write_text(redacted + "\n" + real + "\n")
+    log = read_kernel_log(str(log_file), KernelLogWindow())
+    assert [e.xid for e in log.events] == [79] and log.unparsed_lines == 1
