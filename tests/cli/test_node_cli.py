@@ -337,3 +337,26 @@ def test_ecc_sram_threshold_aggregate_5_uncorrectable_sram_errors_warns_suggesti
     [sram] = [f for f in result.json["findings"] if f["check"] == "ecc.sram_threshold"]
     assert (sram["severity"], sram["gpu"], sram["value"], sram["threshold"]) == ("warn", 1, 5, 4)
     assert "RMA" in sram["message"] and result.json["action"]["taken"] == "none"
+
+
+@pytest.mark.parametrize("capture", ["issue-OWOD-81__nvidia-smi-gpu-is-lost.txt",
+                                     "issue-open-gpu-kernel-modules-387__nvidia-smi-unknown-error.txt"])
+def test_gpu_lost_replayed_from_nvidia_smis_own_error_output(node, capture):
+    """nvidia-smi's real "Unable to determine the device handle for GPU ...: GPU is lost /
+    Unknown Error" replays as a lost GPU at that PCI address: fail, never a pass; and after
+    a real dump's GPUs, the same line adds one more GPU, lost."""
+    import subprocess
+    import sys
+    path = FIXTURES / "nvidia-smi" / capture
+    scenario = subprocess.run([sys.executable, str(FAKEGPU / "from_nvidia_smi.py"), str(path)],
+                              capture_output=True, text=True, check=True).stdout
+    assert "gpus = 1\n" in scenario and "gpu.0.lost = 1\n" in scenario
+    result = node.run("--node", "--json", scenario=scenario)
+    assert result.rc == 2, (result.stdout, result.stderr)
+    [lost] = [f for f in result.json["findings"] if f["check"] == "gpu.lost"]
+    assert lost["severity"] == "fail" and lost["gpu"] == 0
+    mixed = (FIXTURES / "nvidia-smi-xml" / "a100-sxm4-v12.xml").read_text() + "\n" + path.read_text()
+    sys.path.insert(0, str(FAKEGPU))
+    import from_nvidia_smi
+    converted = from_nvidia_smi.convert(mixed)
+    assert "gpus = 2\n" in converted and "gpu.1.lost = 1\n" in converted
