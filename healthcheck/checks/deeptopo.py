@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING, Dict, Iterator, List, Optional, Set, Tuple
 
 from ..model import Action, Finding, GpuSnapshot, NodeSnapshot, Severity
 from .deep import PCIE_LANE_GBPS
+from .deepshared import shared
 from .registry import CheckContext, finding as _f, gpu_check, label, node_check
 
 if TYPE_CHECKING:
@@ -178,11 +179,11 @@ def check_deep_nvlink_peer(gpu: GpuSnapshot, node: NodeSnapshot, ctx: CheckConte
         return
     mine = [v for k, v in sorted(slow.items()) if gpu.index in k]
     words = "; ".join(f"GPU {p.src} -> GPU {p.dst} {path_text(p)} {p.gbps:,.0f} GB/s, {why}" for p, why in mine)
-    yield _f("deep.nvlink_peer", Severity.FAIL, gpu,
-             f"{label(gpu)}: peer copies slow with all {len(mine)} of its peers: {words}; reset the "
-             f"GPU and rerun --level deep, RMA if it stays slow",
-             value=min(p.gbps or 0.0 for p, _ in mine), threshold=ctx.config.deep.floor_fraction,
-             action=Action.RESET)
+    yield from shared([_f("deep.nvlink_peer", Severity.FAIL, gpu,
+                          f"{label(gpu)}: peer copies slow with all {len(mine)} of its peers: {words}; "
+                          f"reset the GPU and rerun --level deep, RMA if it stays slow",
+                          value=min(p.gbps or 0.0 for p, _ in mine),
+                          threshold=ctx.config.deep.floor_fraction, action=Action.RESET)], gpu, node)
 
 
 @node_check("deep.floors", severity=Severity.INFO)

@@ -54,11 +54,11 @@ HGX_SCENARIO = ("gpu.*.name = NVIDIA H100 80GB HBM3\ngpu.*.nvlink.links = 18\n"
 PCIE_SCENARIO = "gpu.*.nvlink.links = 0\ngpu.*.fabric.state = not_supported\n"
 IB_ROW = "ours --prolog (HGX + 8 HCAs x 2 ports in /sys/class/infiniband)"
 # --level deep on the fake: its libcuda.so.1 runs the host build of the kernels over host copies
-# of each board (tests/fakegpu/cuda_deep.c), so the boards and the bandwidth buffers are small
-# (as in tests/cli/test_deep_level.py) and the figure is the host side on the fake, never what
-# deep costs on a real GPU.
-DEEP_ROW = "ours --node --level deep (fake: 48 MiB boards, 4 MiB bandwidth buffers)"
-DEEP_MEMORY_MIB = 48
+# of each board (tests/fakegpu/cuda_launch.c), so the boards and the bandwidth buffers are small
+# (as in tests/cli/test_deep_level.py), the load short (its kernels take their simulated time),
+# and the figure is the host side on the fake, never what deep costs on a real GPU.
+DEEP_ROW = "ours --node --level deep (fake: 24 MiB boards, 4 MiB bandwidth buffers, 0.5 s load)"
+DEEP_MEMORY_MIB = 24
 DEEP_CONFIG = "[deep]\nbandwidth_mib = 4\nduration_s = 0.5\n[dcgm]\nenabled = false\n"
 
 

@@ -111,3 +111,42 @@ def test_deep_tensor_kernels_on_the_fake_compute_their_closed_form(fakegpu, tmp_
         assert rows[0][1] == "ok", rows
         ran = {line.split()[1].split("=")[1] for line in log.read_text().splitlines()}
         assert ran & {"hc_fma", "hc_mma_bf16", "hc_mma_f16"} == kernels
+
+
+def _launches(log):
+    return [dict(f.split("=", 1) for f in line.split()) for line in log.read_text().splitlines()]
+
+
+@pytest.mark.parametrize("threads,per_sm", [(2048, 8), (1536, 6)])
+def test_deep_launches_are_sized_by_the_drivers_occupancy(fakegpu, tmp_path, threads, per_sm):
+    """Blocks per SM come from cuOccupancyMaxActiveBlocksPerMultiprocessor, not a fixed 8: the
+    1,536-thread SMs of sm_86, sm_89 and sm_120 hold 6 blocks of 256 threads."""
+    log = tmp_path / "launches"
+    rows = run_deep_on(fakegpu, tmp_path, f"gpu.0.cuda.max_threads_per_sm = {threads}\n"
+                                          f"cuda.launch_log = {log}\n", 1)
+    assert rows[0][1] == "ok", rows
+    grids = {(r["kernel"], r["grid"]) for r in _launches(log)}
+    for kernel in ("hc_read", "hc_copy", "hc_addr_check", "hc_walk", "hc_fma", "hc_mma_bf16"):
+        assert (kernel, str(132 * per_sm)) in grids, (kernel, grids)
+
+
+def test_deep_memtest_passes_runs_every_pattern_that_many_times(fakegpu, tmp_path):
+    log = tmp_path / "launches"
+    path = tmp_path / "scenario"
+    path.write_text(f"gpus = 1\ngpu.*.memory.total_mib = 32\ncuda.launch_log = {log}\n")
+    env = {**os.environ, "LD_LIBRARY_PATH": str(fakegpu), "FAKEGPU_SCENARIO": str(path),
+           "PYTHONPATH": str(ROOT)}
+    env.pop("CUDA_VISIBLE_DEVICES", None)
+    child = CHILD.replace("duration_s=0.2)", "duration_s=0.2, memtest_passes=2)").replace(
+        "g.wrong_elements]", "g.wrong_elements, g.mem_passes]")
+    done = subprocess.run([sys.executable, "-c", child, "1"], env=env, capture_output=True, text=True,
+                          timeout=300)
+    assert done.returncode == 0, done.stderr
+    import json
+
+    (row,) = json.loads(done.stdout)
+    assert row[1] == "ok" and row[-1] == 2
+    kernels = [r["kernel"] for r in _launches(log)]
+    for kernel in ("hc_addr_check", "hc_mi_step", "hc_walk_fill", "hc_walk", "hc_rand_write", "hc_rand_check"):
+        per_pass = {"hc_addr_check": 2, "hc_mi_step": 3}.get(kernel, 1)
+        assert kernels.count(kernel) == 2 * per_pass, (kernel, kernels.count(kernel))
