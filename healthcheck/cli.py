@@ -109,6 +109,9 @@ def build_parser() -> "argparse.ArgumentParser":
                       "when a task fails)")
     what.add_argument("--ack", action="store_true", help="the admin has dealt with the Xids "
                       "seen so far (all GPUs, or --gpus): they stop counting, new ones count")
+    what.add_argument("--fabric-sweep", action="store_true", help="on a submit host: pair idle "
+                      "nodes in exclusive Slurm jobs running nccl-tests (and ib_write_bw), find the "
+                      "bad node, drain it with --act (docs/network.md)")
     what.add_argument("--version", action="store_true", help="print the version and exit")
     parser.add_argument("--json", action="store_true", help="print one JSON document")
     parser.add_argument("--act", action="store_true", help="with --node: drain on failure, "
@@ -117,6 +120,9 @@ def build_parser() -> "argparse.ArgumentParser":
     parser.add_argument("--gres", action="store_true", help="with --check-config: this node's "
                         "job-GPU -> device -> NVML map (gres index, device file, NVML index, "
                         "UUID), as the prolog computes it from gres.conf and slurm.conf")
+    parser.add_argument("--nodes", metavar="HOSTLIST", help="with --fabric-sweep: only these nodes")
+    parser.add_argument("--partition", metavar="P", help="with --fabric-sweep: the partition to "
+                        "sweep and run the jobs in ([fabric] partition)")
     parser.add_argument("--gpus", metavar="LIST", help="with --node: only these NVML indices, "
                         "e.g. 0,3")
     parser.add_argument("--level", choices=LEVELS, default=None,
@@ -151,7 +157,8 @@ def _fast_args(argv: List[str]) -> Optional["argparse.Namespace"]:
     return SimpleNamespace(node=modes[0] == "--node", prolog=modes[0] == "--prolog",  # type: ignore[return-value]
                            epilog=modes[0] == "--epilog", version=False, history=None,
                            cluster=False, list_checks=False, check_config=False, ack=False,
-                           job_report=False, repair=False, json="--json" in argv, act="--act" in argv,
+                           job_report=False, repair=False, fabric_sweep=False, nodes=None,
+                           partition=None, json="--json" in argv, act="--act" in argv,
                            config=None, gpus=None, level=level, gres=False)
 
 
@@ -246,6 +253,12 @@ def _main(args_list: List[str], started: float) -> int:
         from .report.jobreport import main as job_report
 
         return job_report()
+    if args.fabric_sweep:
+        from .act.sweep import sweep_command
+
+        return sweep_command(args, _load_config)
+    if args.nodes or args.partition:
+        raise UsageError("--nodes and --partition go with --fabric-sweep")
     from .model import Mode
 
     if args.repair:

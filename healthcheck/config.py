@@ -26,6 +26,7 @@ from typing import Any, Collection, Dict, FrozenSet, List, Mapping, Optional, Tu
 
 from .configsections import (DEEP_FLOOR_METRICS, PORT_NAME_CHARS, ConfigError, DcgmConfig,  # noqa: F401  (re-exported)
                              DeepConfig, NetworkConfig, count_or_share, floor_entry, port_list)
+from .configsections import FABRIC_BOUNDS, FABRIC_COLLECTIVES, FABRIC_NON_NEGATIVE, FABRIC_UNSET_MEANS, FabricConfig
 from .records import NamedTuple
 
 DEFAULT_CONFIG_PATH = "/etc/gpu-healthcheck/config.toml"
@@ -149,6 +150,7 @@ class Config(NamedTuple):
     checks: ChecksConfig = ChecksConfig()
     thresholds: Thresholds = Thresholds()
     network: NetworkConfig = NetworkConfig()
+    fabric: FabricConfig = FabricConfig()
     source: Optional[str] = None  # the file this came from, for messages
     warnings: Tuple[str, ...] = ()  # problems found while loading that did not stop us
 
@@ -161,18 +163,18 @@ class Config(NamedTuple):
 
 _SECTIONS: Dict[str, Any] = {"drain": DrainConfig, "probe": ProbeConfig, "deep": DeepConfig,
              "dcgm": DcgmConfig, "checks": ChecksConfig, "thresholds": Thresholds,
-             "network": NetworkConfig, "repair": RepairConfig}
+             "network": NetworkConfig, "repair": RepairConfig, "fabric": FabricConfig}
 _NON_NEGATIVE = {"xid_window_s", "history_max_bytes", "expected_gpus", "boot_grace_s",
                  "ecc_volatile_corrected", "retired_pages",
                  "memory_leaked_mib", "thermal_margin_c", "pcie_width_min", "expected_nvlinks",
                  "nvlink_errors_per_job", "pcie_replay_per_job", "min_rate_gbps",
                  "symbol_error_per_job", "link_error_recovery_per_job", "link_downed_per_job",
                  "port_rcv_errors_per_job", "local_link_integrity_errors_per_job",
-                 "excessive_buffer_overrun_errors_per_job"}
-_CHOICES = {"gpudirect": ("auto", "true", "false")}
+                 "excessive_buffer_overrun_errors_per_job"} | FABRIC_NON_NEGATIVE
+_CHOICES = {"gpudirect": ("auto", "true", "false"), "collective": FABRIC_COLLECTIVES}
 _ABSOLUTE = {"state_dir"}  # keys that must name an absolute path
 _FRACTIONS = {"max_fraction", "full_fraction", "sibling_ratio_warn", "sibling_ratio_fail",
-              "floor_fraction", "pcie_fraction"}
+              "floor_fraction", "pcie_fraction", "median_ratio_fail"}
 DCGM_ENABLED = ("auto", "true", "false")
 # The levels a job may ask for (cli.LEVELS; `job_levels`): what that list may hold.
 PROBE_LEVELS = ("quick", "full", "deep")
@@ -201,6 +203,7 @@ _BOUNDS: Dict[str, Tuple[float, float, str]] = {
     "cooldown_s": (0.0, 365 * 86400.0, "seconds"),
     "bug_report_timeout_s": (1.0, 7200.0, "seconds"),
     "bug_report_max_bytes": (1024, 1 << 34, "bytes"),
+    **FABRIC_BOUNDS,
 }
 
 
@@ -444,6 +447,7 @@ UNSET_MEANS = {
     "dcgmi": "found on PATH, else /usr/bin/dcgmi",
     "nvidia_smi": "found on PATH, else /usr/bin/nvidia-smi",
     "repair.bug_report": "found on PATH, else /usr/bin/nvidia-bug-report.sh",
+    **FABRIC_UNSET_MEANS,
 }
 
 

@@ -137,3 +137,59 @@ def count_or_share(value: object) -> Tuple[Optional[Union[int, float]], str]:
     if not 0.0 < value < 1.0:  # NaN and inf fail this too; 2.0 is not a count
         return None, f"a share must be above 0 and below 1 (a count is an integer), got {value!r}"
     return float(value), ""
+
+
+class FabricConfig(NamedTuple):
+    """[fabric]: the multi-node sweep (`--fabric-sweep`) and the gang check (`--gang`);
+    docs/network.md gives each default's source."""
+
+    partition: Optional[str] = None  # where the pair jobs run; None: the cluster's default partition
+    reservation: Optional[str] = None  # run the jobs only inside this (maintenance) reservation
+    collective: str = "all_reduce_perf"  # or all_gather_perf (cluster-health-scanner's)
+    nccl_tests: Optional[str] = None  # the directory of nccl-tests' binaries; None: on PATH
+    collective_args: Tuple[str, ...] = ("-b", "1G", "-e", "4G", "-f", "2", "-g", "1")
+    srun_args: Tuple[str, ...] = ()  # e.g. ["--mpi=pmix"] for an MPI build of nccl-tests
+    tasks_per_node: int = 8  # srun --ntasks-per-node: one rank per GPU
+    ib_write_bw: Optional[str] = None  # perftest's ib_write_bw; None: on PATH
+    rails: Tuple[str, ...] = ()  # HCAs to test with ib_write_bw --use_cuda, e.g. ["mlx5_0"]
+    rail_floor_gbps: float = 0.0  # a rail below this fails its pair; 0 = no ib_write_bw floor
+    busbw_floor_gbps: float = 0.0  # a pair below this (GB/s) fails; 0 = the median rule only
+    median_ratio_fail: float = 0.7  # a pair below this share of its round's median fails
+    partners: int = 2  # known-good partners each suspect runs with
+    group_size: int = 0  # nodes per group of the optional scale round; 0 = off
+    # each job's collective (and each rail's ib_write_bw) runs at most this long, under
+    # timeout(1), and the job's --time is this in whole minutes plus one, as a backstop: a hang
+    # ends there and fails its pair
+    time_limit_s: float = 600.0
+    sbatch: Optional[str] = None  # None: on PATH, else /usr/bin/sbatch (squeue, scancel alike)
+    squeue: Optional[str] = None
+    scancel: Optional[str] = None
+    sbatch_timeout_s: float = 30.0  # deadline of one sbatch, squeue or scancel call
+    # where the jobs write their output; the jobs' first nodes must share it with this host.
+    # None: <state_dir>/fabric
+    output_dir: Optional[str] = None
+    gang_bytes: int = 256 << 20  # --gang: the collective's message size (bytes)
+    gang_timeout_s: float = 120.0  # --gang: the whole check's deadline
+
+
+FABRIC_COLLECTIVES = ("all_reduce_perf", "all_gather_perf")
+FABRIC_BOUNDS = {
+    "time_limit_s": (10.0, 86400.0, "seconds"),
+    "sbatch_timeout_s": (1.0, 600.0, "seconds"),
+    "gang_timeout_s": (5.0, 3600.0, "seconds"),
+    "partners": (1, 16, "partners"),
+    "group_size": (0, MAX_NODES, "nodes"),
+    "tasks_per_node": (1, 1024, "tasks"),
+    "gang_bytes": (8, 1 << 36, "bytes"),
+}
+FABRIC_NON_NEGATIVE = {"rail_floor_gbps", "busbw_floor_gbps"}
+FABRIC_UNSET_MEANS = {
+    "fabric.partition": "the cluster's default partition",
+    "fabric.reservation": "no reservation",
+    "fabric.nccl_tests": "found on PATH",
+    "fabric.ib_write_bw": "found on PATH",
+    "fabric.sbatch": "found on PATH, else /usr/bin/sbatch",
+    "fabric.squeue": "found on PATH, else /usr/bin/squeue",
+    "fabric.scancel": "found on PATH, else /usr/bin/scancel",
+    "fabric.output_dir": "<state_dir>/fabric",
+}

@@ -12,6 +12,8 @@ is one function of what happened, never of how a message was worded (CONTRACTS Â
     --repair        as --node (the check that follows the repair)
     --history, --cluster, --ack   0 done, 3 could not
     --job-report    0 healthy, 2 a GPU of the job is at fault, 3 could not check
+    --fabric-sweep  0 no bad node, 2 a bad node found (drained with --act), 3 could not run
+    --gang          0 the fabric passed (or one node: nothing to check), 2 it failed, 3 could not run
     SIGTERM         128 + 15, as a shell reports it
 """
 
@@ -92,3 +94,10 @@ def job_report_exit(job_gpu_at_fault: bool, could_check: bool = True) -> int:
     if not could_check:
         return ExitCode.UNKNOWN
     return ExitCode.FAIL if job_gpu_at_fault else ExitCode.OK
+
+
+def fabric_exit(found_bad: bool, could_run: bool = True) -> int:
+    """--fabric-sweep and --gang."""
+    if not could_run:
+        return ExitCode.UNKNOWN
+    return ExitCode.FAIL if found_bad else ExitCode.OK

@@ -36,9 +36,8 @@ from typing import Dict, List, Optional, Sequence, Set, Tuple
 
 from ..read.nccltests import NcclRun
 from ..records import NamedTuple
-from .verdict import PREFIX, sanitise
+from .verdict import FABRIC_PREFIX, is_fabric_reason, sanitise  # noqa: F401  (is_fabric_reason: re-exported)
 
-FABRIC_PREFIX = PREFIX + " fabric "
 BAD, TRANSIENT, UNKNOWN, PASS, SKIPPED = "bad", "transient", "unknown", "pass", "skipped"
 
 
@@ -87,6 +86,16 @@ class SweepOutcome(NamedTuple):
 
     def of(self, outcome: str) -> List[str]:
         return [n.node for n in self.nodes if n.outcome == outcome]
+
+
+class SweepReport(NamedTuple):
+    """What one --fabric-sweep found and did (act/sweep.py fills it; report/sweep.py prints it)."""
+
+    sweep_id: str
+    outcome: Optional[SweepOutcome]
+    actions: Dict[str, Tuple[str, str]]  # node -> (outcome of its drain, reason)
+    not_candidates: Dict[str, str]  # --nodes that were not swept, and why
+    error: Optional[str] = None
 
 
 def judge_collective(run: NcclRun, exited: Optional[int], timed_out: bool) -> Tuple[Optional[float], Optional[str]]:
@@ -365,5 +374,9 @@ def fabric_reason(outcome: NodeOutcome, collective: str) -> str:
     return sanitise(f"{FABRIC_PREFIX}{why} partners={','.join(outcome.partners) or '-'} {collective} sweep")
 
 
-def is_fabric_reason(reason: Optional[str]) -> bool:
-    return bool(reason) and reason.startswith(FABRIC_PREFIX)  # type: ignore[union-attr]
+def fabric_columns(reason: str) -> Optional[str]:
+    """--cluster's FABRIC column of a fabric drain: "busbw=41.2<100 partners=gpu-c,gpu-e"."""
+    if not is_fabric_reason(reason):
+        return None
+    words = reason[len(FABRIC_PREFIX):].split()
+    return " ".join(w for w in words if not w.endswith("_perf") and w != "sweep") or None

@@ -125,6 +125,15 @@ def is_ours(reason: Optional[str]) -> bool:
     return bool(reason) and reason.startswith(PREFIX)  # type: ignore[union-attr]
 
 
+# The fabric sweep's drains (decide/sweep.py fabric_reason): a node's own checks cannot see its
+# fabric, so passing them never resumes such a drain; an admin, once the link is mended, does.
+FABRIC_PREFIX = PREFIX + " fabric "
+
+
+def is_fabric_reason(reason: Optional[str]) -> bool:
+    return bool(reason) and reason.startswith(FABRIC_PREFIX)  # type: ignore[union-attr]
+
+
 def is_rma(reason: Optional[str]) -> bool:
     """Our reason carries the ` rma ` token anywhere among its words.
 
@@ -271,6 +280,9 @@ def may_resume(this: NodeState, findings: Sequence[Finding], gpus: Sequence[GpuS
         return "drained by someone else"
     if is_rma(this.reason):
         return "drained for RMA: only an admin may resume it"
+    if is_fabric_reason(this.reason):
+        return ("drained by the fabric sweep: this node's own checks cannot see its fabric; "
+                "an admin resumes it once the link is mended")
     if (this.comment or "").startswith(REBOOT_HOLDS):
         return ("a reboot of ours is pending or did not come back (its Comment): the repair "
                 "step proves the node healthy after the boot")

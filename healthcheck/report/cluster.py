@@ -4,8 +4,8 @@
 
 One `scontrol -o show nodes` call (the controller is shared; a loop of `show node X` is not).
 
-    NODE   STATE       GPU  PCI               SERIAL         CHECK                     VALUE  CONTEXT  JOB  TIME                 REPAIR
-    gpu-a  IDLE+DRAIN  2    00000000:38:00.0  1650522003802  ecc.volatile_uncorrected  3      epilog   12   2026-11-29T19:01:02  resetting
+    NODE   STATE       GPU  PCI               SERIAL         CHECK                     VALUE  CONTEXT  JOB  TIME                 FABRIC  REPAIR
+    gpu-a  IDLE+DRAIN  2    00000000:38:00.0  1650522003802  ecc.volatile_uncorrected  3      epilog   12   2026-11-29T19:01:02  -       resetting
 
     not ours:
     gpu-c  IDLE+DRAIN  bad fan [admin@2026-11-29T18:00:00]
@@ -13,13 +13,16 @@ One `scontrol -o show nodes` call (the controller is shared; a loop of `show nod
 A drain the budget refused (drain.max_fraction) is noted in the node's Comment and listed in
 its own section: the node still runs jobs.
 
+FABRIC is what the fabric sweep measured on a node it drained (`busbw=41.2<100
+partners=gpu-c,gpu-e`), "-" for the other drains.
+
 REPAIR is the repair loop's state of the node (decide.repair.cluster_state: its Comment claim,
 reason and state flags): resetting, rebooting, validating, rma, waiting_for_idle,
 waiting_for_budget, blocked (a reset that could not run: a line below the table names what
 holds the GPU), drained (waiting for its next check), or "-" where the loop has no part.
 
 --json prints a list of objects with keys node, state, gpu, pci, serial, check, value, context,
-job, time, repair, ours, refused and raw_reason (ours first, then refused drains, then the
+job, time, repair, fabric, ours, refused and raw_reason (ours first, then refused drains, then the
 others), and held_by for a blocked repair.
 """
 
@@ -35,7 +38,7 @@ if TYPE_CHECKING:
     from ..config import Config
 
 COLUMNS = ("node", "state", "gpu", "pci", "serial", "check", "value", "context", "job", "time",
-           "repair")
+           "fabric", "repair")
 
 
 def rows_from_show_nodes(text: str, max_concurrent: Union[int, float] = 1) -> List[Dict[str, Any]]:
@@ -80,9 +83,16 @@ def rows_from_show_nodes(text: str, max_concurrent: Union[int, float] = 1) -> Li
 
 
 def _our_row(name: str, state: str, reason: str, raw: Optional[str]) -> Dict[str, Any]:
+    from ..decide.sweep import fabric_columns
     from ..decide.verdict import parse_reason
 
     row: Dict[str, Any] = dict.fromkeys(COLUMNS)
+    fabric = fabric_columns(reason)
+    if fabric is not None:
+        # the fabric sweep's drain: no GPU of its own; what it measured, and with whom
+        row.update(node=name, state=state, raw_reason=raw, ours=True, refused=False, check="fabric",
+                   value=fabric.split()[0], fabric=fabric)
+        return row
     parsed = (parse_reason(reason) if _fully_parsed(reason) else None) or {}
     row.update(node=name, state=state, raw_reason=raw, ours=True, refused=False,
                gpu=parsed.get("gpu"), pci=parsed.get("pci"), serial=parsed.get("serial"),

@@ -12,7 +12,7 @@ def test_our_reason_is_split_into_columns_with_slurms_time():
     assert row == {"node": "gpu-a", "state": "IDLE+DRAIN", "gpu": "2", "pci": "00000000:38:00.0",
                    "serial": "1650522003802", "check": "ecc.volatile_uncorrected", "value": "3",
                    "context": "epilog", "job": "12", "time": "2026-11-29T19:01:02", "repair": "drained",
-                   "ours": True, "refused": False,
+                   "fabric": None, "ours": True, "refused": False,
                    "raw_reason": "gpu-healthcheck: gpu2 pci=00000000:38:00.0 sn=1650522003802 "
                                  "ecc.volatile_uncorrected=3 epilog job=12"}
 
@@ -34,7 +34,7 @@ def test_table_has_the_columns_and_a_not_ours_section():
     assert lines[0].split() == [c.upper() for c in COLUMNS]
     assert lines[1].split() == ["gpu-a", "IDLE+DRAIN", "2", "00000000:38:00.0", "1650522003802",
                                 "ecc.volatile_uncorrected", "3", "epilog", "12", "2026-11-29T19:01:02",
-                                "drained"]
+                                "-", "drained"]
     assert lines[2].split()[:7] == ["gpu-b", "MIXED+DRAIN", "5", "00000000:9A:00.0",
                                     "1650522003805", "remap.failure", "1"]
     # a reason of ours we cannot split still shows whole

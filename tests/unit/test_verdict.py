@@ -146,3 +146,15 @@ def test_resume_needs_a_full_check_and_the_drains_own_context_to_pass():
     assert may_resume(drained, [], healthy.gpus, drain_context=context, context_findings=found) is None
     node_drain = drained._replace(reason="gpu-healthcheck: gpu4 gpu.lost=GPU_IS_LOST node")
     assert judge_as_drained(snapshot, Config(), node_drain.reason, "quick") == (None, [])
+
+
+def test_fabric_drain_is_not_resumed_by_the_nodes_own_checks():
+    """A node the fabric sweep drained passes every check of its own: it stays drained."""
+    from healthcheck.decide.verdict import NodeState, is_fabric_reason, may_resume
+
+    reason = "gpu-healthcheck: fabric busbw=41.2<100 partners=gpu-c,gpu-e all_reduce_perf sweep"
+    node = NodeState("gpu-b", "IDLE+DRAIN", reason=reason)
+    assert is_fabric_reason(reason)
+    why = may_resume(node, [], [])
+    assert why is not None and "fabric sweep" in why
+    assert may_resume(node._replace(reason="gpu-healthcheck: gpu3 ecc.volatile_uncorrected=2 node"), [], []) is None

@@ -1,0 +1,309 @@
+"""`gpu-healthcheck --fabric-sweep`: find the bad node among many through Slurm jobs, and drain
+it with --act.
+
+    code = fabric_sweep(SweepRequest(nodes="gpu-[01-64]", partition=None, act=True, as_json=False),
+                        config, os.environ, sys.stdout, sys.stderr)
+
+On a submit host, as root or SlurmUser.  The candidates are the nodes `scontrol show nodes` shows
+plainly idle (no DRAIN, DOWN, RESERVED, MAINT, REBOOT or other flag; with `[fabric] reservation`
+the idle nodes of that reservation), not claimed by the repair loop, with GPUs, in the
+partition; decide/sweep.py plans the rounds and act/sweeprun.py runs them as exclusive jobs.
+A bad node is drained through the one scontrol door, within `drain.max_fraction` (decided
+before and held after, as every drain of ours), never over an admin's reason, and not at all
+under `drain.report_only` or without --act.  The sweep is recorded in the journal, in the
+history file and in a node_exporter textfile beside `metrics_file` (`gpu_healthcheck_fabric.prom`).
+
+Exit status: 0 no bad node, 2 a bad node was found (drained with --act), 3 the sweep could not
+run (another sweep is running, no candidates, sbatch refused every job, a program is missing,
+scontrol failed); then nothing is drained.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import os
+import re
+import time
+from typing import Any, Callable, Dict, List, Mapping, Optional, Sequence, TextIO, Tuple
+
+from ..config import Config
+from ..decide.exitcodes import CONFIG_ERROR, fabric_exit
+from ..decide.fabricjob import JobSpec, MissingProgram
+from ..decide.repair import parse_mark, reboot_flags
+from ..decide.sweep import BAD, NodeOutcome, SweepPlanner, SweepReport, Thresholds, fabric_reason  # noqa: F401  (SweepReport: re-exported)
+from ..decide.verdict import DrainDecision, NodeState, decide_drain, refused_comment
+from ..model import CRIT, ERR, NOTICE, WARNING, DoorError, LogEvent, Outcome
+from ..records import NamedTuple
+from ..text import iso_utc
+from .sweeprun import JOB_NAME, Setup, SlurmRunner, SweepError
+
+_PARTITIONS_RE = re.compile(r"\sPartitions=(\S+)")
+_COMMENT_ID_RE = re.compile(r"gpu-healthcheck sweep=(\S+)")
+
+
+class SweepRequest(NamedTuple):
+    nodes: Optional[str] = None  # --nodes HOSTLIST
+    partition: Optional[str] = None  # --partition (else [fabric] partition)
+    act: bool = False
+    as_json: bool = False
+
+
+def candidates(show_nodes: str, wanted: Optional[Sequence[str]], partition: Optional[str],
+               reservation_nodes: Optional[Sequence[str]]) -> Tuple[List[str], Dict[str, str]]:
+    """(the nodes to sweep, {a node of --nodes left out: why}) from `scontrol -o show nodes`."""
+    from .scontrol import parse_node_line
+
+    chosen: List[str] = []
+    why_not: Dict[str, str] = {}
+    seen = set()
+    allowed = {"IDLE"} | ({"RESERVED", "MAINT"} if reservation_nodes is not None else set())
+    for line in show_nodes.splitlines():
+        node = parse_node_line(line)
+        if node is None:
+            continue
+        seen.add(node.name)
+        if wanted is not None and node.name not in wanted:
+            continue
+        partitions = _PARTITIONS_RE.search(line)
+        flags = set(node.state.upper().replace("*", "+NOT_RESPONDING").split("+"))
+        reason = None
+        if partition and (partitions is None or partition not in partitions.group(1).split(",")):
+            reason = f"not in partition {partition}"
+        elif reservation_nodes is not None and node.name not in reservation_nodes:
+            reason = "not in the reservation"
+        elif "IDLE" not in flags or not flags <= allowed or node.drained or reboot_flags(node.state):
+            reason = f"not idle ({node.state})"
+        elif parse_mark(node.comment):
+            reason = f"claimed by the repair loop ({node.comment})"
+        elif not node.has_gpus:
+            reason = "no GPUs"
+        if reason is None:
+            chosen.append(node.name)
+        elif wanted is not None:
+            why_not[node.name] = reason
+    for name in wanted or ():
+        if name not in seen:
+            why_not[name] = "not a node scontrol knows"
+    return chosen, why_not
+
+
+class _SweepLock:
+    """One sweep at a time on this host: flock on <state_dir>/fabric-sweep.lock, which holds the
+    running sweep's id (so the second can name it)."""
+
+    def __init__(self, state_dir: str) -> None:
+        os.makedirs(state_dir, mode=0o700, exist_ok=True)
+        self.path = os.path.join(state_dir, "fabric-sweep.lock")
+        self.fd = os.open(self.path, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW, 0o600)
+
+    def take(self, sweep_id: str) -> Optional[str]:
+        """None when ours; else the id of the sweep that holds it."""
+        try:
+            fcntl.flock(self.fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            return os.pread(self.fd, 200, 0).decode("utf-8", "replace").strip() or "unknown"
+        os.ftruncate(self.fd, 0)
+        os.pwrite(self.fd, sweep_id.encode() + b"\n", 0)
+        return None
+
+    def close(self) -> None:
+        os.close(self.fd)
+
+
+def _spec(config: Config) -> JobSpec:
+    from ..tools import find_tool
+
+    fabric = config.fabric
+    collective = (os.path.join(fabric.nccl_tests, fabric.collective) if fabric.nccl_tests
+                  else fabric.collective)
+    return JobSpec(collective, fabric.collective_args, fabric.srun_args, fabric.tasks_per_node,
+                   fabric.time_limit_s, fabric.ib_write_bw or "ib_write_bw", fabric.rails)
+
+
+def sweep_command(args: Any, load_config: Callable[[Optional[str]], Config]) -> int:
+    """`--fabric-sweep` from the command line (cli.py's parsed arguments and config loader)."""
+    import sys
+
+    from ..config import ConfigError
+    from ..model import UsageError
+
+    if args.gpus or args.level:
+        raise UsageError("--fabric-sweep takes --nodes, --partition, --act, --json and --config")
+    try:
+        config = load_config(args.config)
+    except ConfigError as exc:
+        print(f"gpu-healthcheck: config error: {exc}", file=sys.stderr)
+        return CONFIG_ERROR
+    request = SweepRequest(args.nodes, args.partition, args.act, args.json)
+    return fabric_sweep(request, config, os.environ, sys.stdout, sys.stderr)
+
+
+def fabric_sweep(request: SweepRequest, config: Config, environ: Mapping[str, str],
+                 out: TextIO, err: TextIO) -> int:
+    from ..read.gres import GresConfError, expand_hostlist
+    from ..report.sweep import write_report
+    from .scontrol import Scontrol, find_scontrol
+    from .slurmjobs import SlurmJobs
+
+    host = os.uname().nodename.split(".")[0]
+    sweep_id = f"{time.strftime('%Y%m%dT%H%M%S')}-{host}-{os.getpid()}"
+    try:
+        wanted = expand_hostlist(request.nodes) if request.nodes else None
+    except GresConfError as exc:
+        print(f"gpu-healthcheck: --fabric-sweep --nodes: {exc}", file=err)
+        return CONFIG_ERROR
+    fabric = config.fabric
+    partition = request.partition or fabric.partition
+    ctl = Scontrol(find_scontrol(config.scontrol, environ), config.scontrol_timeout_s)
+    door = SlurmJobs.from_config(fabric, environ)
+    lock = _SweepLock(config.state_dir)
+    events: List[LogEvent] = []
+    try:
+        holder = lock.take(sweep_id)
+        other = holder or _running_sweep(door, sweep_id)
+        if other:
+            print(f"gpu-healthcheck: --fabric-sweep: another fabric sweep is running: {other}; "
+                  f"not starting a second", file=err)
+            return fabric_exit(False, could_run=False)
+        reservation = None
+        if fabric.reservation:
+            reservation = expand_hostlist(_reservation_nodes(ctl, fabric.reservation))
+        chosen, why_not = candidates(ctl.show_nodes_raw(), wanted, partition, reservation)
+        if len(chosen) < 2:
+            print(f"gpu-healthcheck: --fabric-sweep: {len(chosen)} idle candidate node(s), a sweep "
+                  f"needs 2; " + "; ".join(f"{n}: {w}" for n, w in why_not.items()), file=err)
+            return fabric_exit(False, could_run=False)
+        out_dir = os.path.join(fabric.output_dir or os.path.join(config.state_dir, "fabric"), sweep_id)
+        os.makedirs(out_dir, mode=0o755, exist_ok=True)
+        setup = Setup(sweep_id, out_dir, partition, fabric.reservation,
+                      queue_grace_s=max(60.0, fabric.time_limit_s))
+        runner = SlurmRunner(door, _spec(config), setup)
+        planner = SweepPlanner(chosen, Thresholds(fabric.busbw_floor_gbps, fabric.median_ratio_fail,
+                                                  fabric.rail_floor_gbps),
+                               partners=fabric.partners, group_size=fabric.group_size)
+        try:
+            while True:
+                jobs = planner.next_jobs()
+                if not jobs:
+                    break
+                planner.record(runner.run(jobs))
+        except (SweepError, MissingProgram) as exc:
+            runner.cancel_all()
+            report = SweepReport(sweep_id, None, {}, why_not, error=str(exc))
+            events.append(LogEvent("error", ERR, f"fabric sweep {sweep_id} stopped: {exc}; nothing drained",
+                                   {"GPU_HEALTHCHECK_SWEEP": sweep_id}))
+            write_report(report, request.as_json, out)
+            print(f"gpu-healthcheck: --fabric-sweep: {exc}; nothing drained", file=err)
+            return fabric_exit(False, could_run=False)
+        outcome = planner.outcome()
+        actions = {}
+        for node in outcome.nodes:
+            if node.outcome == BAD:
+                actions[node.node] = _drain(ctl, node, fabric.collective, config, request.act, events, sweep_id)
+        report = SweepReport(sweep_id, outcome, actions, why_not)
+        events.append(_summary_event(report))
+        write_report(report, request.as_json, out)
+        _record(config, report, events, err)
+        return fabric_exit(any(n.outcome == BAD for n in outcome.nodes))
+    except (DoorError, GresConfError, OSError) as exc:
+        print(f"gpu-healthcheck: --fabric-sweep: {exc}; nothing drained", file=err)
+        return fabric_exit(False, could_run=False)
+    finally:
+        lock.close()
+        if events and config.journal:
+            from .journal import send_events
+
+            send_events(events, "fabric-sweep")
+
+
+def _running_sweep(door: "object", sweep_id: str) -> Optional[str]:
+    """Another sweep's id, from the live jobs named gpu-healthcheck-fabric (a sweep on another
+    submit host holds no lock of ours)."""
+    for job_id, state, comment in door.named(JOB_NAME):  # type: ignore[attr-defined]
+        m = _COMMENT_ID_RE.search(comment)
+        other = m.group(1) if m else "unknown"
+        if other != sweep_id:
+            return f"{other} (its job {job_id} is {state})"
+    return None
+
+
+def _reservation_nodes(ctl: "object", name: str) -> str:
+    text = ctl._run(["show", "reservation", name])  # type: ignore[attr-defined]
+    m = re.search(r"\sNodes=(\S+)", " " + text)
+    if m is None:
+        raise SweepError(f"reservation {name}: scontrol shows no Nodes=")
+    return m.group(1)
+
+
+def _drain(ctl: "object", node: NodeOutcome, collective: str, config: Config, act: bool,
+           events: List[LogEvent], sweep_id: str) -> Tuple[str, str]:
+    """Drain one bad node through the scontrol door, as every drain of ours: within the budget
+    (decided, then held), never over an admin's reason; report_only and a run without --act
+    only say it.  Returns (what became of it, the reason)."""
+    from .scontrol import hold_budget
+
+    reason = fabric_reason(node, collective)
+    fields = {"SLURMD_NODENAME": node.node, "GPU_HEALTHCHECK_MODE": "fabric-sweep",
+              "GPU_HEALTHCHECK_SWEEP": sweep_id}
+    if not act or config.drain.report_only:
+        why = "report_only" if act else "without --act"
+        events.append(LogEvent("drain", WARNING, f"{why}: would drain {node.node}: {reason}", fields,
+                               Outcome.REPORT_ONLY))
+        return Outcome.REPORT_ONLY.value, reason
+    try:
+        nodes = ctl.show_nodes()  # type: ignore[attr-defined]
+        this = next((n for n in nodes if n.name == node.node), None) or NodeState(node.node, "UNKNOWN")
+        decision = decide_drain(this, nodes, config.drain.max_fraction)
+        if decision is DrainDecision.ADMIN_OWNED:
+            events.append(LogEvent("drain", WARNING, f"{node.node} is already drained by someone else "
+                                                     f"({this.reason}); kept. Ours would be: {reason}",
+                                   fields, Outcome.KEPT))
+            return Outcome.ADMIN_OWNED.value, reason
+        if decision is DrainDecision.ALREADY_OURS:
+            return Outcome.ALREADY_OURS.value, this.reason or reason
+        if decision is DrainDecision.APPLY:
+            ctl.drain(node.node, reason)  # type: ignore[attr-defined]
+            check = hold_budget(ctl, node.node, reason, config.drain.max_fraction)  # type: ignore[arg-type]
+            if check.kept:
+                events.append(LogEvent("drain", CRIT, f"drained {node.node}: {reason}", fields, Outcome.APPLIED))
+                return Outcome.APPLIED.value, reason
+        ctl.set_comment(node.node, refused_comment(reason, iso_utc(time.time())))  # type: ignore[attr-defined]
+        events.append(LogEvent("refused", CRIT, f"drain of {node.node} refused: drain.max_fraction = "
+                                                f"{config.drain.max_fraction}; would have drained with: {reason}",
+                               fields, Outcome.REFUSED))
+        return Outcome.REFUSED.value, reason
+    except DoorError as exc:
+        events.append(LogEvent("error", ERR, f"cannot drain {node.node}: {exc}; reason: {reason}", fields))
+        return f"error: {exc}", reason
+
+
+def _summary_event(report: SweepReport) -> LogEvent:
+    outcome = report.outcome
+    assert outcome is not None
+    bad = outcome.of(BAD)
+    text = (f"fabric sweep {report.sweep_id}: {len(outcome.nodes)} nodes, {outcome.rounds} rounds, "
+            f"{outcome.jobs} jobs, median busbw {outcome.median_gbps or 0:.1f} GB/s; "
+            f"bad: {','.join(bad) or 'none'}")
+    return LogEvent("summary", CRIT if bad else NOTICE, text, {"GPU_HEALTHCHECK_SWEEP": report.sweep_id,
+                                                              "GPU_HEALTHCHECK_MODE": "fabric-sweep"})
+
+
+def _record(config: Config, report: SweepReport, events: List[LogEvent], err: TextIO) -> None:
+    """History line and metrics textfile; a failure is said on stderr, never a crash."""
+    from .sweeprecord import history_record, metrics_text
+
+    try:
+        from .history import append_line, encode
+
+        append_line(config.history_path(), encode(history_record(report, events, time.time())),
+                    config.history_max_bytes)
+    except OSError as exc:
+        print(f"gpu-healthcheck: --fabric-sweep: cannot write the history: {exc}", file=err)
+    if config.metrics_file:
+        from .metrics import write_textfile
+
+        path = os.path.join(os.path.dirname(os.path.abspath(config.metrics_file)), "gpu_healthcheck_fabric.prom")
+        try:
+            write_textfile(path, metrics_text(report, time.time()))
+        except OSError as exc:
+            print(f"gpu-healthcheck: --fabric-sweep: cannot write {path}: {exc}", file=err)

@@ -1,0 +1,87 @@
+"""What a fabric sweep leaves behind: its history line and its node_exporter textfile (pure:
+act/sweep.py writes them).
+
+    history_record(report, events, now)  -> the --history line ("mode": "fabric-sweep")
+    metrics_text(report, now)            -> gpu_healthcheck_fabric.prom's text
+
+Metrics (node_exporter's textfile collector reads every *.prom of its folder):
+    gpu_healthcheck_fabric_busbw_gbps{node,partner}      the last bus bandwidth of each job a
+                                                         node ran with a partner (GB/s)
+    gpu_healthcheck_fabric_sweep_nodes{outcome}          nodes by outcome (bad, transient, ...)
+    gpu_healthcheck_fabric_sweep_rounds, _jobs           the last sweep's rounds and jobs
+    gpu_healthcheck_fabric_sweep_last_run_timestamp_seconds
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any, Dict, List, Sequence, Tuple
+
+from ..decide.sweep import BAD, PASS, SKIPPED, TRANSIENT, UNKNOWN
+from ..text import iso_utc
+
+if TYPE_CHECKING:
+    from ..model import LogEvent
+    from ..decide.sweep import SweepReport
+
+
+def history_record(report: "SweepReport", events: Sequence["LogEvent"], now: float) -> Dict[str, Any]:
+    outcome = report.outcome
+    findings = []
+    for node in outcome.nodes if outcome else ():
+        if node.outcome in (BAD, UNKNOWN, TRANSIENT):
+            findings.append({"check": "fabric.busbw", "severity": {BAD: "fail", UNKNOWN: "unknown",
+                                                                    TRANSIENT: "info"}[node.outcome],
+                             "gpu": None, "node": node.node, "value": node.busbw_gbps,
+                             "message": f"{node.node}: {node.outcome}: {node.why}",
+                             "partners": list(node.partners)})
+    drained = [(n, r) for n, (taken, r) in report.actions.items() if taken == "applied"]
+    verdict = "unknown" if outcome is None else "fail" if outcome.of(BAD) else "pass"
+    return {"time": iso_utc(now), "mode": "fabric-sweep", "sweep": report.sweep_id, "verdict": verdict,
+            "findings": findings, "rounds": outcome.rounds if outcome else 0,
+            "jobs": outcome.jobs if outcome else 0, "error": report.error,
+            "action": {"taken": "drain" if drained else "none",
+                       "reason": drained[0][1] if drained else None,
+                       "dry_run": any(t == "report_only" for t, _ in report.actions.values())},
+            "events": [{"kind": e.kind, "message": e.message[:500]} for e in events][:50]}
+
+
+def busbw_samples(report: "SweepReport") -> List[Tuple[Dict[str, str], float]]:
+    last: Dict[Tuple[str, str], float] = {}
+    for result in report.outcome.results if report.outcome else ():
+        if result.busbw_gbps is None or len(result.job.nodes) != 2:
+            continue
+        a, b = result.job.nodes
+        last[(a, b)] = last[(b, a)] = result.busbw_gbps
+    return [({"node": n, "partner": p}, v) for (n, p), v in sorted(last.items())]
+
+
+def _labels(labels: Dict[str, str]) -> str:
+    inner = ",".join(f'{k}="{v.replace(chr(92), chr(92) * 2).replace(chr(34), chr(92) + chr(34))}"'
+                     for k, v in sorted(labels.items()))
+    return "{" + inner + "}" if inner else ""
+
+
+def metrics_text(report: "SweepReport", now: float) -> str:
+    outcome = report.outcome
+    counts = {o: 0 for o in (BAD, TRANSIENT, UNKNOWN, PASS, SKIPPED)}
+    for node in outcome.nodes if outcome else ():
+        counts[node.outcome] += 1
+    families: List[Tuple[str, str, str, List[Tuple[Dict[str, str], float]]]] = [
+        ("gpu_healthcheck_fabric_busbw_gbps", "gauge", "Bus bandwidth of the last sweep job a node "
+         "ran with a partner (GB/s, nccl-tests busbw at the largest size).", busbw_samples(report)),
+        ("gpu_healthcheck_fabric_sweep_nodes", "gauge", "Nodes of the last fabric sweep by outcome.",
+         [({"outcome": o}, float(c)) for o, c in counts.items()]),
+        ("gpu_healthcheck_fabric_sweep_rounds", "gauge", "Rounds of the last fabric sweep.",
+         [({}, float(outcome.rounds if outcome else 0))]),
+        ("gpu_healthcheck_fabric_sweep_jobs", "gauge", "Slurm jobs of the last fabric sweep.",
+         [({}, float(outcome.jobs if outcome else 0))]),
+        ("gpu_healthcheck_fabric_sweep_last_run_timestamp_seconds", "gauge",
+         "When the last fabric sweep ended (Unix time).", [({}, now)]),
+    ]
+    lines = []
+    for name, kind, text, rows in families:
+        if not rows:
+            continue
+        lines += [f"# HELP {name} {text}", f"# TYPE {name} {kind}"]
+        lines += [f"{name}{_labels(labels)} {value:g}" for labels, value in rows]
+    return "\n".join(lines) + "\n"

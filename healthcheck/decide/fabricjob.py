@@ -1,0 +1,142 @@
+"""One fabric job (pure): the batch script it runs, and its output judged into a JobResult.
+
+    script = job_script(spec, job)                     # /bin/sh text for sbatch
+    result = judge_job_output(spec, job, text, state)  # what the job printed -> JobResult
+
+The script runs, on the job's nodes, the collective once across all of them (srun with
+`[fabric] srun_args`, `tasks_per_node` ranks a node) and then, for each `[fabric] rails` HCA,
+ib_write_bw with --use_cuda between the first two nodes (a server on the second, the client on
+the first).  Each runs under timeout(1) at `time_limit_s`, so a hang ends inside the job with
+status 124 and is named; the job's --time (one minute more) is the backstop.  Markers the
+script echoes split its output:
+
+    == gpu-healthcheck collective begin
+    ...nccl-tests' output...
+    == gpu-healthcheck collective rc=0
+    == gpu-healthcheck rail mlx5_0 begin
+    ...ib_write_bw's output...
+    == gpu-healthcheck rail mlx5_0 rc=0
+    == gpu-healthcheck end
+"""
+
+from __future__ import annotations
+
+import re
+import shlex
+from typing import Dict, List, Optional, Tuple
+
+from ..read.nccltests import parse_nccl_tests
+from ..read.perftest import parse_ib_write_bw
+from ..records import NamedTuple
+from .sweep import Job, JobResult, RailResult, judge_collective
+
+MARK = "== gpu-healthcheck"
+_MARK_RE = re.compile(r"^== gpu-healthcheck (collective|rail (\S+)) (begin|rc=(\d+))\s*$")
+TIMEOUT_STATUSES = (124, 137)  # timeout(1): the limit passed (137: it had to SIGKILL)
+# What srun, slurmstepd or a shell print when the program is not there (Slurm 22.05-24.11:
+# "slurmstepd: error: execve(): all_reduce_perf: No such file or directory").
+_MISSING_RE = re.compile(r"execve\(\): (\S+): No such file or directory|(\S+): (?:command )?not found$",
+                         re.M)
+
+
+class JobSpec(NamedTuple):
+    collective: str  # the program: a path, or a name srun finds on the nodes' PATH
+    collective_args: Tuple[str, ...]
+    srun_args: Tuple[str, ...]
+    tasks_per_node: int
+    time_limit_s: float
+    ib_write_bw: str = "ib_write_bw"
+    rails: Tuple[str, ...] = ()
+
+
+class MissingProgram(Exception):
+    """The job says a program is not installed on its nodes: a site's setup, not a node fault."""
+
+
+def job_script(spec: JobSpec, job: Job, sweep_id: str) -> str:
+    q = shlex.quote
+    limit = f"{max(1, int(spec.time_limit_s))}"
+    nodes = len(job.nodes)
+    srun = " ".join(q(a) for a in spec.srun_args)
+    lines = ["#!/bin/sh",
+             f"# gpu-healthcheck fabric sweep {sweep_id} round {job.round} ({job.kind}): {' '.join(job.nodes)}",
+             "export NCCL_DEBUG=${NCCL_DEBUG:-WARN}",
+             f"echo '{MARK} collective begin'",
+             f"timeout --kill-after=10 {limit} srun {srun} --nodes={nodes} --ntasks-per-node={spec.tasks_per_node} "
+             f"{q(spec.collective)} {' '.join(q(a) for a in spec.collective_args)} 2>&1",
+             f"echo \"{MARK} collective rc=$?\""]
+    for rail in spec.rails if nodes >= 2 else ():
+        ib = f"{q(spec.ib_write_bw)} -d {q(rail)} --use_cuda=0 --report_gbits -F"
+        # rank 0 (the first node) is the client: it waits for the server on the second node
+        inner = (f'if [ "$SLURM_PROCID" = 0 ]; then sleep 2; exec {ib} "$0"; else exec {ib}; fi')
+        lines += [f"echo '{MARK} rail {rail} begin'",
+                  f"timeout --kill-after=10 {limit} srun {srun} --nodes=2 --ntasks=2 --ntasks-per-node=1 "
+                  f"--nodelist={q(','.join(job.nodes[:2]))} sh -c {q(inner)} {q(job.nodes[1])} 2>&1",
+                  f"echo \"{MARK} rail {rail} rc=$?\""]
+    lines.append(f"echo '{MARK} end'")
+    return "\n".join(lines) + "\n"
+
+
+def split_output(text: str) -> Dict[str, Tuple[str, Optional[int]]]:
+    """{"collective" | rail name: (its output, its exit status or None when it never ended)}."""
+    sections: Dict[str, Tuple[List[str], Optional[int]]] = {}
+    current: Optional[str] = None
+    for line in text.splitlines():
+        m = _MARK_RE.match(line)
+        if m is None:
+            if current is not None:
+                sections[current][0].append(line)
+            continue
+        name = m.group(2) or "collective"
+        if m.group(3) == "begin":
+            sections[name] = ([], None)
+            current = name
+        elif name in sections:
+            sections[name] = (sections[name][0], int(m.group(4)))
+            current = None
+    return {name: ("\n".join(body), rc) for name, (body, rc) in sections.items()}
+
+
+def missing_program(text: str) -> Optional[str]:
+    m = _MISSING_RE.search(text)
+    return (m.group(1) or m.group(2)) if m else None
+
+
+def judge_job_output(spec: JobSpec, job: Job, text: str, state: str, job_id: Optional[str]) -> JobResult:
+    """What the job printed, and the state Slurm gave it, as a JobResult.
+
+    Raises:
+        MissingProgram: the collective or ib_write_bw is not installed where the job ran.
+    """
+    sections = split_output(text)
+    body, rc = sections.get("collective", ("", None))
+    missing = missing_program(body)
+    if missing is not None or rc == 127:
+        raise MissingProgram(f"{missing or spec.collective} is not installed on {','.join(job.nodes)} "
+                             f"(job {job_id}: {_last_line(body)})")
+    killed = state not in ("COMPLETED", "FAILED", "")  # TIMEOUT (its --time), CANCELLED (ours), ...
+    timed_out = rc in TIMEOUT_STATUSES or (rc is None and killed)
+    busbw, problem = judge_collective(parse_nccl_tests(body), rc, timed_out)
+    if rc is None and not killed and problem is None:
+        problem = "the job ended before the collective finished"
+    if "collective" not in sections:
+        problem = f"the job printed nothing of ours (Slurm state {state or 'unknown'})"
+    rails = []
+    for rail in spec.rails if len(job.nodes) >= 2 else ():
+        rail_body, rail_rc = sections.get(rail, ("", None))
+        if missing_program(rail_body) is not None or rail_rc == 127:
+            raise MissingProgram(f"{spec.ib_write_bw} is not installed on {','.join(job.nodes[:2])} "
+                                 f"(job {job_id}: {_last_line(rail_body)})")
+        run = parse_ib_write_bw(rail_body)
+        why = None
+        if rail_rc in TIMEOUT_STATUSES or (rail_rc is None and rail in sections):
+            why = "hang"
+        elif run.avg_gbps is None:
+            why = "no result" + (f" (exit status {rail_rc})" if rail_rc else "")
+        rails.append(RailResult(job.nodes[0], rail, run.avg_gbps, why))
+    return JobResult(job, busbw, problem, tuple(rails), job_id)
+
+
+def _last_line(text: str) -> str:
+    lines = [line.strip() for line in text.splitlines() if line.strip()]
+    return lines[-1][:200] if lines else "no output"

@@ -1,0 +1,183 @@
+"""`gpu-healthcheck --fabric-sweep` against a real Slurm test cluster of 8 slurmd: the pair jobs
+are real exclusive sbatch jobs whose srun steps run the fake nccl-tests and ib_write_bw
+(tests/fakegpu/fabric.py) on the jobs' own nodes; the scenario (FAKEGPU_FABRIC) says which node
+is slow, which pair fails once, which node hangs.  The sweep runs as a submit host would run it:
+a child process with the cluster's Slurm clients on PATH."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+from typing import Dict
+
+import pytest
+
+from tests.lib.gpucluster import GpuCluster, require_slurm
+from tests.lib.slurmcluster import _wait_until
+
+pytestmark = pytest.mark.slurm
+
+NODES = [f"gpu-{c}" for c in "abcdefgh"]
+
+
+def fabric_cluster(tmp_path: Path, fakegpu: Path, scenario: str, extra: str = "") -> GpuCluster:
+    c = GpuCluster(tmp_path, fakegpu, nodes=NODES, scripts=False, weights={})
+    (tmp_path / "fabric.scenario").write_text(scenario)
+    (tmp_path / "sweep.toml").write_text(
+        f'state_dir = "{tmp_path / "sweep-state"}"\nscontrol = "{c.scontrol}"\njournal = false\n'
+        f'metrics_file = "{tmp_path / "metrics" / "gpu_healthcheck.prom"}"\n'
+        f'[drain]\nmax_fraction = 0.5\n'
+        f'[fabric]\nbusbw_floor_gbps = 100.0\ntasks_per_node = 2\ntime_limit_s = 15\n'
+        f'collective_args = ["-b", "256M", "-e", "1G", "-f", "2", "-g", "1"]\n' + extra)
+    (tmp_path / "metrics").mkdir()
+    return c
+
+
+def sweep_env(c: GpuCluster, tmp_path: Path, config: str = "sweep.toml") -> Dict[str, str]:
+    """A submit host's environment: the cluster's Slurm clients, the fakes first on PATH (the
+    jobs inherit it, as sbatch's --export=ALL passes it on), the fabric scenario."""
+    return dict(c.cluster.env, FAKEGPU_FABRIC=str(tmp_path / "fabric.scenario"),
+                PATH=f"{c.fake}:{c.cluster.env['PATH']}", GPU_HEALTHCHECK_CONFIG=str(tmp_path / config))
+
+
+def sweep(c: GpuCluster, tmp_path: Path, *args: str, timeout: float = 240,
+          config: str = "sweep.toml") -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "healthcheck.cli", "--fabric-sweep", *args],
+                          env=sweep_env(c, tmp_path, config), capture_output=True, text=True,
+                          timeout=timeout, cwd=str(tmp_path))
+
+
+def outcomes(done: subprocess.CompletedProcess) -> Dict[str, Dict]:
+    return {n["node"]: n for n in json.loads(done.stdout)["nodes"]}
+
+
+def test_fabric_sweep_finds_and_drains_the_slow_node_and_no_healthy_one(tmp_path: Path, fakegpu: Path) -> None:
+    require_slurm()
+    c = fabric_cluster(tmp_path, fakegpu, "node.gpu-c.busbw_gbps = 41.2\n")
+    with c.cluster:
+        done = sweep(c, tmp_path, "--act", "--json")
+        assert done.returncode == 2, done.stdout + done.stderr
+        nodes = outcomes(done)
+        assert [n for n, v in nodes.items() if v["outcome"] == "bad"] == ["gpu-c"]
+        assert nodes["gpu-c"]["action"] == "applied" and nodes["gpu-d"]["outcome"] == "transient"
+        reason = c.reason("gpu-c")
+        assert reason.startswith("gpu-healthcheck: fabric busbw=41.2<100 partners=gpu-"), reason
+        assert reason.endswith(" all_reduce_perf sweep")
+        assert [n for n in NODES if c.drained(n)] == ["gpu-c"]
+        doc = json.loads(done.stdout)
+        assert doc["rounds"] == 3 and doc["median_gbps"] == 380.0
+        prom = (tmp_path / "metrics" / "gpu_healthcheck_fabric.prom").read_text()
+        assert 'gpu_healthcheck_fabric_busbw_gbps{node="gpu-c",partner="gpu-d"} 41.2' in prom
+        assert 'gpu_healthcheck_fabric_sweep_nodes{outcome="bad"} 1' in prom
+        history = (tmp_path / "sweep-state" / "history.jsonl").read_text().splitlines()
+        assert json.loads(history[-1])["mode"] == "fabric-sweep"
+        cluster = c.check("gpu-a", "--cluster", "--json")
+        [row] = [r for r in json.loads(cluster.stdout) if r["node"] == "gpu-c"]
+        assert row["check"] == "fabric" and row["fabric"].startswith("busbw=41.2<100 partners=gpu-")
+
+
+def test_fabric_sweep_pair_that_fails_once_drains_nothing(tmp_path: Path, fakegpu: Path) -> None:
+    require_slurm()
+    c = fabric_cluster(tmp_path, fakegpu, "pair.gpu-e,gpu-f.fail_once = 1\n")
+    with c.cluster:
+        done = sweep(c, tmp_path, "--act", "--json")
+        assert done.returncode == 0, done.stdout + done.stderr
+        nodes = outcomes(done)
+        assert {n for n, v in nodes.items() if v["outcome"] == "transient"} == {"gpu-e", "gpu-f"}
+        assert nodes["gpu-e"]["why"].startswith("wrong=1; passed with ")
+        assert not [n for n in NODES if c.drained(n)]
+        assert (tmp_path / "fabric.scenario.state").read_text() == "gpu-e,gpu-f\n"  # it did fail once
+
+
+def test_fabric_sweep_hanging_node_is_ended_by_its_time_limit_and_named(tmp_path: Path, fakegpu: Path) -> None:
+    require_slurm()
+    c = fabric_cluster(tmp_path, fakegpu, "node.gpu-g.nccl.hang = 1\n")
+    with c.cluster:
+        done = sweep(c, tmp_path, "--act", "--json")
+        assert done.returncode == 2, done.stdout + done.stderr
+        nodes = outcomes(done)
+        assert [n for n, v in nodes.items() if v["outcome"] == "bad"] == ["gpu-g"]
+        assert nodes["gpu-g"]["why"].startswith("hang")
+        assert c.reason("gpu-g").startswith("gpu-healthcheck: fabric nccl=hang partners=gpu-")
+        assert [n for n in NODES if c.drained(n)] == ["gpu-g"]
+        jobs = json.loads(done.stdout)["jobs_run"]
+        assert all(j["problem"].startswith("hang") for j in jobs if "gpu-g" in j["nodes"])
+
+
+def test_fabric_sweep_without_act_or_with_report_only_drains_nothing(tmp_path: Path, fakegpu: Path) -> None:
+    require_slurm()
+    c = fabric_cluster(tmp_path, fakegpu, "node.gpu-b.busbw_gbps = 20\n")
+    with c.cluster:
+        done = sweep(c, tmp_path, "--nodes", "gpu-a,gpu-b,gpu-c,gpu-d,gpu-e,gpu-f")
+        assert done.returncode == 2, done.stdout + done.stderr
+        table = {line.split()[0]: line.split() for line in done.stdout.splitlines()[1:] if line.startswith("gpu-")}
+        assert table["gpu-b"][1:3] == ["bad", "20.0"] and table["gpu-b"][4] == "report_only", done.stdout
+        assert table["gpu-a"][1] == "transient" and done.stdout.splitlines()[0].split()[:2] == ["NODE", "OUTCOME"]
+        assert not [n for n in NODES if c.drained(n)]
+        toml = tmp_path / "sweep.toml"
+        toml.write_text(toml.read_text().replace("[drain]\n", "[drain]\nreport_only = true\n"))
+        again = sweep(c, tmp_path, "--act", "--json", "--nodes", "gpu-a,gpu-b,gpu-c,gpu-d,gpu-e,gpu-f")
+        assert again.returncode == 2 and outcomes(again)["gpu-b"]["action"] == "report_only"
+        assert not [n for n in NODES if c.drained(n)]
+
+
+def test_fabric_sweep_admins_drain_is_kept_and_busy_nodes_are_named(tmp_path: Path, fakegpu: Path) -> None:
+    require_slurm()
+    c = fabric_cluster(tmp_path, fakegpu, "node.gpu-h.nccl.error = NET/IB : Got completion with error 12\n")
+    with c.cluster:
+        c.cluster.drain("gpu-a", "bad fan, ticket 4711")
+        done = sweep(c, tmp_path, "--act", "--json", "--nodes", ",".join(NODES + ["gpu-z"]))
+        assert done.returncode == 2, done.stdout + done.stderr
+        doc = json.loads(done.stdout)
+        assert doc["not_swept"] == {"gpu-a": "not idle (IDLE+DRAIN)", "gpu-z": "not a node scontrol knows"}
+        nodes = outcomes(done)
+        assert nodes["gpu-h"]["outcome"] == "bad" and "Got completion with error 12" in nodes["gpu-h"]["why"]
+        assert c.reason("gpu-a") == "bad fan, ticket 4711"
+        assert c.reason("gpu-h").startswith("gpu-healthcheck: fabric nccl_warn=NET/IB_:_Got_completion")
+
+
+def test_fabric_sweep_bad_partition_and_missing_program_drain_nothing(tmp_path: Path, fakegpu: Path) -> None:
+    require_slurm()
+    c = fabric_cluster(tmp_path, fakegpu, "node.gpu-b.busbw_gbps = 20\n")
+    with c.cluster:
+        done = sweep(c, tmp_path, "--act", "--partition", "nosuch")
+        assert done.returncode == 3, done.stdout + done.stderr
+        assert "0 idle candidate node(s)" in done.stderr
+        toml = tmp_path / "sweep.toml"
+        toml.write_text(toml.read_text() + 'reservation = "nosuch"\n')
+        done = sweep(c, tmp_path, "--act")
+        assert done.returncode == 3 and "nosuch" in done.stderr, done.stderr
+        toml.write_text(toml.read_text().replace('reservation = "nosuch"\n', f'nccl_tests = "{tmp_path}/nowhere"\n'))
+        done = sweep(c, tmp_path, "--act", "--json")
+        assert done.returncode == 3, done.stdout + done.stderr
+        assert f"{tmp_path}/nowhere/all_reduce_perf is not installed on gpu-" in done.stderr
+        assert json.loads(done.stdout)["error"].startswith(f"{tmp_path}/nowhere/all_reduce_perf is not installed")
+        assert not [n for n in NODES if c.drained(n)]
+
+
+def test_fabric_sweep_second_sweep_refuses_with_the_first_ones_id(tmp_path: Path, fakegpu: Path) -> None:
+    require_slurm()
+    c = fabric_cluster(tmp_path, fakegpu, "node.gpu-d.nccl.hang = 1\n")
+    with c.cluster:
+        first = subprocess.Popen([sys.executable, "-m", "healthcheck.cli", "--fabric-sweep", "--json"],
+                                 env=sweep_env(c, tmp_path),
+                                 stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        try:
+            lock = tmp_path / "sweep-state" / "fabric-sweep.lock"
+            _wait_until(lambda: lock.exists() and lock.read_text().strip(), 60, what="the first sweep's lock")
+            first_id = lock.read_text().strip()
+            _wait_until(lambda: c.cluster.run(["squeue", "-h", "-n", "gpu-healthcheck-fabric"]).stdout.strip(),
+                        60, what="the first sweep's jobs")
+            second = sweep(c, tmp_path, "--act")
+            assert second.returncode == 3
+            assert f"another fabric sweep is running: {first_id}" in second.stderr, second.stderr
+            # from another submit host (its own state_dir, no lock of ours): the jobs name it
+            toml = tmp_path / "sweep.toml"
+            (tmp_path / "other.toml").write_text(toml.read_text().replace("sweep-state", "other-state"))
+            third = sweep(c, tmp_path, timeout=60, config="other.toml")
+            assert third.returncode == 3 and f"another fabric sweep is running: {first_id} (its job " in third.stderr
+        finally:
+            out, err = first.communicate(timeout=240)
+        assert first.returncode == 0 or first.returncode == 2, err
