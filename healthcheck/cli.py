@@ -38,6 +38,7 @@ exit status:
                   status --node has for the same file)
   --history, --cluster, --ack, --list-checks, --version   0 done, 3 could not
   --job-report    0 the job's GPUs are healthy, 2 one of them is at fault, 3 could not check
+  --fabric-sweep  0 no bad node, 2 a bad node found (drained with --act), 3 could not run
   any mode        3 for a command-line mistake (an unknown option, an option the mode does
                   not take) or an invalid config under --node; 143 on SIGTERM
 
