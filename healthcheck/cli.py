@@ -39,6 +39,8 @@ exit status:
   --history, --cluster, --ack, --list-checks, --version   0 done, 3 could not
   --job-report    0 the job's GPUs are healthy, 2 one of them is at fault, 3 could not check
   --fabric-sweep  0 no bad node, 2 a bad node found (drained with --act), 3 could not run
+  --gang          0 the job's fabric passed (or one node: nothing to check), 2 it failed,
+                  3 could not run (a program missing, srun refused, not in a job)
   any mode        3 for a command-line mistake (an unknown option, an option the mode does
                   not take) or an invalid config under --node; 143 on SIGTERM
 
@@ -113,6 +115,9 @@ def build_parser() -> "argparse.ArgumentParser":
     what.add_argument("--fabric-sweep", action="store_true", help="on a submit host: pair idle "
                       "nodes in exclusive Slurm jobs running nccl-tests (and ib_write_bw), find the "
                       "bad node, drain it with --act (docs/network.md)")
+    what.add_argument("--gang", action="store_true", help="inside a multi-node job, one task per "
+                      "node: a short collective over the job's nodes; on failure find the node "
+                      "(drained and the job requeued by the SPANK plugin's privileged side)")
     what.add_argument("--version", action="store_true", help="print the version and exit")
     parser.add_argument("--json", action="store_true", help="print one JSON document")
     parser.add_argument("--act", action="store_true", help="with --node: drain on failure, "
@@ -158,7 +163,7 @@ def _fast_args(argv: List[str]) -> Optional["argparse.Namespace"]:
     return SimpleNamespace(node=modes[0] == "--node", prolog=modes[0] == "--prolog",  # type: ignore[return-value]
                            epilog=modes[0] == "--epilog", version=False, history=None,
                            cluster=False, list_checks=False, check_config=False, ack=False,
-                           job_report=False, repair=False, fabric_sweep=False, nodes=None,
+                           job_report=False, repair=False, fabric_sweep=False, gang=False, nodes=None,
                            partition=None, json="--json" in argv, act="--act" in argv,
                            config=None, gpus=None, level=level, gres=False)
 
@@ -220,9 +225,9 @@ def _refuse_meaningless(args: "argparse.Namespace") -> None:
     """--act, --gpus, --level and --gres where the mode does nothing with them: one line, exit 3
     (a `--history --act` that ran as if --act meant something would mislead)."""
     mode = next(m for m in ("node", "repair", "prolog", "epilog", "history", "cluster", "list_checks",
-                            "check_config", "job_report", "ack", "version")
+                            "check_config", "job_report", "ack", "gang", "version")
                 if getattr(args, m) not in (None, False))
-    takes = {"act": ("node", "repair"), "gpus": ("node", "repair", "ack"),
+    takes = {"act": ("node", "repair", "gang"), "gpus": ("node", "repair", "ack"),
              "level": ("node", "repair", "prolog", "epilog", "ack"), "gres": ("check_config",)}
     for option, modes in takes.items():
         if mode in ("prolog", "epilog") and option in ("act", "gpus"):
@@ -260,6 +265,10 @@ def _main(args_list: List[str], started: float) -> int:
         return sweep_command(args, _load_config)
     if args.nodes or args.partition:
         raise UsageError("--nodes and --partition go with --fabric-sweep")
+    if args.gang:
+        from .act.gang import cli_main
+
+        return cli_main(args.config, args.act, args.json, _load_config)
     from .model import Mode
 
     if args.repair:

@@ -170,6 +170,9 @@ class FabricConfig(NamedTuple):
     output_dir: Optional[str] = None
     gang_bytes: int = 256 << 20  # --gang: the collective's message size (bytes)
     gang_timeout_s: float = 120.0  # --gang: the whole check's deadline
+    # --gang runs the collective with srun inside the job's own allocation (--overlap);
+    # None: on PATH, else /usr/bin/srun
+    srun: Optional[str] = None
 
 
 FABRIC_COLLECTIVES = ("all_reduce_perf", "all_gather_perf")
@@ -192,4 +195,5 @@ FABRIC_UNSET_MEANS = {
     "fabric.squeue": "found on PATH, else /usr/bin/squeue",
     "fabric.scancel": "found on PATH, else /usr/bin/scancel",
     "fabric.output_dir": "<state_dir>/fabric",
+    "fabric.srun": "found on PATH, else /usr/bin/srun",
 }

@@ -13,6 +13,14 @@
  *                                                           user, into that task's own stderr)
  *   slurm_spank_task_init   ->  EXEC --job-report         (the first task of a requeued batch
  *                                                           job: why it was requeued)
+ *   with allow_gang=yes, as root (the gang check's privileged side, never the job's code):
+ *   slurm_spank_task_exit   ->  EXEC --gang --act         (rank 0 of a `gpu-healthcheck --gang`
+ *                                                           step exited 2: measure again, drain
+ *                                                           the bad node, requeue the job)
+ *   slurm_spank_task_init_privileged -> EXEC --gang --act (the batch script's task, when the
+ *                                                           job asked --gpu-healthcheck=gang)
+ * The privileged side gets slurmstepd's own environment, never the job's, with SLURM_JOB_ID
+ * set from S_JOB_ID; its lines go into the task's stderr, the job's output.
  * and registers --gpu-healthcheck=quick|full|deep for sbatch, srun and salloc (full unless
  * allow_full=no, deep only with allow_deep=yes: minutes of on-device tests); the choice reaches
  * the prolog as SPANK_GPU_HEALTHCHECK_LEVEL (spank job control environment), which both this
@@ -55,6 +63,8 @@ SPANK_PLUGIN(gpu_healthcheck, 1);
 #define DEADLINE_VAR "GPU_HEALTHCHECK_DEADLINE_S" /* prolog/epilog: seconds until our SIGTERM */
 #define CONFIG_VAR "GPU_HEALTHCHECK_CONFIG"      /* the reports take slurmd's, never the job's */
 #define REPORT_TIMEOUT_S 15                /* --job-report: a fast NVML read */
+#define GANG_TIMEOUT_S 900                 /* --gang --act: a backstop; [fabric] gang_timeout_s
+					    * bounds the check itself */
 #define UNBOUNDED_TIMEOUT_S 600            /* no PrologEpilogTimeout and no timeout= */
 #define MAX_TASKS 1024
 #define USAGE_EXIT 3 /* gpu-healthcheck: a command-line mistake; prolog/epilog never exit 3 */
@@ -65,6 +75,7 @@ struct conf {
 	int allow_full;     /* may a job ask for --gpu-healthcheck=full? */
 	int allow_deep;     /* may a job ask for --gpu-healthcheck=deep? (minutes: off by default) */
 	int run_prolog, run_epilog, run_report;
+	int allow_gang;     /* does root run the gang check's privileged side (drain, requeue)? */
 	int timeout_s;      /* prolog/epilog deadline; 0: PrologEpilogTimeout less a margin */
 };
 
@@ -81,10 +92,11 @@ extern slurm_conf_t slurm_conf __attribute__((weak));
 static int opt_cb(int val, const char *optarg, int remote);
 
 static struct spank_option level_option = {
-	"gpu-healthcheck", "quick|full|deep",
+	"gpu-healthcheck", "quick|full|deep|gang",
 	"GPU health check before the job starts: quick (default), full, a memory test of "
 	"most of each of the job's GPUs, or deep, minutes of memory, bandwidth and compute "
-	"tests where the cluster allows it (gpu-healthcheck)",
+	"tests where the cluster allows it; gang: a short collective over a multi-node job's "
+	"nodes before its script starts (gpu-healthcheck)",
 	1, 0, opt_cb,
 };
 
@@ -132,10 +144,16 @@ static int valid_level(const char *value)
 	return value && (!strcmp(value, "quick") || !strcmp(value, "full"));
 }
 
-/* What a job may ask for with --gpu-healthcheck= (then bounded by allow_full=/allow_deep=). */
+/* What a job may ask for with --gpu-healthcheck= (then bounded by allow_full=/allow_deep=/
+ * allow_gang=).  gang is no prolog level: the prolog runs its default for it. */
 static int valid_ask(const char *value)
 {
-	return valid_level(value) || (value && !strcmp(value, "deep"));
+	return valid_level(value) || (value && (!strcmp(value, "deep") || !strcmp(value, "gang")));
+}
+
+static int is_gang(const char *value)
+{
+	return value && !strcmp(value, "gang");
 }
 
 /* Is the job's ask disabled here?  Names the argument that disables it, else NULL. */
@@ -145,6 +163,8 @@ static const char *ask_disabled(const char *value)
 		return "allow_full=no";
 	if (!strcmp(value, "deep") && !conf.allow_deep)
 		return "allow_deep=no";
+	if (is_gang(value) && !conf.allow_gang)
+		return "allow_gang=no";
 	return NULL;
 }
 
@@ -162,6 +182,7 @@ static int parse_args(int ac, char **av)
 	snprintf(conf.level, sizeof(conf.level), "quick");
 	conf.allow_full = 1;
 	conf.allow_deep = 0;
+	conf.allow_gang = 0;
 	conf.run_prolog = conf.run_epilog = conf.run_report = 1;
 	conf.timeout_s = 0;
 
@@ -193,6 +214,9 @@ static int parse_args(int ac, char **av)
 		} else if (KEY("allow_deep")) {
 			if (parse_yes_no(value, &conf.allow_deep))
 				problem = "allow_deep= takes yes or no";
+		} else if (KEY("allow_gang")) {
+			if (parse_yes_no(value, &conf.allow_gang))
+				problem = "allow_gang= takes yes or no";
 		} else if (KEY("run")) {
 			if (parse_run(value, &conf))
 				problem = "run= takes a comma list of prolog, epilog, report";
@@ -204,8 +228,8 @@ static int parse_args(int ac, char **av)
 			else
 				conf.timeout_s = (int) n;
 		} else
-			problem = "unknown argument; known: exec= level= allow_full= allow_deep= run= "
-				  "timeout=";
+			problem = "unknown argument; known: exec= level= allow_full= allow_deep= "
+				  "allow_gang= run= timeout=";
 #undef KEY
 		if (problem) {
 			if (loud)
@@ -463,8 +487,9 @@ static int opt_cb(int val, const char *optarg, int remote)
 
 	(void) val;
 	if (!valid_ask(optarg)) {
-		slurm_error("--gpu-healthcheck takes quick or full%s, not '%s'",
-			    conf.allow_deep ? " or deep" : "", optarg ? optarg : "");
+		slurm_error("--gpu-healthcheck takes quick or full%s%s, not '%s'",
+			    conf.allow_deep ? " or deep" : "", conf.allow_gang ? " or gang" : "",
+			    optarg ? optarg : "");
 		return -1;
 	}
 	disabled = ask_disabled(optarg);
@@ -487,15 +512,16 @@ int slurm_spank_init(spank_t sp, int ac, char **av)
 
 	if (parse_args(ac, av) == 0 && ctx == S_CTX_SLURMD) /* slurmd's log: what it will do */
 		slurm_info("%s: exec=%s level=%s allow_full=%s run=%s%s%s timeout=%d s "
-			   "allow_deep=%s", PLUGIN, conf.exec, conf.level,
+			   "allow_deep=%s allow_gang=%s", PLUGIN, conf.exec, conf.level,
 			   conf.allow_full ? "yes" : "no", conf.run_prolog ? "prolog," : "",
 			   conf.run_epilog ? "epilog," : "", conf.run_report ? "report" : "",
-			   script_timeout(), conf.allow_deep ? "yes" : "no");
+			   script_timeout(), conf.allow_deep ? "yes" : "no",
+			   conf.allow_gang ? "yes" : "no");
 	if (ctx == S_CTX_LOCAL || ctx == S_CTX_ALLOCATOR || ctx == S_CTX_REMOTE) {
 		if (spank_option_register(sp, &level_option) != ESPANK_SUCCESS)
 			slurm_error("%s: cannot register --gpu-healthcheck", PLUGIN);
 	}
-	if (ctx == S_CTX_REMOTE && conf.run_report &&
+	if (ctx == S_CTX_REMOTE && (conf.run_report || conf.allow_gang) &&
 	    socketpair(AF_UNIX, SOCK_DGRAM | SOCK_CLOEXEC, 0, fd_socks) < 0) {
 		slurm_info("%s: socketpair: %m; no task-exit report for this step", PLUGIN);
 		fd_socks[0] = fd_socks[1] = -1;
@@ -510,7 +536,7 @@ int slurm_spank_init_post_opt(spank_t sp, int ac, char **av)
 
 	(void) ac;
 	(void) av;
-	if ((ctx == S_CTX_LOCAL || ctx == S_CTX_ALLOCATOR) && requested[0] &&
+	if ((ctx == S_CTX_LOCAL || ctx == S_CTX_ALLOCATOR) && requested[0] && !is_gang(requested) &&
 	    spank_job_control_setenv(sp, LEVEL_VAR, requested, 1) != ESPANK_SUCCESS)
 		slurm_error("%s: cannot pass --gpu-healthcheck=%s to the prolog", PLUGIN, requested);
 	return 0;
@@ -529,7 +555,7 @@ int slurm_spank_job_prolog(spank_t sp, int ac, char **av)
 		level = opt;
 	/* checked again here: a user's own plugstack.conf (SLURM_CONF) can put any level into
 	 * the job's prolog environment */
-	if (!valid_ask(level))
+	if (!valid_ask(level) || is_gang(level))
 		level = conf.level;
 	else if ((disabled = ask_disabled(level))) {
 		slurm_error("%s: prolog: the job asks for %s, disabled by %s; running %s",
@@ -592,6 +618,98 @@ static char **report_envp(char **env, char *phase)
 	return envp;
 }
 
+/* The gang check's privileged side: EXEC --gang --act as root, with slurmstepd's own
+ * environment (never the job's: a user's PATH or PYTHONPATH must not reach root) and
+ * SLURM_JOB_ID from slurmstepd's S_JOB_ID.  Its lines go to out_fd, the job's output. */
+static void run_gang(spank_t sp, int out_fd)
+{
+	extern char **environ;
+	static char path[] = "PATH=" DEFAULT_PATH;
+	char *argv[] = { conf.exec, "--gang", "--act", NULL };
+	char job[32], node[128] = "", **envp, **jobenv = NULL;
+	uint32_t job_id = 0;
+	int n = 0, k = 0, status = 0, has_path = 0, has_node = 0;
+
+	if (spank_get_item(sp, S_JOB_ID, &job_id) != ESPANK_SUCCESS || job_id == 0)
+		return;
+	snprintf(job, sizeof(job), "SLURM_JOB_ID=%u", job_id);
+	/* this node's name, which slurmstepd itself puts into every task's environment (names
+	 * only which node's config and logs these are; nothing is judged by it) */
+	if (spank_get_item(sp, S_JOB_ENV, &jobenv) == ESPANK_SUCCESS && jobenv)
+		for (n = 0; jobenv[n]; n++)
+			if (!strncmp(jobenv[n], "SLURMD_NODENAME=", 16) &&
+			    strlen(jobenv[n]) < sizeof(node) &&
+			    strspn(jobenv[n] + 16, "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ"
+						   "0123456789._-") == strlen(jobenv[n] + 16))
+				snprintf(node, sizeof(node), "%s", jobenv[n]);
+	n = 0;
+	while (environ[n])
+		n++;
+	envp = calloc(n + 4, sizeof(char *));
+	if (!envp)
+		return;
+	for (n = 0; environ[n]; n++) {
+		if (!strncmp(environ[n], "SLURM_JOB_ID=", 13) || !strncmp(environ[n], "SLURM_PROCID=", 13))
+			continue;
+		if (!strncmp(environ[n], "PATH=", 5))
+			has_path = 1;
+		if (!strncmp(environ[n], "SLURMD_NODENAME=", 16))
+			has_node = 1;
+		envp[k++] = environ[n];
+	}
+	envp[k++] = job;
+	if (!has_node && node[0])
+		envp[k++] = node;
+	if (!has_path)
+		envp[k++] = path;
+	{
+		struct run r = { "gang", argv, envp, out_fd, (uid_t) -1, 0, NULL, 0,
+				 GANG_TIMEOUT_S, 1, 0 };
+
+		run_exec(&r, &status);
+	}
+	free(envp);
+}
+
+/* Is this task `gpu-healthcheck --gang` (argv[0] named gpu-healthcheck)?  Only a trigger: the
+ * privileged side believes nothing the task says, it measures again. */
+static int gang_task(spank_t sp)
+{
+	int argc = 0, i;
+	char **argv = NULL;
+	const char *base;
+
+	if (spank_get_item(sp, S_JOB_ARGV, &argc, &argv) != ESPANK_SUCCESS || argc < 2 || !argv)
+		return 0;
+	base = strrchr(argv[0], '/');
+	base = base ? base + 1 : argv[0];
+	if (strcmp(base, "gpu-healthcheck"))
+		return 0;
+	for (i = 1; i < argc; i++)
+		if (!strcmp(argv[i], "--gang"))
+			return 1;
+	return 0;
+}
+
+/* The batch script's task, before it becomes the user: a job that asked --gpu-healthcheck=gang
+ * has its nodes checked by root before the script runs. */
+int slurm_spank_task_init_privileged(spank_t sp, int ac, char **av)
+{
+	uint32_t step = 0, global = 1;
+	char *opt = NULL;
+
+	(void) ac;
+	(void) av;
+	if (!conf.allow_gang ||
+	    spank_option_getopt(sp, &level_option, &opt) != ESPANK_SUCCESS || !is_gang(opt))
+		return 0;
+	if (spank_get_item(sp, S_JOB_STEPID, &step) != ESPANK_SUCCESS || step != SLURM_BATCH_SCRIPT ||
+	    spank_get_item(sp, S_TASK_GLOBAL_ID, &global) != ESPANK_SUCCESS || global != 0)
+		return 0;
+	run_gang(sp, STDERR_FILENO);
+	return 0;
+}
+
 /* A task of ours (the task's child, as the user, its stdio in place): hand its stderr to
  * slurmstepd for the exit report, and tell the first task of a requeued batch job why. */
 int slurm_spank_task_init(spank_t sp, int ac, char **av)
@@ -601,7 +719,7 @@ int slurm_spank_task_init(spank_t sp, int ac, char **av)
 
 	(void) ac;
 	(void) av;
-	if (!conf.run_report || fd_socks[1] < 0)
+	if (fd_socks[1] < 0)
 		return 0;
 	if (spank_get_item(sp, S_TASK_ID, &task) == ESPANK_SUCCESS) {
 		char cbuf[CMSG_SPACE(sizeof(int))];
@@ -624,6 +742,8 @@ int slurm_spank_task_init(spank_t sp, int ac, char **av)
 			slurm_info("%s: task %u: cannot pass stderr for the exit report: %m",
 				    PLUGIN, task);
 	}
+	if (!conf.run_report)
+		return 0;
 	/* Slurm 22.05 never fills S_SLURM_RESTART_COUNT in (stepd's restart_cnt stays 0); the
 	 * task's environment has it */
 	if (spank_get_item(sp, S_SLURM_RESTART_COUNT, &restarts) != ESPANK_SUCCESS ||
@@ -690,6 +810,28 @@ int slurm_spank_task_exit(spank_t sp, int ac, char **av)
 
 	(void) ac;
 	(void) av;
+	if (conf.allow_gang && spank_get_item(sp, S_TASK_EXIT_STATUS, &wstatus) == ESPANK_SUCCESS &&
+	    WIFEXITED(wstatus) && WEXITSTATUS(wstatus) == 2 && gang_task(sp)) {
+		uint32_t global = 1;
+
+		if (spank_get_item(sp, S_TASK_GLOBAL_ID, &global) == ESPANK_SUCCESS && global == 0) {
+			int out = -1;
+
+			if (fd_socks[0] >= 0) {
+				collect_task_fds();
+				if (spank_get_item(sp, S_TASK_ID, &task) == ESPANK_SUCCESS &&
+				    task < MAX_TASKS && task_stderr[task]) {
+					out = task_stderr[task] - 1;
+					task_stderr[task] = 0;
+				}
+			}
+			reported = 1; /* the gang's lines are this step's report */
+			run_gang(sp, out);
+			if (out >= 0)
+				close(out);
+			return 0;
+		}
+	}
 	if (!conf.run_report || fd_socks[0] < 0)
 		return 0;
 	collect_task_fds();

@@ -196,6 +196,13 @@ class Scontrol:
             raise ScontrolError(["update", f"JobId={job_id!r}"], "not a numeric job id; not sent")
         self._run(["update", f"JobId={job_id}", f"AdminComment={sanitise(text)}"])
 
+    def requeue(self, job_id: str) -> None:
+        """`scontrol requeue ID`: the job goes back to pending and starts again on nodes
+        slurmctld picks afresh (a drained node is never one of them)."""
+        if not re.fullmatch(r"[1-9][0-9]{0,9}", job_id):
+            raise ScontrolError(["requeue", repr(job_id)], "not a numeric job id; not sent")
+        self._run(["requeue", job_id])
+
 
 # How long after the second of our reason time we re-read: Slurm stamps reasons to the
 # second, so a drain that ranks before ours (same or earlier second) is visible once that

@@ -31,10 +31,8 @@ from ..decide.exitcodes import CONFIG_ERROR, fabric_exit
 from ..decide.fabricjob import JobSpec, MissingProgram
 from ..decide.repair import parse_mark, reboot_flags
 from ..decide.sweep import BAD, NodeOutcome, SweepPlanner, SweepReport, Thresholds, fabric_reason  # noqa: F401  (SweepReport: re-exported)
-from ..decide.verdict import DrainDecision, NodeState, decide_drain, refused_comment
-from ..model import CRIT, ERR, NOTICE, WARNING, DoorError, LogEvent, Outcome
+from ..model import CRIT, ERR, NOTICE, DoorError, LogEvent
 from ..records import NamedTuple
-from ..text import iso_utc
 from .sweeprun import JOB_NAME, Setup, SlurmRunner, SweepError
 
 _PARTITIONS_RE = re.compile(r"\sPartitions=(\S+)")
@@ -237,44 +235,13 @@ def _reservation_nodes(ctl: "object", name: str) -> str:
 
 def _drain(ctl: "object", node: NodeOutcome, collective: str, config: Config, act: bool,
            events: List[LogEvent], sweep_id: str) -> Tuple[str, str]:
-    """Drain one bad node through the scontrol door, as every drain of ours: within the budget
-    (decided, then held), never over an admin's reason; report_only and a run without --act
-    only say it.  Returns (what became of it, the reason)."""
-    from .scontrol import hold_budget
+    """Drain one bad node through the scontrol door, as every drain of ours (act/fabricdrain.py:
+    within the budget, decided then held, never over an admin's reason; report_only and a run
+    without --act only say it).  Returns (what became of it, the reason)."""
+    from .fabricdrain import drain_fabric_node
 
-    reason = fabric_reason(node, collective)
-    fields = {"SLURMD_NODENAME": node.node, "GPU_HEALTHCHECK_MODE": "fabric-sweep",
-              "GPU_HEALTHCHECK_SWEEP": sweep_id}
-    if not act or config.drain.report_only:
-        why = "report_only" if act else "without --act"
-        events.append(LogEvent("drain", WARNING, f"{why}: would drain {node.node}: {reason}", fields,
-                               Outcome.REPORT_ONLY))
-        return Outcome.REPORT_ONLY.value, reason
-    try:
-        nodes = ctl.show_nodes()  # type: ignore[attr-defined]
-        this = next((n for n in nodes if n.name == node.node), None) or NodeState(node.node, "UNKNOWN")
-        decision = decide_drain(this, nodes, config.drain.max_fraction)
-        if decision is DrainDecision.ADMIN_OWNED:
-            events.append(LogEvent("drain", WARNING, f"{node.node} is already drained by someone else "
-                                                     f"({this.reason}); kept. Ours would be: {reason}",
-                                   fields, Outcome.KEPT))
-            return Outcome.ADMIN_OWNED.value, reason
-        if decision is DrainDecision.ALREADY_OURS:
-            return Outcome.ALREADY_OURS.value, this.reason or reason
-        if decision is DrainDecision.APPLY:
-            ctl.drain(node.node, reason)  # type: ignore[attr-defined]
-            check = hold_budget(ctl, node.node, reason, config.drain.max_fraction)  # type: ignore[arg-type]
-            if check.kept:
-                events.append(LogEvent("drain", CRIT, f"drained {node.node}: {reason}", fields, Outcome.APPLIED))
-                return Outcome.APPLIED.value, reason
-        ctl.set_comment(node.node, refused_comment(reason, iso_utc(time.time())))  # type: ignore[attr-defined]
-        events.append(LogEvent("refused", CRIT, f"drain of {node.node} refused: drain.max_fraction = "
-                                                f"{config.drain.max_fraction}; would have drained with: {reason}",
-                               fields, Outcome.REFUSED))
-        return Outcome.REFUSED.value, reason
-    except DoorError as exc:
-        events.append(LogEvent("error", ERR, f"cannot drain {node.node}: {exc}; reason: {reason}", fields))
-        return f"error: {exc}", reason
+    return drain_fabric_node(ctl, node.node, fabric_reason(node, collective), config, act,  # type: ignore[arg-type]
+                             events, {"GPU_HEALTHCHECK_MODE": "fabric-sweep", "GPU_HEALTHCHECK_SWEEP": sweep_id})
 
 
 def _summary_event(report: SweepReport) -> LogEvent:

@@ -1,0 +1,302 @@
+"""`gpu-healthcheck --gang`: at the top of a multi-node job, a short collective over the job's own
+nodes; on failure, find the node inside the allocation, and (on the privileged side) drain it
+and requeue the job so that it starts again without that node.
+
+    srun --ntasks-per-node=1 gpu-healthcheck --gang      # in a batch script, as the job's user
+    code = gang(GangRequest(act=False), config, os.environ, sys.stdout, sys.stderr)
+
+Two sides, one code path (decide/gang.py plans, this module runs and acts):
+- **The user's side** (`--gang`, the job's own tasks; rank 0 of the step works, the others
+  return at once): measures and reports into the job's output; it changes nothing and needs no
+  privilege.  Exit 0 passed (or one node), 2 the fabric failed, 3 it could not run.
+- **The privileged side** (`--gang --act`, as root only: the SPANK plugin runs it from
+  slurmstepd when rank 0 of a `--gang` step exits 2, or at the start of a batch job submitted
+  with `--gpu-healthcheck=gang`, where plugstack.conf says allow_gang=yes).  It trusts nothing
+  the job wrote or said: the job id comes from slurmstepd (the plugin sets SLURM_JOB_ID from
+  S_JOB_ID), the nodes from slurmctld (`scontrol show job`), the programs from root's config,
+  and every figure from its own srun steps (`srun --jobid=J --overlap`).  A user's exit status
+  2, or any line she prints, only makes it measure again, at most once per job run on a node
+  (`<state_dir>/gang-<job>-<restarts>`).  A node it finds bad is drained through the scontrol
+  door (act/fabricdrain.py: the budget, ownership, report_only), the job's AdminComment gets the
+  reason, and the job is requeued (`scontrol requeue`): a drained node is not chosen again.
+
+Each collective runs at most gang_timeout_s / 5 (a hang fails its run and leaves time to find
+the node), the whole check at most gang_timeout_s; a missing program or an srun that cannot
+start a step is "could not run" (exit 3), never a node's fault.
+"""
+
+from __future__ import annotations
+
+import concurrent.futures
+import json
+import os
+import re
+import time
+from typing import TYPE_CHECKING, Callable, Dict, List, Mapping, Optional, Sequence, TextIO, Tuple
+
+from ..config import Config
+from ..decide.exitcodes import CONFIG_ERROR, fabric_exit
+from ..decide.gang import FAILED, LINE, PASSED, SINGLE, GangPlan, GangResult, gang_reason, job_lines, parse_show_job
+from ..decide.sweep import FABRIC_PREFIX, Job, JobResult, Thresholds, judge_collective
+from ..model import CRIT, ERR, NOTICE, DoorError, LogEvent, Outcome
+from ..records import NamedTuple
+from ..text import iso_utc
+
+if TYPE_CHECKING:
+    from ..decide.gang import GangJob
+    from .scontrol import Scontrol
+
+# slurmstepd's words when the program is not on the nodes (Slurm 22.05-24.11)
+_MISSING_RE = re.compile(r"execve\(\): (\S+): No such file or directory")
+_SRUN_ERROR_RE = re.compile(r"^srun: error: (.*)$", re.M)
+RUN_SHARE = 5  # each collective gets at most gang_timeout_s / RUN_SHARE
+
+
+class GangError(Exception):
+    """The check could not run (a program missing, srun refused): nobody's node is at fault."""
+
+
+class GangRequest(NamedTuple):
+    act: bool = False
+    as_json: bool = False
+
+
+def srun_env(environ: Mapping[str, str]) -> Dict[str, str]:
+    """The nested srun's environment: ours without the step's SLURM_* (SLURM_NTASKS and the
+    like would override what we ask for); the job is named by --jobid."""
+    return {k: v for k, v in environ.items() if not k.startswith("SLURM_") or k == "SLURM_CONF"}
+
+
+class GangRunner:
+    """Runs a round's jobs at once, each an `srun --overlap` step inside the job."""
+
+    def __init__(self, srun: str, job_id: str, config: Config, environ: Mapping[str, str],
+                 deadline: float) -> None:
+        fabric = config.fabric
+        self.srun, self.job_id, self.deadline = srun, job_id, deadline
+        self.collective = (os.path.join(fabric.nccl_tests, fabric.collective) if fabric.nccl_tests
+                           else fabric.collective)
+        self.nbytes = fabric.gang_bytes
+        self.tasks_per_node = fabric.tasks_per_node
+        self.srun_args = fabric.srun_args
+        self.run_limit = max(5.0, fabric.gang_timeout_s / RUN_SHARE)
+        self.env = srun_env(environ)
+
+    def argv(self, job: Job) -> List[str]:
+        return [self.srun, f"--jobid={self.job_id}", "--overlap", f"--nodes={len(job.nodes)}",
+                f"--nodelist={','.join(job.nodes)}", f"--ntasks-per-node={self.tasks_per_node}",
+                "--kill-on-bad-exit=1", *self.srun_args, self.collective,
+                "-b", str(self.nbytes), "-e", str(self.nbytes), "-g", "1"]
+
+    def run(self, jobs: Sequence[Job]) -> List[JobResult]:
+        left = self.deadline - time.monotonic()
+        if left <= 1.0:
+            raise GangError("gang_timeout_s spent before the node could be found")
+        limit = min(left, self.run_limit)
+        with concurrent.futures.ThreadPoolExecutor(max_workers=max(1, len(jobs))) as pool:
+            return list(pool.map(lambda job: self._one(job, limit), jobs))
+
+    def _one(self, job: Job, limit: float) -> JobResult:
+        from ..outside import run_bounded
+        from ..read.nccltests import parse_nccl_tests
+
+        ran = run_bounded(self.argv(job), limit, merge_stderr=True, env=self.env, term_grace_s=3.0)
+        if ran.error and not ran.timed_out:
+            raise GangError(ran.error)
+        text = ran.text()
+        missing = _MISSING_RE.search(text)
+        if missing or ran.returncode == 127:
+            raise GangError(f"{missing.group(1) if missing else self.collective} is not installed on "
+                            f"{','.join(job.nodes)}")
+        run = parse_nccl_tests(text)
+        srun_errors = _SRUN_ERROR_RE.findall(text)
+        if not ran.timed_out and not run.rows and not run.hosts and srun_errors:
+            # srun never started the collective (no step, a node Slurm lost): not a fabric figure
+            raise GangError(f"srun could not run {self.collective} on {','.join(job.nodes)}: {srun_errors[0]}")
+        busbw, problem = judge_collective(run, ran.returncode, ran.timed_out)
+        return JobResult(job, busbw, problem)
+
+
+def _job(ctl: "Scontrol", job_id: str) -> "GangJob":
+    from ..read.slurmconf import expand_hostlist
+
+    return parse_show_job(ctl.show_job(job_id), expand_hostlist)
+
+
+def cli_main(config_path: Optional[str], act: bool, as_json: bool,
+             load: Callable[[Optional[str]], Config]) -> int:
+    """--gang from the command line: the config (a mistake in it exits 3), then the check."""
+    import sys
+
+    from ..config import ConfigError
+
+    try:
+        config = load(config_path)
+    except ConfigError as exc:
+        print(f"gpu-healthcheck: config error: {exc}", file=sys.stderr)
+        return CONFIG_ERROR
+    return gang(GangRequest(act, as_json), config, os.environ, sys.stdout, sys.stderr)
+
+
+def gang(request: GangRequest, config: Config, environ: Mapping[str, str], out: TextIO, err: TextIO) -> int:
+    from .scontrol import Scontrol, find_scontrol
+    from ..tools import find_tool
+
+    if environ.get("SLURM_PROCID", "0") != "0":
+        return fabric_exit(False)  # one task of the step measures; the others have nothing to do
+    job_id = environ.get("SLURM_JOB_ID", "")
+    if request.act and os.geteuid() != 0:
+        print("gpu-healthcheck: --gang --act is the privileged side (the SPANK plugin runs it as "
+              "root); in a job, run --gang", file=err)
+        return CONFIG_ERROR
+    from ..decide.gang import valid_job_id
+
+    if not valid_job_id(job_id):
+        print(f"gpu-healthcheck: --gang runs inside a Slurm job: SLURM_JOB_ID is {job_id or 'unset'!r}",
+              file=err)
+        return CONFIG_ERROR
+    ctl = Scontrol(find_scontrol(config.scontrol, environ), config.scontrol_timeout_s)
+    fabric = config.fabric
+    events: List[LogEvent] = []
+    fields = {"GPU_HEALTHCHECK_MODE": "gang", "SLURM_JOB_ID": job_id}
+    try:
+        job = _job(ctl, job_id)
+    except (DoorError, ValueError) as exc:
+        print(f"gpu-healthcheck: --gang: cannot read job {job_id} from slurmctld: {exc}", file=err)
+        return fabric_exit(False, could_run=False)
+    if request.act and len(job.nodes) > 1 and not _first_remeasure(config, job_id, job.restarts, err):
+        return fabric_exit(False)
+    started = time.monotonic()
+    runner = GangRunner(find_tool("srun", fabric.srun, environ), job_id, config, environ,
+                        started + fabric.gang_timeout_s)
+    plan = GangPlan(job.nodes, Thresholds(fabric.busbw_floor_gbps, fabric.median_ratio_fail),
+                    partners=fabric.partners)
+    try:
+        jobs = plan.next_jobs()
+        while jobs:
+            plan.record(runner.run(jobs))
+            jobs = plan.next_jobs()
+    except GangError as exc:
+        print(f"{LINE} job {job_id}: could not run: {exc}; nothing drained", file=out)
+        if request.act:
+            events.append(LogEvent("error", ERR, f"gang check of job {job_id} could not run: {exc}", fields))
+            _record(config, job_id, None, {}, events, err)
+        return fabric_exit(False, could_run=False)
+    result = plan.result()
+    actions: Dict[str, str] = {}
+    requeue = False
+    if result.outcome == FAILED:
+        actions, requeue = _drain_bad(ctl, config, result, job_id, request.act, events, fields)
+    requeue = requeue and job.requeue
+    if request.as_json:
+        json.dump(_document(result, job_id, actions, requeue, request.act), out, indent=2)
+        out.write("\n")
+    else:
+        words = _words(actions, requeue, request.act, job.requeue)
+        out.write("\n".join(job_lines(result, job_id, fabric.gang_bytes, words)) + "\n")
+    out.flush()
+    if request.act:
+        events.append(LogEvent("summary", CRIT if result.outcome == FAILED else NOTICE,
+                               f"gang check of job {job_id} ({len(job.nodes)} nodes): {result.outcome}"
+                               + (f"; bad: {','.join(n.node for n in result.bad)}" if result.bad else "")
+                               + ("; requeuing the job" if requeue else ""), fields))
+        _record(config, job_id, result, actions, events, err)
+    if requeue:
+        # last: the requeue ends this job's steps, and this process with them
+        try:
+            ctl.requeue(job_id)
+        except DoorError as exc:
+            print(f"{LINE} cannot requeue job {job_id}: {exc}", file=out, flush=True)
+            if config.journal:
+                from .journal import send_events
+
+                send_events([LogEvent("error", ERR, f"cannot requeue job {job_id}: {exc}", fields)], "gang")
+    return fabric_exit(result.outcome not in (PASSED, SINGLE))
+
+
+def _first_remeasure(config: Config, job_id: str, restarts: int, err: TextIO) -> bool:
+    """At most one privileged re-measure per job run on this node: whatever a job prints or
+    exits with, it cannot make root run steps in its allocation again and again."""
+    os.makedirs(config.state_dir, mode=0o700, exist_ok=True)
+    path = os.path.join(config.state_dir, f"gang-{job_id}-{restarts}")
+    try:
+        os.close(os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o600))
+    except FileExistsError:
+        print(f"gpu-healthcheck: --gang --act: job {job_id} (run {restarts}) was measured on this node "
+              f"already ({path}); not again", file=err)
+        return False
+    return True
+
+
+def _drain_bad(ctl: "Scontrol", config: Config, result: GangResult, job_id: str, act: bool,
+               events: List[LogEvent], fields: Dict[str, str]) -> Tuple[Dict[str, str], bool]:
+    """Drain each bad node (with act: the privileged side) and name it in the job's
+    AdminComment.  Returns ({node: what became of its drain}, whether to requeue: only once
+    every bad node is out of service, else the job would start on it again)."""
+    from .fabricdrain import drain_fabric_node
+
+    actions: Dict[str, str] = {}
+    comment = ""
+    for node in result.bad:
+        reason = gang_reason(node, config.fabric.collective, job_id)
+        taken, _ = drain_fabric_node(ctl, node.node, reason, config, act, events, fields)
+        actions[node.node] = taken
+        comment = comment or f"{LINE} {node.node} {reason[len(FABRIC_PREFIX):]}"
+    out_of_service = (Outcome.APPLIED.value, Outcome.ALREADY_OURS.value, Outcome.ADMIN_OWNED.value)
+    if not act or not all(t in out_of_service for t in actions.values()):
+        return actions, False
+    try:
+        ctl.set_admin_comment(job_id, comment)
+    except DoorError as exc:
+        events.append(LogEvent("error", ERR, f"cannot set job {job_id}'s AdminComment: {exc}", fields))
+    return actions, True
+
+
+def _words(actions: Dict[str, str], requeue: bool, act: bool, requeueable: bool) -> Dict[str, str]:
+    said = {Outcome.APPLIED.value: "drained", Outcome.ALREADY_OURS.value: "already drained by us",
+            Outcome.ADMIN_OWNED.value: "already drained by an admin",
+            Outcome.REFUSED.value: "not drained: drain.max_fraction is spent",
+            Outcome.REPORT_ONLY.value: "would drain (report_only)" if act else
+            "the privileged side (SPANK allow_gang=yes) drains it and requeues the job"}
+    tail = "; requeuing the job" if requeue else "" if requeueable or not act else \
+        "; the job is not requeueable (--no-requeue): it goes on"
+    return {node: said.get(taken, taken) + tail for node, taken in actions.items()}
+
+
+def _document(result: GangResult, job_id: str, actions: Dict[str, str], requeue: bool,
+              act: bool) -> Dict[str, object]:
+    whole = result.whole
+    return {"schema": 1, "mode": "gang", "job_id": job_id, "act": act, "outcome": result.outcome,
+            "why": result.why, "rounds": result.rounds, "jobs": result.jobs,
+            "nodes": list(whole.job.nodes) if whole else [],
+            "busbw_gbps": whole.busbw_gbps if whole else None,
+            "bad": [{"node": n.node, "busbw_gbps": n.busbw_gbps, "partners": list(n.partners),
+                     "why": n.why, "action": actions.get(n.node)} for n in result.bad],
+            "requeue": requeue}
+
+
+def _record(config: Config, job_id: str, result: Optional[GangResult], actions: Dict[str, str],
+            events: List[LogEvent], err: TextIO) -> None:
+    """The privileged side's history line and journal entries; a failure is said, never a crash."""
+    findings = [{"check": "fabric.gang", "severity": "fail", "gpu": None, "node": n.node,
+                 "value": n.busbw_gbps, "partners": list(n.partners), "message": f"{n.node}: {n.why}"}
+                for n in (result.bad if result else ())]
+    drained = [n for n, t in actions.items() if t == Outcome.APPLIED.value]
+    record = {"time": iso_utc(time.time()), "mode": "gang", "job_id": job_id,
+              "verdict": "unknown" if result is None else "fail" if result.bad else
+              "pass" if result.outcome in (PASSED, SINGLE) else "unknown",
+              "findings": findings,
+              "action": {"taken": "drain" if drained else "none",
+                         "reason": next((e.message for e in events if e.kind == "drain"), None),
+                         "dry_run": any(t == Outcome.REPORT_ONLY.value for t in actions.values())},
+              "events": [{"kind": e.kind, "message": e.message[:500]} for e in events][:50]}
+    try:
+        from .history import append_line, encode
+
+        append_line(config.history_path(), encode(record), config.history_max_bytes)
+    except OSError as exc:
+        print(f"gpu-healthcheck: --gang: cannot write the history: {exc}", file=err)
+    if config.journal:
+        from .journal import send_events
+
+        send_events(events, "gang")

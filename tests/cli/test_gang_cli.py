@@ -1,0 +1,95 @@
+"""`gpu-healthcheck --gang` in-process (act/gang.py), with stand-ins at the outside boundary
+only: an scontrol that answers `show job` as slurmctld does, and an srun that starts the step's
+one rank 0 of the fake nccl-tests (tests/fakegpu/fabric.py) with the step's nodes in
+SLURM_STEP_NODELIST, or says what slurmstepd says when the program is not there."""
+
+from __future__ import annotations
+
+import io
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from healthcheck.act.gang import GangRequest, gang, srun_env
+from healthcheck.config import Config
+from healthcheck.configsections import FabricConfig
+
+SHOW_JOB = "JobId=12 JobName=train UserId=alice(1001) JobState=RUNNING Requeue=1 Restarts=0 NodeList={nodes}\n"
+SRUN = r"""#!/bin/sh
+prog=""; nodes=""
+for a in "$@"; do
+  case "$a" in --nodelist=*) nodes="${a#--nodelist=}";; --*) ;; *) [ -z "$prog" ] && prog="$a";; esac
+done
+if [ ! -x "$prog" ]; then echo "slurmstepd: error: execve(): $prog: No such file or directory"; exit 2; fi
+shift $(( $# ))
+SLURM_STEP_NODELIST="$nodes" SLURM_PROCID=0 exec "$prog" -b 268435456 -e 268435456 -g 1
+"""
+
+
+def stand_ins(tmp_path: Path, nodes: str) -> Path:
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir(exist_ok=True)
+    (bin_dir / "scontrol").write_text(f"#!/bin/sh\necho '{SHOW_JOB.format(nodes=nodes).strip()}'\n")
+    (bin_dir / "srun").write_text(SRUN)
+    for f in ("scontrol", "srun"):
+        (bin_dir / f).chmod(0o755)
+    return bin_dir
+
+
+def run(tmp_path: Path, fakegpu: Path, nodes: str, scenario: str, nccl_tests: str = "", as_json: bool = False):
+    bin_dir = stand_ins(tmp_path, nodes)
+    (tmp_path / "fabric.scenario").write_text(scenario)
+    config = Config(scontrol=str(bin_dir / "scontrol"), state_dir=str(tmp_path / "state"), journal=False,
+                    fabric=FabricConfig(srun=str(bin_dir / "srun"), nccl_tests=nccl_tests or str(fakegpu),
+                                        busbw_floor_gbps=100.0, gang_timeout_s=60.0))
+    environ = {"SLURM_JOB_ID": "12", "SLURM_PROCID": "0", "SLURM_NTASKS": "4",
+               "FAKEGPU_FABRIC": str(tmp_path / "fabric.scenario"), "PATH": os.environ["PATH"]}
+    out, err = io.StringIO(), io.StringIO()
+    code = gang(GangRequest(as_json=as_json), config, environ, out, err)
+    return code, out.getvalue(), err.getvalue()
+
+
+def test_gang_cli_healthy_job_passes(tmp_path, fakegpu) -> None:
+    code, out, _ = run(tmp_path, fakegpu, "gpu-a,gpu-b,gpu-c,gpu-d", "")
+    assert code == 0 and out == "gpu-healthcheck: gang: job 12: 4 nodes passed, busbw 380.0 GB/s at 256 MiB\n"
+
+
+def test_gang_cli_user_side_names_the_slow_node_and_drains_nothing(tmp_path, fakegpu) -> None:
+    code, out, _ = run(tmp_path, fakegpu, "gpu-a,gpu-b,gpu-c,gpu-d", "node.gpu-c.busbw_gbps = 41.2\n")
+    assert code == 2, out
+    assert "gpu-healthcheck: gang: gpu-c is bad: busbw=41.2<100 with every partner (gpu-" in out
+    assert "the privileged side (SPANK allow_gang=yes) drains it and requeues the job" in out
+    code, out, _ = run(tmp_path, fakegpu, "gpu-a,gpu-b,gpu-c,gpu-d", "node.gpu-c.busbw_gbps = 41.2\n", as_json=True)
+    doc = json.loads(out)
+    assert doc["mode"] == "gang" and doc["outcome"] == "failed" and doc["requeue"] is False
+    assert [b["node"] for b in doc["bad"]] == ["gpu-c"] and doc["bad"][0]["action"] == "report_only"
+
+
+def test_gang_cli_missing_collective_is_could_not_run(tmp_path, fakegpu) -> None:
+    code, out, _ = run(tmp_path, fakegpu, "gpu-a,gpu-b", "", nccl_tests=str(tmp_path / "nowhere"))
+    assert code == 3 and "all_reduce_perf is not installed on gpu-a,gpu-b" in out and "nothing drained" in out
+
+
+def test_gang_cli_outside_a_job_and_other_ranks(tmp_path) -> None:
+    out, err = io.StringIO(), io.StringIO()
+    assert gang(GangRequest(), Config(), {}, out, err) == 3 and "SLURM_JOB_ID is 'unset'" in err.getvalue()
+    assert gang(GangRequest(), Config(), {"SLURM_JOB_ID": "12_3"}, out, err) == 3
+    assert gang(GangRequest(), Config(), {"SLURM_JOB_ID": "12", "SLURM_PROCID": "3"}, out, err) == 0
+
+
+def test_gang_cli_srun_env_drops_the_steps_slurm_variables() -> None:
+    env = srun_env({"SLURM_NTASKS": "4", "SLURM_STEP_ID": "0", "SLURM_CONF": "/etc/slurm/slurm.conf", "HOME": "/h"})
+    assert env == {"SLURM_CONF": "/etc/slurm/slurm.conf", "HOME": "/h"}
+
+
+def test_gang_cli_act_needs_root() -> None:
+    done = subprocess.run([sys.executable, "-m", "healthcheck.cli", "--gang", "--act"], user=65534, group=65534,
+                          extra_groups=[], env={"SLURM_JOB_ID": "12", "PATH": "/usr/bin:/bin",
+                                                "PYTHONPATH": str(Path(__file__).resolve().parents[2])},
+                          capture_output=True, text=True, timeout=60, cwd="/")
+    assert done.returncode == 3, done.stderr
+    assert "--gang --act is the privileged side" in done.stderr

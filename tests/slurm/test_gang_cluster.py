@@ -1,0 +1,121 @@
+"""The gang check (`gpu-healthcheck --gang`) on a real Slurm test cluster of 5 slurmd: a 4-node
+batch job runs `srun --ntasks-per-node=1 gpu-healthcheck --gang` at its top; its nested srun
+steps run the fake nccl-tests (tests/fakegpu/fabric.py) on the job's own nodes, and the scenario
+(FAKEGPU_FABRIC) makes one node slow.  The SPANK plugin (allow_gang=yes) is the privileged side:
+slurmstepd runs `--gang --act` as root when rank 0 of the step exits 2."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+
+from tests.lib.gpucluster import GpuCluster, require_slurm
+
+pytestmark = pytest.mark.slurm
+
+NODES = [f"gpu-{c}" for c in "abcde"]
+FABRIC = ('[fabric]\nbusbw_floor_gbps = 100.0\ntasks_per_node = 2\ngang_timeout_s = 60\n'
+          'gang_bytes = 268435456\n')
+SCRIPT = """#!/bin/sh
+echo started run=${{SLURM_RESTART_COUNT:-0}} nodes=$SLURM_JOB_NODELIST
+srun --ntasks-per-node=1 {gang} --gang || exit 1
+echo work done run=${{SLURM_RESTART_COUNT:-0}} nodes=$SLURM_JOB_NODELIST
+"""
+
+
+@pytest.fixture(scope="module")
+def gang_cluster(tmp_path_factory, fakegpu):
+    require_slurm()
+    wd = tmp_path_factory.mktemp("gang")
+    c = GpuCluster(wd, fakegpu, nodes=NODES, scripts=False, weights={}, max_fraction=0.5,
+                   plugstack="run=report allow_gang=yes")
+    fabric = FABRIC + f'nccl_tests = "{fakegpu}"\n'  # root's config names the programs
+    for node in NODES:
+        path = wd / "config" / f"{node}.toml"
+        path.write_text(path.read_text() + fabric)
+    (wd / "fabric.scenario").write_text("node.gpu-c.busbw_gbps = 41.2\n")
+    # slurmd's own environment: slurmstepd, and so the privileged side's srun steps, have it
+    c.cluster.env["FAKEGPU_FABRIC"] = str(wd / "fabric.scenario")
+    # the job's user runs gpu-healthcheck with a config of its own (any user may: it only reads)
+    (wd / "user.toml").write_text(f'scontrol = "{c.scontrol}"\njournal = false\nstate_dir = "{wd / "user-state"}"\n'
+                                  + fabric)
+    (wd / "user.toml").chmod(0o644)
+    c.cluster.env["GPU_HEALTHCHECK_CONFIG"] = str(wd / "user.toml")
+    with c.cluster:
+        yield c
+
+
+def _output(c: GpuCluster, job: str) -> str:
+    return c.cluster.job_output(job)
+
+
+def test_gang_in_a_4_node_job_drains_the_slow_node_and_the_requeued_job_completes_elsewhere(gang_cluster) -> None:
+    c = gang_cluster
+    job = c.cluster.sbatch(["-N4", "--requeue", "--open-mode=append"],
+                           SCRIPT.format(gang=c.wd / "bin" / "gpu-healthcheck"))
+    try:
+        c.wait_reason("gpu-c", prefix="gpu-healthcheck: fabric", timeout=150)
+        reason = c.reason("gpu-c")
+        assert reason.startswith("gpu-healthcheck: fabric busbw=41.2<100 partners=gpu-"), reason
+        assert reason.endswith(f" all_reduce_perf gang job={job}")
+        info = c.cluster.wait_job(job, states=("COMPLETED",), timeout=150)
+        assert "gpu-c" not in info["NodeList"] and int(info["Restarts"]) >= 1, info
+        out = _output(c, job)
+        # the job's output names the node, its partners and the figure (user side, then root's)
+        assert "gpu-healthcheck: gang: gpu-c is bad: busbw=41.2<100 with every partner (gpu-" in out, out
+        assert "busbw 41.2 GB/s; drained; requeuing the job" in out, out
+        assert "work done run=1" in out and "work done run=0" not in out, out
+        assert [n for n in NODES if c.drained(n)] == ["gpu-c"]
+        history = (c.state("gpu-a") / "history.jsonl").read_text().splitlines()
+        assert any('"mode":"gang"' in line and '"node":"gpu-c"' in line for line in history)
+    finally:
+        c.cluster.resume("gpu-c")
+
+
+def test_gang_a_lying_task_cannot_drain_a_healthy_node(gang_cluster, tmp_path) -> None:
+    """A user's own 'gpu-healthcheck' prints a fake finding naming gpu-b and exits 2: the
+    privileged side measures again, finds every node healthy, and drains nothing."""
+    c = gang_cluster
+    liar = tmp_path / "liar" / "gpu-healthcheck"
+    liar.parent.mkdir()
+    liar.write_text("#!/bin/sh\n[ \"$SLURM_PROCID\" = 0 ] || exit 0\n"
+                    "echo 'gpu-healthcheck: gang: gpu-b is bad: busbw=1.0<100 with every partner'\nexit 2\n")
+    liar.chmod(0o755)
+    os.chmod(tmp_path, 0o755)
+    (c.wd / "fabric.scenario").write_text("")  # every node healthy
+    try:
+        job = c.cluster.sbatch(["-N4", "--requeue"], SCRIPT.format(gang=liar))
+        info = c.cluster.wait_job(job, states=("FAILED", "COMPLETED"), timeout=120)
+        out = _output(c, job)
+        assert info["JobState"] == "FAILED" and info["Restarts"] == "0", (info, out)
+        assert "4 nodes passed" in out, out  # root's own measurement, into the job's output
+        assert not any(c.drained(n) for n in NODES), [c.reason(n) for n in NODES]
+    finally:
+        (c.wd / "fabric.scenario").write_text("node.gpu-c.busbw_gbps = 41.2\n")
+
+
+def test_gang_one_node_does_nothing(gang_cluster) -> None:
+    c = gang_cluster
+    job = c.cluster.sbatch(["-N1", "-w", "gpu-c"], SCRIPT.format(gang=c.wd / "bin" / "gpu-healthcheck"))
+    c.cluster.wait_job(job, states=("COMPLETED",), timeout=60)
+    out = _output(c, job)
+    assert f"gpu-healthcheck: gang: job {job} has one node: nothing to check" in out, out
+    assert "work done run=0" in out and not c.drained("gpu-c")
+
+
+def test_gang_spank_option_checks_before_the_script_and_requeues_without_the_slow_node(gang_cluster) -> None:
+    c = gang_cluster
+    job = c.cluster.sbatch(["-N4", "--requeue", "--open-mode=append", "--gpu-healthcheck=gang"],
+                           "#!/bin/sh\necho work done run=${SLURM_RESTART_COUNT:-0} nodes=$SLURM_JOB_NODELIST\n")
+    try:
+        c.wait_reason("gpu-c", prefix="gpu-healthcheck: fabric", timeout=150)
+        assert c.reason("gpu-c").endswith(f"gang job={job}")
+        info = c.cluster.wait_job(job, states=("COMPLETED",), timeout=150)
+        assert "gpu-c" not in info["NodeList"], info
+        out = _output(c, job)
+        assert "work done run=0" not in out, out  # the script never ran on the slow node
+        assert "work done run=1" in out, out
+    finally:
+        c.cluster.resume("gpu-c")

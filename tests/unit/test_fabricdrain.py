@@ -1,0 +1,57 @@
+"""act/fabricdrain.py: a node the gang check found bad is drained by the rules of every drain of
+ours (report_only, an admin's reason kept, the budget), against the in-process scontrol door."""
+
+from __future__ import annotations
+
+from typing import List
+
+from healthcheck.act.fabricdrain import drain_fabric_node
+from healthcheck.config import Config, DrainConfig
+from healthcheck.decide.verdict import NodeState
+from healthcheck.model import LogEvent
+from tests.lib.slurmdoor import FakeDoor, stamp
+
+REASON = "gpu-healthcheck: fabric busbw=41.2<100 partners=gpu-a,gpu-b all_reduce_perf gang job=12"
+GRES = "gpu:8"
+
+
+def cluster(**states: str) -> FakeDoor:
+    nodes = [NodeState(n, states.get(n, "IDLE"), gres=GRES) for n in ("gpu-a", "gpu-b", "gpu-c", "gpu-d")]
+    return FakeDoor(nodes)
+
+
+def drain(door: FakeDoor, config: Config, act: bool = True):
+    events: List[LogEvent] = []
+    taken, reason = drain_fabric_node(door, "gpu-c", REASON, config, act, events,  # type: ignore[arg-type]
+                                      {"GPU_HEALTHCHECK_MODE": "gang"})
+    return taken, events
+
+
+def test_fabricdrain_applies_through_the_door_and_logs_it() -> None:
+    door = cluster()
+    taken, events = drain(door, Config(drain=DrainConfig(max_fraction=0.5)))
+    assert taken == "applied" and door.nodes["gpu-c"].reason == REASON
+    assert [e.kind for e in events] == ["drain"] and events[0].fields["SLURMD_NODENAME"] == "gpu-c"
+
+
+def test_fabricdrain_report_only_and_without_act_change_nothing() -> None:
+    for config, act in ((Config(drain=DrainConfig(report_only=True)), True), (Config(), False)):
+        door = cluster()
+        taken, events = drain(door, config, act)
+        assert taken == "report_only" and door.changes() == [] and "would drain gpu-c" in events[0].message
+
+
+def test_fabricdrain_keeps_an_admins_drain() -> None:
+    door = cluster()
+    door.nodes["gpu-c"] = door.nodes["gpu-c"]._replace(state="IDLE+DRAIN", reason="bad cable", reason_time=stamp())
+    taken, _ = drain(door, Config(drain=DrainConfig(max_fraction=0.5)))
+    assert taken == "admin_owned" and door.nodes["gpu-c"].reason == "bad cable"
+
+
+def test_fabricdrain_refused_past_the_budget() -> None:
+    door = cluster()
+    door.nodes["gpu-a"] = door.nodes["gpu-a"]._replace(
+        state="IDLE+DRAIN", reason="gpu-healthcheck: gpu0 ecc.volatile_uncorrected=1 epilog job=3", reason_time=stamp(-60))
+    taken, events = drain(door, Config(drain=DrainConfig(max_fraction=0.25)))
+    assert taken == "refused" and "DRAIN" not in door.nodes["gpu-c"].state
+    assert events[-1].kind == "refused"
