@@ -19,6 +19,7 @@ import time
 from typing import TYPE_CHECKING, Any, Collection, List, Mapping, NoReturn, Optional, Sequence, TextIO
 
 from . import __version__
+from .clitext import EPILOG_TEXT  # --help's epilog and the man page's EXIT STATUS
 from .decide import exitcodes
 from .model import UsageError
 
@@ -27,26 +28,6 @@ if TYPE_CHECKING:  # imported lazily at run time: every job start waits for this
 
     from .config import Config
     from .model import Mode
-
-EPILOG_TEXT = """\
-exit status:
-  --node          0 healthy, 1 warning, 2 failure (the node must not run jobs), 3 unknown
-  --repair        as --node, for the check that follows the repair
-  --prolog        non-zero exactly when the job must not start on this node
-  --epilog        non-zero exactly when it drained the node
-  --check-config  0 valid, 3 invalid (every error, each naming the file and key; the
-                  status --node has for the same file)
-  --history, --cluster, --ack, --list-checks, --version   0 done, 3 could not
-  --job-report    0 the job's GPUs are healthy, 2 one of them is at fault, 3 could not check
-  --fabric-sweep  0 no bad node, 2 a bad node found (drained with --act), 3 could not run
-  --gang          0 the job's fabric passed (or one node: nothing to check), 2 it failed,
-                  3 could not run (a program missing, srun refused, not in a job)
-  any mode        3 for a command-line mistake (an unknown option, an option the mode does
-                  not take) or an invalid config under --node; 143 on SIGTERM
-
-configuration: /etc/gpu-healthcheck/config.toml, or $GPU_HEALTHCHECK_CONFIG, or --config.
-Slurm: Prolog=/usr/libexec/gpu-healthcheck/gpu-healthcheck-prolog (see deploy/slurm/).
-"""
 
 
 class Terminated(BaseException):
