@@ -206,10 +206,11 @@ def _refuse_meaningless(args: "argparse.Namespace") -> None:
     """--act, --gpus, --level and --gres where the mode does nothing with them: one line, exit 3
     (a `--history --act` that ran as if --act meant something would mislead)."""
     mode = next(m for m in ("node", "repair", "prolog", "epilog", "history", "cluster", "list_checks",
-                            "check_config", "job_report", "ack", "gang", "version")
+                            "check_config", "job_report", "ack", "gang", "fabric_sweep", "version")
                 if getattr(args, m) not in (None, False))
-    takes = {"act": ("node", "repair", "gang"), "gpus": ("node", "repair", "ack"),
-             "level": ("node", "repair", "prolog", "epilog", "ack"), "gres": ("check_config",)}
+    takes = {"act": ("node", "repair", "gang", "fabric_sweep"), "gpus": ("node", "repair", "ack"),
+             "level": ("node", "repair", "prolog", "epilog", "ack"), "gres": ("check_config",),
+             "nodes": ("fabric_sweep",), "partition": ("fabric_sweep",)}
     for option, modes in takes.items():
         if mode in ("prolog", "epilog") and option in ("act", "gpus"):
             continue  # refused below, with why (they act on the job's GPUs by themselves)
@@ -244,8 +245,6 @@ def _main(args_list: List[str], started: float) -> int:
         from .act.sweep import sweep_command
 
         return sweep_command(args, _load_config)
-    if args.nodes or args.partition:
-        raise UsageError("--nodes and --partition go with --fabric-sweep")
     if args.gang:
         from .act.gang import cli_main
 
