@@ -11,8 +11,9 @@
 #   make man     regenerate docs/gpu-healthcheck.8 from the argparse definition
 #   make deb     dist/gpu-healthcheck_VERSION_all.deb (deploy/deb/build-deb; dpkg-deb only)
 #   make rpm     dist/gpu-healthcheck-VERSION-1.elN.noarch.rpm: EL=9 (default) or EL=8 [EL8_PYTHON=3.11|3.9]
-#   make slurm-matrix  the Slurm tests against Slurm 22.05 (host) and 24.11 (a Debian 13 root
-#                built and cached by tests/slurmroot/build; needs root and debootstrap)
+#   make slurm-matrix  the Slurm tests against Slurm 22.05 (host), 24.11 (a Debian 13 root) and
+#                26.05 (a Debian unstable root), the roots built and cached by
+#                tests/slurmroot/build VERSION; needs root and debootstrap
 #   make test-py313  the rest of the suite (-m "not slurm") on Python 3.13 in that root [PYTEST_ARGS=...]
 #
 # The distro's python3 is externally managed (PEP 668): nothing is pip-installed into it.
@@ -119,8 +120,9 @@ man:
 	$(PYTHON) docs/make-manpage > docs/gpu-healthcheck.8.new && mv docs/gpu-healthcheck.8.new docs/gpu-healthcheck.8
 
 # The Slurm tests on every supported Slurm version (tests/slurmroot/matrix): 22.05 from the
-# host through the venv, 24.11 in a Debian 13 root that debootstrap builds once and caches in
-# /var/cache/gpu-healthcheck-ci (its own Python 3.13 venv).  Needs root.
+# host through the venv, 24.11 in a Debian 13 root and 26.05 in a Debian unstable root that
+# debootstrap builds once each and caches in /var/cache/gpu-healthcheck-ci (each with its own
+# venv).  Needs root.
 slurm-matrix: venv
 	$(call apt_install,debootstrap debian-archive-keyring)
 	@$(MAKE) -s -C tests/fakegpu PYTHON=$(abspath $(VPY))
