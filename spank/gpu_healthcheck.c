@@ -428,18 +428,27 @@ static enum outcome run_exec(const struct run *r, int *status)
 	return RAN;
 }
 
-/* The prolog/epilog deadline: timeout=, else PrologEpilogTimeout less a margin, so that
- * gpu-healthcheck is stopped cleanly before slurmd kills the whole process group. */
-static int script_timeout(void)
+/* The prolog/epilog deadline: timeout=, else slurmd's timeout of this script less a margin,
+ * so that gpu-healthcheck is stopped cleanly before slurmd kills the whole process group.
+ * Slurm 25.05 has PrologTimeout and EpilogTimeout (each defaults to PrologEpilogTimeout,
+ * which no longer has a field of its own: slurm.conf(5) of 26.05); before it, one
+ * PrologEpilogTimeout for both. */
+static int script_timeout(const char *mode)
 {
 	int t;
 
 	if (conf.timeout_s)
 		return conf.timeout_s;
-	if (&slurm_conf == NULL || slurm_conf.prolog_epilog_timeout == 0 ||
-	    slurm_conf.prolog_epilog_timeout == (uint16_t) NO_VAL16)
+	if (&slurm_conf == NULL)
 		return UNBOUNDED_TIMEOUT_S;
+#if SLURM_VERSION_NUMBER >= SLURM_VERSION_NUM(25, 5, 0)
+	t = !strcmp(mode, "prolog") ? slurm_conf.prolog_timeout : slurm_conf.epilog_timeout;
+#else
+	(void) mode;
 	t = slurm_conf.prolog_epilog_timeout;
+#endif
+	if (t == 0 || t == (uint16_t) NO_VAL16)
+		return UNBOUNDED_TIMEOUT_S;
 	return t > 20 ? t - 5 : (t > 4 ? t - t / 4 : t);
 }
 
@@ -448,7 +457,7 @@ static int run_script(const char *mode, const char *level)
 {
 	char arg_mode[16];
 	char *argv[5] = { conf.exec, arg_mode, NULL, NULL, NULL };
-	struct run r = { mode, argv, NULL, -1, (uid_t) -1, 0, NULL, 0, script_timeout(), 0, 1 };
+	struct run r = { mode, argv, NULL, -1, (uid_t) -1, 0, NULL, 0, script_timeout(mode), 0, 1 };
 	int status = 0;
 
 	snprintf(arg_mode, sizeof(arg_mode), "--%s", mode);
@@ -511,12 +520,12 @@ int slurm_spank_init(spank_t sp, int ac, char **av)
 	spank_context_t ctx = spank_context();
 
 	if (parse_args(ac, av) == 0 && ctx == S_CTX_SLURMD) /* slurmd's log: what it will do */
-		slurm_info("%s: exec=%s level=%s allow_full=%s run=%s%s%s timeout=%d s "
+		slurm_info("%s: exec=%s level=%s allow_full=%s run=%s%s%s timeout=%d s (epilog %d s) "
 			   "allow_deep=%s allow_gang=%s", PLUGIN, conf.exec, conf.level,
 			   conf.allow_full ? "yes" : "no", conf.run_prolog ? "prolog," : "",
 			   conf.run_epilog ? "epilog," : "", conf.run_report ? "report" : "",
-			   script_timeout(), conf.allow_deep ? "yes" : "no",
-			   conf.allow_gang ? "yes" : "no");
+			   script_timeout("prolog"), script_timeout("epilog"),
+			   conf.allow_deep ? "yes" : "no", conf.allow_gang ? "yes" : "no");
 	if (ctx == S_CTX_LOCAL || ctx == S_CTX_ALLOCATOR || ctx == S_CTX_REMOTE) {
 		if (spank_option_register(sp, &level_option) != ESPANK_SUCCESS)
 			slurm_error("%s: cannot register --gpu-healthcheck", PLUGIN);

@@ -19,6 +19,7 @@ import pytest
 
 from tests.lib.fakenode import ROOT
 from tests.lib.gpucluster import HEALTHY, GpuCluster, pci, require_slurm, serial, spank_plugin
+from tests.lib.slurmcluster import slurm_version
 
 pytestmark = pytest.mark.slurm
 
@@ -75,6 +76,27 @@ def test_make_builds_the_plugin_with_every_warning_an_error():
     for fn in ("slurm_spank_init", "slurm_spank_job_prolog", "slurm_spank_job_epilog",
                "slurm_spank_task_init", "slurm_spank_task_exit", "plugin_name"):
         assert re.search(rf"\b{fn}\b", symbols), fn
+
+
+def test_spank_deadline_is_prolog_timeout_and_epilog_timeout_where_set(tmp_path, fakegpu):
+    """Slurm 25.05 and later: PrologTimeout and EpilogTimeout override PrologEpilogTimeout for
+    their own script (slurm.conf(5) of 26.05), so the plugin's deadline for each is that
+    script's timeout less 5 s, not PrologEpilogTimeout's (120 s here)."""
+    require_slurm()
+    version = slurm_version() or "0.0"
+    if tuple(int(p) for p in version.split(".")) < (25, 5):
+        pytest.skip(f"Slurm {version} has no PrologTimeout/EpilogTimeout (25.05 and later)")
+    c = _cluster(tmp_path, fakegpu, scripts=False, plugstack="run=prolog,epilog,report")
+    c.cluster.extra_conf += ["PrologTimeout=40", "EpilogTimeout=30"]
+    with c.cluster:
+        assert "PrologEpilogTimeout=120" in c.cluster.conf_path.read_text()
+        assert re.search(r"gpu_healthcheck: exec=\S+ level=quick allow_full=yes "
+                         r"run=prolog,epilog,report timeout=35 s \(epilog 25 s\)",
+                         _slurmd_log(c, "gpu-a"))
+        job = c.cluster.sbatch(["--gres=gpu:1"], "true\n")
+        c.cluster.wait_job(job, timeout=60)
+        [prolog] = [r for r in _history(c, "gpu-a", job) if r["mode"] == "prolog"]
+        assert prolog["verdict"] == "pass"
 
 
 def test_plugin_only_cluster_replays_the_seed_incident(plugin_only, tmp_path):
