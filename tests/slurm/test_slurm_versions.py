@@ -1,7 +1,8 @@
 """What gpu-healthcheck relies on from Slurm, observed on the Slurm that runs the tests.
 
 `make slurm-matrix` runs these (with every other Slurm test) against each supported version:
-22.05 from the host and 24.11 from the Debian 13 root (tests/slurmroot/).  OBSERVED holds what
+22.05 from the host, 24.11 from the Debian 13 root and 26.05 from the Debian unstable root
+(tests/slurmroot/).  OBSERVED holds what
 each version did when we ran it; deploy/slurm/README.md's table of relied-on behaviour is that
 dict, one column per version.  Each test asserts the running version's column, so a Slurm
 that behaves differently fails here, naming what changed, before it surprises a cluster.  A
@@ -72,6 +73,15 @@ OBSERVED: Dict[str, Dict[str, object]] = {
         "prolog_two Prolog= lines": {"ran": ["a", "b"], "job": "COMPLETED", "node_reason": None},
         "reason_after_resume": ("gpu-healthcheck: gpu1 pci=00000000:28:00.0 sn=1650522003801 "
                                 "ecc.volatile_uncorrected=1 epilog job=7"),
+    },
+    "26.05": {
+        **_BOTH,
+        "prolog_env_names": sorted(_ENV_NAMES_22_05 + [
+            "SLURM_JOB_CORE_SPEC_COUNT", "SLURM_JOB_CORE_SPEC_TYPE", "SLURM_JOB_END_TIME",
+            "SLURM_JOB_EXCLUSIVE", "SLURM_JOB_NODELIST", "SLURM_JOB_OVERSUBSCRIBE",
+            "SLURM_JOB_SLUID", "SLURM_JOB_START_TIME"]),
+        "prolog_two Prolog= lines": {"ran": ["a", "b"], "job": "COMPLETED", "node_reason": None},
+        "reason_after_resume": None,
     },
 }
 
@@ -350,3 +360,4 @@ def test_show_nodes_parses_and_a_resumed_node_keeps_or_clears_its_reason(tmp_pat
         expect(version, seen)
         # either way, --cluster does not list a node back in service
         assert [r["node"] for r in rows_from_show_nodes(text)] == []
+
