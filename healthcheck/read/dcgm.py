@@ -106,21 +106,34 @@ def read_diag(text: str) -> Tuple[Tuple[DcgmResult, ...], Tuple[DcgmEntity, ...]
     """(results, DCGM 4.x's entities, why not judged).  Output that is no JSON document but holds
     dcgmi's text table (a dcgmi or wrapper that ignores -j) is read as the table
     (read/dcgmtext.py); one cut short keeps its results but is not judged."""
-    if '"DCGM Diagnostic"' in text:
+    form = diag_form(text)
+    if form == "v4":
         from .dcgm4 import parse_v4
 
         try:
             return parse_v4(_json_object(text))
         except (ValueError, KeyError, TypeError, AttributeError, RecursionError) as exc:
             return (), (), f"dcgmi diag -j output not understood: {exc}"
-    if '"DCGM GPU Diagnostic"' not in text:
-        from .dcgmtext import has_table, parse_diag_text
+    if form == "table":
+        from .dcgmtext import parse_diag_text
 
-        if has_table(text) or "{" not in text:
-            results, why = parse_diag_text(text)
-            return results, (), why
+        results, why = parse_diag_text(text)
+        return results, (), why
     results, why = _parse_v3(text)
     return results, (), why
+
+
+def diag_form(text: str) -> str:
+    """How read_diag reads the output: "v4" (DCGM 4.x's JSON tree), "table" (dcgmi's text
+    table) or "v3" (the older JSON document, and anything else holding a "{")."""
+    if '"DCGM Diagnostic"' in text:
+        return "v4"
+    if '"DCGM GPU Diagnostic"' not in text:
+        from .dcgmtext import has_table
+
+        if has_table(text) or "{" not in text:
+            return "table"
+    return "v3"
 
 
 def _parse_v3(text: str) -> Tuple[Tuple[DcgmResult, ...], Optional[str]]:

@@ -15,7 +15,7 @@ import _common  # noqa: F401  (sys.path)
 import atheris
 
 with atheris.instrument_imports():
-    from healthcheck.read.dcgm import parse_diag
+    from healthcheck.read.dcgm import diag_form, parse_diag
     from healthcheck.read.dcgmtext import BORDER, HEADER_END
     from healthcheck.checks import CheckContext, run_checks
     from healthcheck.config import Config
@@ -48,9 +48,9 @@ def check(text):
 def TestOneInput(data: bytes) -> None:
     text = _common.text(data)
     results, error = check(text)
-    if error is None and "DCGM GPU Diagnostic" not in text:
-        # a whole table: cut before its footer (the first border after the header), it is cut
-        # short, never judged
+    if error is None and diag_form(text) == "table":
+        # a whole table (not one of the JSON documents, which hold no table to cut): cut before
+        # its footer (the first border after the header), it is cut short, never judged
         lines = text.splitlines()
         start = next(i for i, line in enumerate(lines) if HEADER_END.match(line.rstrip()))
         footer = next(i for i, line in enumerate(lines) if i > start and BORDER.match(line.rstrip()))
