@@ -25,7 +25,8 @@ The rounds (the issue's design, each bounded by the jobs' time limit):
    on, at most log2(n) rounds, until a failing pair is left (its two nodes go to the partner
    round) or both halves pass (the failure needs the whole group: its nodes are unknown).
 
-So one bad node among N is found in 3 rounds (pairs, then two partners), and one that fails
+So one bad node among N is found in 3 rounds (pairs, then two partners; with 5 candidates
+the 2 known-good nodes partner 3 suspects a job at a time: up to 5), and one that fails
 only at scale in 3 + ceil(log2 N); gcm's all-pairs mode runs N(N-1)/2 jobs instead.
 """
 
