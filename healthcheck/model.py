@@ -220,6 +220,9 @@ class JobContext(NamedTuple):
     # The MIG devices (MIG-<uuid>, lower case) the job was given, where Slurm names them so
     # (CUDA_VISIBLE_DEVICES on a MIG node); their GPUs are in gpu_ids' mapping.
     mig_uuids: Tuple[str, ...] = ()
+    # SLURM_JOB_SLUID (Slurm 25.11 and later): the job's id unique across the cluster's life,
+    # where a job id is reused (after MaxJobId, or a new StateSaveLocation)
+    sluid: Optional[str] = None
 
 
 class GpuBaseline(NamedTuple):

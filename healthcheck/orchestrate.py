@@ -75,6 +75,8 @@ def run(request: RunRequest, config: Config, node_name: Optional[str] = None) ->
     base_fields = {"GPU_HEALTHCHECK_MODE": mode.value, "SLURMD_NODENAME": node}
     if job_id:
         base_fields["SLURM_JOB_ID"] = job_id
+    if snapshot.job and snapshot.job.sluid:  # journalctl SLURM_JOB_SLUID=..., unique where ids are reused
+        base_fields["SLURM_JOB_SLUID"] = snapshot.job.sluid
 
     if job_id and plan.records_baseline(job_id):
         from .act.state import record_baseline

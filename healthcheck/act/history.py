@@ -84,6 +84,7 @@ def build_record(report: Dict[str, Any], events: Sequence["LogEvent"], now: floa
         "schema": SCHEMA, "time": iso_utc(now), "epoch": round(now, 3),
         "started_at": report.get("started_at"), "mode": report.get("mode"),
         "node": report.get("node"), "host": report.get("host"), "job_id": report.get("job_id"),
+        **({"job_sluid": report["job_sluid"]} if report.get("job_sluid") else {}),
         "verdict": report.get("verdict"), "duration_s": report.get("duration_s"),
         "tool_version": report.get("tool_version"), "level": report.get("level"),
         "probes": [{"gpu": p.get("gpu"), "status": p.get("status"),

@@ -73,8 +73,17 @@ def valid_job_id(text: Optional[str]) -> Optional[str]:
     return text
 
 
+_SLUID_RE = re.compile(r"[0-9A-Za-z]{1,32}")
+
+
 def job_from_env(environ: Mapping[str, str]) -> JobContext:
-    """The job context; GPU ids from SLURM_JOB_GPUS, else CUDA_VISIBLE_DEVICES, else none."""
+    """The job context; GPU ids from SLURM_JOB_GPUS, else CUDA_VISIBLE_DEVICES, else none;
+    SLURM_JOB_SLUID (Slurm 25.11+, e.g. sC7XM8XGZGD100) where it is one."""
+    sluid = environ.get("SLURM_JOB_SLUID", "")
+    return _job_gpus(environ)._replace(sluid=sluid if _SLUID_RE.fullmatch(sluid) else None)
+
+
+def _job_gpus(environ: Mapping[str, str]) -> JobContext:
     job_id = valid_job_id(environ.get("SLURM_JOB_ID") or environ.get("SLURM_JOBID"))
     node = environ.get("SLURMD_NODENAME")
     user = environ.get("SLURM_JOB_USER")

@@ -67,6 +67,7 @@ def build_report(snapshot: NodeSnapshot, findings: List[Finding], verdict: Verdi
         "node": node,
         "mode": mode.value,
         "job_id": job_id,
+        "job_sluid": snapshot.job.sluid if snapshot.job else None,
         "started_at": iso_utc(started),
         "duration_s": round(duration_s, 3),
         "verdict": verdict.value,

@@ -360,3 +360,14 @@ def test_gpu_lost_replayed_from_nvidia_smis_own_error_output(node, capture):
     import from_nvidia_smi
     converted = from_nvidia_smi.convert(mixed)
     assert "gpus = 2\n" in converted and "gpu.1.lost = 1\n" in converted
+
+
+def test_prolog_json_and_history_carry_the_jobs_slurm_job_sluid(node):
+    """Slurm 25.11+ gives the prolog SLURM_JOB_SLUID (26.05's test cluster: sC7XM8XGZGD100): the
+    report and the history name it beside the job id, which a cluster reuses."""
+    env = {"SLURM_JOB_ID": "5", "SLURM_JOB_GPUS": "0", "SLURM_JOB_SLUID": "sC7XM8XGZGD100"}
+    result = node.run("--prolog", "--json", env=env, scenario="gpus = 1\n")
+    assert result.rc == 0, (result.stdout, result.stderr)
+    assert (result.json["job_id"], result.json["job_sluid"]) == ("5", "sC7XM8XGZGD100")
+    history = node.run("--history", "1", "--json")
+    assert "sC7XM8XGZGD100" in history.stdout, history.stdout

@@ -58,3 +58,14 @@ def test_any_text_parses_or_raises_gpu_list_error(text):
     except GpuListError:
         return
     assert len(ids) == len(set(ids)) <= 1024
+
+
+def test_job_sluid_read_from_slurm_job_sluid_and_garbage_refused():
+    """SLURM_JOB_SLUID (Slurm 25.11+; 26.05's prolog got e.g. sC7XM8XGZGD100): the job's id
+    that is unique where job ids are reused; anything else is not one."""
+    env = {"SLURM_JOB_ID": "7", "SLURM_JOB_GPUS": "0", "SLURM_JOB_SLUID": "sC7XM8XGZGD100"}
+    job = job_from_env(env)
+    assert (job.job_id, job.sluid, job.gpu_ids) == ("7", "sC7XM8XGZGD100", ("0",))
+    for bad in ("", "s C7", "x" * 33, "sC7\n", "../x"):
+        assert job_from_env({**env, "SLURM_JOB_SLUID": bad}).sluid is None, bad
+    assert job_from_env({"SLURM_JOB_ID": "7"}).sluid is None
