@@ -84,3 +84,6 @@ class KernelLogRead(NamedTuple):
     # garbled PCI address): never dropped silently; the first few kept, all counted
     unparsed: Tuple[str, ...] = ()
     unparsed_lines: int = 0
+    # (first, last) kmsg seq of the window's records the kernel overwrote before this read (its
+    # ring buffer wrapped past the prolog's marker); None when none was lost
+    lost_seqs: Optional[Tuple[int, int]] = None

@@ -265,6 +265,15 @@ def check_xid(node: NodeSnapshot, ctx: CheckContext) -> Iterator[Finding]:
                  f"naming no GPU or code we can read (e.g. a redacted PCI address), not judged; "
                  f"read it yourself. Log: {log.unparsed[0][:160] if log.unparsed else ''}",
                  value=log.unparsed_lines)
+    if log.lost_seqs:
+        first, last = log.lost_seqs
+        # a fatal Xid may be among them: said, never taken as none; the volatile ECC counters
+        # (ecc.volatile_*), which the driver keeps whatever its log holds, still judge the job
+        yield _f("xid", Severity.WARN, None,
+                 f"kernel log: records seq {first}-{last} ({last - first + 1}) were overwritten "
+                 f"before they were read (the kernel ring buffer wrapped past the prolog's "
+                 f"marker); an Xid among them is not judged. A larger log_buf_len keeps more",
+                 value=last - first + 1)
     if log.ignored_lines:
         yield _f("xid", Severity.INFO, None,
                  f"kernel log: {log.ignored_lines} NVRM line(s) not written by the kernel were "

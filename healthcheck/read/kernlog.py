@@ -47,8 +47,8 @@ from ..records import NamedTuple
 from ..text import printable
 # where the log stands, and which boot, live in read/kmsg.py; named here, where the other
 # modules have always found them
-from .kmsg import (BootId, boot_id, boot_wallclock, current_boot, position_and_why, position_now,  # noqa: F401
-                   record_seq)
+from .kmsg import (BootId, boot_id, boot_wallclock, current_boot, lost_between, position_and_why,  # noqa: F401
+                   position_now, record_seq)
 
 OFF_BUS = "fallen off the bus"
 
@@ -419,11 +419,18 @@ def read_kernel_log(path: str, window: KernelLogWindow,
 def read_kmsg_records(records: Iterable[bytes], window: KernelLogWindow, source: str) -> KernelLogRead:
     """read_kernel_log's work on raw /dev/kmsg records (as read() returns them, continuation
     lines and all), for the device or a recording of it.  It reads every record anyway, so
-    `end` is the last one's seq: exact, with no marker."""
+    `end` is the last one's seq: exact, with no marker.
+
+    The oldest record left tells what the ring buffer lost: a window from seq N whose first
+    record is past N + 1 lost the records in between (overwritten while the job ran), and an
+    Xid among them can no longer be judged; `lost_seqs` names them."""
     final = [b""]
+    first: List[Optional[int]] = []
 
     def wanted() -> Iterator[str]:
         for record in records:
+            if not first:
+                first.append(record_seq(record))
             final[0] = record
             if b"NVRM" in record or b"SXid" in record:
                 # continuation lines (" SUBSYSTEM=...") follow the first line
@@ -434,7 +441,8 @@ def read_kmsg_records(records: Iterable[bytes], window: KernelLogWindow, source:
     end = KernelLogPosition(source=source, monotonic_s=time.monotonic(), wallclock=time.time(),
                             seq=seq, boot_id=boot_id() if seq is not None else None,
                             method="read" if seq is not None else "monotonic")
-    return read._replace(end=end, window=_basis(window))
+    return read._replace(end=end, window=_basis(window),
+                         lost_seqs=lost_between(window.since_seq, first[0] if first else None))
 
 
 def _scan(lines: Iterable[str], window: KernelLogWindow) -> KernelLogRead:

@@ -214,3 +214,10 @@ def boot_id(proc_root: str = "/proc") -> Optional[str]:
     except OSError:
         return None
 
+
+def lost_between(since_seq: Optional[int], oldest_seq: Optional[int]) -> Optional[Tuple[int, int]]:
+    """(first, last) seq of the records after `since_seq` that are gone when the oldest record
+    left is `oldest_seq`: the ring buffer wrapped past them (pure); None when none is."""
+    if since_seq is None or oldest_seq is None or oldest_seq <= since_seq + 1:
+        return None
+    return since_seq + 1, oldest_seq - 1

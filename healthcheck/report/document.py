@@ -187,7 +187,8 @@ def kernel_log_document(snapshot: NodeSnapshot) -> Dict[str, Any]:
     was taken (read/kmsg.py: marker, seek, scan, read, offset, monotonic)."""
     log, end = snapshot.kernel_log, snapshot.kernel_log.end
     return {"window": log.window, "error": log.error, "position": None if end is None else {
-        "method": end.method, "seq": end.seq, "offset": end.offset}}
+        "method": end.method, "seq": end.seq, "offset": end.offset},
+        "lost_seqs": list(log.lost_seqs) if log.lost_seqs else None}
 
 
 def _r(value: Optional[float]) -> Optional[float]:

@@ -222,3 +222,37 @@ def test_record_parser_and_marker_search_never_raise(records, nonce):
     assert found is None or first is not None
     read = read_kmsg_records(records, window_since(prolog_position(5, 1.0), BOOT), "k")
     assert read.error is None
+
+
+# --- a ring buffer that wrapped past the prolog's marker ---------------------------------------
+
+def test_a_ring_buffer_wrapped_past_the_marker_is_a_finding_naming_the_lost_records():
+    """The epilog reads from the oldest record left, seq 9000, against the prolog's marker at
+    5000: records 5001-8999 (a fatal Xid may be among them) were overwritten during the job."""
+    from healthcheck.checks import CheckContext, run_checks
+    from healthcheck.config import Config
+    from tests.lib.snapshots import NODE
+
+    stream = [record(9000 + i, 9_000_000 + i, f"usb 1-1: chatter {i}") for i in range(3)]
+    read = read_kmsg_records(stream, window_since(prolog_position(5000, 10.0), BOOT), "/dev/kmsg")
+    assert read.lost_seqs == (5001, 8999) and read.events == ()
+    node = NODE._replace(kernel_log=read)
+    found, _ = run_checks(node, CheckContext(Config(), Mode.EPILOG, selected=(0,)))
+    [wrapped] = [f for f in found if f.check == "xid"]
+    assert wrapped.severity.value == "warn" and wrapped.value == 3999
+    assert "seq 5001-8999" in wrapped.message and "overwritten" in wrapped.message
+    # the volatile counters still judge: a DBE counted during the job fails the epilog as ever
+    dbe = node._replace(gpus=(node.gpus[0]._replace(ecc_volatile_uncorrected=1), *node.gpus[1:]))
+    found, _ = run_checks(dbe, CheckContext(Config(), Mode.EPILOG, selected=(0,)))
+    assert {(f.check, f.severity.value) for f in found} >= {("ecc.volatile_uncorrected", "fail"),
+                                                            ("xid", "warn")}
+    assert kernel_log_document(node)["lost_seqs"] == [5001, 8999]
+
+
+def test_a_window_whose_next_record_is_there_lost_nothing():
+    stream = [record(5001, 1, XID_119)]
+    read = read_kmsg_records(stream, window_since(prolog_position(5000, 10.0), BOOT), "/dev/kmsg")
+    assert read.lost_seqs is None and [e.seq for e in read.events] == [5001]
+    # a window by time (no seq of this boot) cannot tell
+    other_boot = window_since(prolog_position(5000, 10.0, boot="another"), BOOT)
+    assert read_kmsg_records([record(9000, 1, XID_119)], other_boot, "/dev/kmsg").lost_seqs is None
