@@ -13,7 +13,7 @@ from __future__ import annotations
 from typing import Dict, Iterator, List, Optional, Sequence, Tuple
 
 from ..model import Action, Finding, Mode, NodeSnapshot, Severity
-from ..netmodel import COUNTER_MAX, PHYS_DOWN, IbPort
+from ..netmodel import COUNTER_MAX, PHYS_DOWN, STATE_ACTIVE, IbPort
 from .registry import CheckContext, gpu_at, node_check
 
 ETHERNET = "Ethernet"
@@ -110,6 +110,25 @@ def _state_findings(check: str, ports: Sequence[IbPort], node: NodeSnapshot,
                      threshold="ACTIVE/LinkUp")
 
 
+def _gone_since_prolog(node: NodeSnapshot) -> Iterator[Finding]:
+    """Ports ACTIVE at the job's prolog that the epilog no longer finds at all (the HCA fell
+    off the bus, or its driver went): what the job started with is expected at its end, with
+    or without network.expected_ports."""
+    if node.baseline is None or (node.network is not None and node.network.error):
+        return
+    present = {p.name for p in node.network.ports} if node.network is not None else set()
+    job = f" job {node.job.job_id}" if node.job and node.job.job_id else ""
+    for base in node.baseline.ports:
+        if base.name in present or base.state != STATE_ACTIVE or base.phys_state in PHYS_DOWN:
+            continue
+        yield Finding(check="ib.port_state", severity=Severity.FAIL, port=base.name,
+                      message=f"{node.host} {base.name}: port was ACTIVE/LinkUp at the prolog "
+                              f"of{job} and is gone now (/sys/class/infiniband has no such port): "
+                              f"the HCA or its driver went during the job; check the HCA "
+                              f"(lspci, dmesg)", value="absent", threshold="ACTIVE/LinkUp",
+                      action=Action.DRAIN)
+
+
 def _best_rates(ports: Sequence[IbPort]) -> Dict[Tuple[str, str], Tuple[float, str]]:
     """The fastest up port of each HCA model and link layer on this node: sysfs gives no
     port's supported maximum, so its siblings' rate stands for what it can train to."""
@@ -158,6 +177,8 @@ def check_ib_port_state(node: NodeSnapshot, ctx: CheckContext) -> Iterator[Findi
     route to its peers: NCCL fails at its first collective.
     ibstat equivalent: `ibstat mlx5_0 1` ("State: Active", "Physical state: LinkUp").
     """
+    if ctx.mode is Mode.EPILOG:
+        yield from _gone_since_prolog(node)
     net = node.network
     if net is None:
         return
@@ -247,15 +268,21 @@ def check_ib_errors(node: NodeSnapshot, ctx: CheckContext) -> Iterator[Finding]:
             if ctx.mode is not Mode.EPILOG or before is None:
                 continue
             limit = getattr(limits, f"{name}_per_job")
-            grown = now - before
+            # a counter never goes down by itself: one that did was cleared during the job
+            # (perfquery -R, a driver reload, a port reset), and what it holds now is its
+            # growth since then
+            reset = now < before
+            grown = now if reset else now - before
             if before >= COUNTER_MAX[name] and now >= COUNTER_MAX[name]:
                 yield _f("ib.errors", Severity.UNKNOWN, port, f"{where(port, node)}: {name} is "
                          f"saturated at {now}: growth during the job cannot be seen; clear the "
                          f"counters (perfquery -R)", value="saturated", threshold=limit)
             elif grown > limit:
                 flapped = " (the link went down during the job)" if name == "link_downed" else ""
+                cleared = (f"; it was cleared during the job ({before} -> {now}), so {now} "
+                           f"counts since then" if reset else f" ({before} -> {now})")
                 yield _f("ib.errors", Severity.FAIL, port, f"{where(port, node)}: {name} grew by "
-                         f"{grown} during the job ({before} -> {now}), limit "
+                         f"{grown} during the job{cleared}, limit "
                          f"network.{name}_per_job = {limit}{flapped}; check the cable and the "
                          f"switch port", value=grown, threshold=limit, action=Action.DRAIN)
 

@@ -62,3 +62,28 @@ def test_ib_port_state_a_port_down_at_prolog_time_requeues_the_job_onto_a_health
     reason = c.reason("gpu-a")
     assert reason.startswith("gpu-healthcheck: pci=0000:1a:00.0 ib.port_state=")
     assert "@mlx5_0:1 prolog job=" + job in reason
+
+
+def test_ib_a_port_gone_and_a_counter_reset_during_the_job_fail_its_epilog_without_expected_ports(gpu_cluster, tmp_path):
+    """No network.expected_ports: mlx5_3 was ACTIVE at the prolog and is gone at the epilog (its
+    HCA fell off the bus), and mlx5_0:1's link_downed read 5 at the prolog and 2 at the epilog
+    (cleared during the job, then down twice)."""
+    import shutil
+
+    c = gpu_cluster
+    root = with_ib_tree(c, "gpu-a", tmp_path / "ib-gpu-a")
+    set_port(root, "mlx5_0:1", link_downed=5)  # from before the job: not the job's
+    go = tmp_path / "go"
+    job = c.cluster.sbatch(["--gres=gpu:8", "-J", "allreduce"], WAIT_FOR_GO.format(go=go))
+    assert c.wait_running(job)["NodeList"] == "gpu-a"
+    shutil.rmtree(root / "class" / "infiniband" / "mlx5_3")
+    set_port(root, "mlx5_0:1", link_downed=2)
+    go.touch()
+    c.cluster.wait_job(job, timeout=60)
+    reason = c.wait_reason("gpu-a")
+    assert f"epilog job={job}" in reason and ("ib.port_state=absent@mlx5_3:1" in reason
+                                              or "ib.errors=2@mlx5_0:1" in reason), reason
+    epilog = [json.loads(line) for line in (c.state("gpu-a") / "history.jsonl").read_text().splitlines()
+              if json.loads(line).get("mode") == "epilog" and json.loads(line).get("job_id") == job]
+    found = {(f["check"], f["severity"], str(f["value"])) for f in epilog[-1]["findings"]}
+    assert {("ib.port_state", "fail", "absent"), ("ib.errors", "fail", "2")} <= found, found

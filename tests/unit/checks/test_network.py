@@ -223,3 +223,29 @@ def test_ib_errors_verdict_of_a_healthy_network_is_pass():
 # test_<stem>_healthy_snapshot_passes and test_<stem>_fault_is_found_with_severity_and_action
 # for each network check, on its case in tests/lib/snapshots.FAULTS
 globals().update(catalogue_cases("network"))
+
+
+def test_ib_port_state_a_port_active_at_the_prolog_and_gone_at_the_epilog_fails_without_expected_ports():
+    """The HCA fell off the bus during the job: its port is no longer in /sys/class/infiniband."""
+    kept, lost = port("mlx5_0:1"), port("mlx5_1:1")
+    node = snap(kept, baseline=[base_of(kept), base_of(lost)])
+    [f] = network_findings(node, Mode.EPILOG)
+    assert (f.check, f.severity, f.port, f.value) == ("ib.port_state", Severity.FAIL, "mlx5_1:1", "absent")
+    assert f.drains and "was ACTIVE/LinkUp at the prolog of job 42 and is gone now" in f.message
+    # every HCA gone: /sys/class/infiniband itself is gone (no network read at all)
+    assert [g.port for g in network_findings(node._replace(network=None), Mode.EPILOG)] == ["mlx5_0:1", "mlx5_1:1"]
+    # a port down at the prolog, or a --node run, expects nothing of it
+    down = lost._replace(state=1, phys_state=2)
+    assert network_findings(snap(kept, baseline=[base_of(kept), base_of(down)]), Mode.EPILOG) == []
+    assert network_findings(node, Mode.NODE) == []
+
+
+def test_ib_errors_a_counter_that_went_down_was_reset_and_its_new_value_is_growth_since():
+    """link_downed 5 at the prolog, 2 at the epilog: cleared during the job, then the link went
+    down twice."""
+    node = snap(port(link_downed=2), baseline=[base_of(port(link_downed=5))])
+    [f] = network_findings(node, Mode.EPILOG)
+    assert (f.check, f.severity, f.value) == ("ib.errors", Severity.FAIL, 2) and f.drains
+    assert "cleared during the job (5 -> 2)" in f.message
+    symbols = snap(port(symbol_error=4), baseline=[base_of(port(symbol_error=900))])
+    assert network_findings(symbols, Mode.EPILOG) == []  # 4 since the reset: within its limit of 10
