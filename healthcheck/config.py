@@ -64,6 +64,9 @@ class RepairConfig(NamedTuple):
     bug_report: Optional[str] = None
     bug_report_timeout_s: float = 300.0
     bug_report_max_bytes: int = 64 << 20
+    # it runs outside the run's budget, as a transient systemd unit started by this systemd-run
+    # (None: on PATH, else /usr/bin/systemd-run; absent: a detached process of its own)
+    systemd_run: Optional[str] = None
 
 
 class ChecksConfig(NamedTuple):
@@ -119,7 +122,7 @@ class Config(NamedTuple):
     exclude_gpus: Tuple[str, ...] = ()
     dcgmi: Optional[str] = None  # None: found on PATH, else /usr/bin/dcgmi (the DCGM bridge)
     nvidia_smi: Optional[str] = None  # None: found on PATH, else /usr/bin/nvidia-smi
-    nvidia_smi_timeout_s: float = 60.0  # deadline of one nvidia-smi call (a GPU reset)
+    nvidia_smi_timeout_s: float = 20.0  # deadline of one nvidia-smi call (a GPU reset)
     # `--node --act` (HealthCheckProgram, which Slurm kills after 60 s): the whole run ends
     # within this many seconds; the NVML, probe and scontrol deadlines shrink to fit.
     act_budget_s: float = 50.0
@@ -447,6 +450,7 @@ UNSET_MEANS = {
     "dcgmi": "found on PATH, else /usr/bin/dcgmi",
     "nvidia_smi": "found on PATH, else /usr/bin/nvidia-smi",
     "repair.bug_report": "found on PATH, else /usr/bin/nvidia-bug-report.sh",
+    "repair.systemd_run": "found on PATH, else /usr/bin/systemd-run; absent: a detached process",
     **FABRIC_UNSET_MEANS,
 }
 

@@ -50,9 +50,10 @@ def run(request: RunRequest, config: Config, node_name: Optional[str] = None) ->
         config = fit_to_budget(config, budget_s)
     slurm = Slurm(config, environ)
     probe_cap: Optional[Callable[[], float]] = None
+    ends_at: Optional[float] = None
     if budget_s is not None:
-        ends_at = (request.started_monotonic or t0) + budget_s
-        probe_cap = lambda: probe_cap_s(ends_at, time.monotonic(), slurm.unanswered(), config)  # noqa: E731
+        run_ends = ends_at = (request.started_monotonic or t0) + budget_s
+        probe_cap = lambda: probe_cap_s(run_ends, time.monotonic(), slurm.unanswered(), config)  # noqa: E731
     if plan.changes_node:
         slurm.apply_pending(store, node, events)
     # an admin's resume of our drain deals with the Xids up to where it was last seen drained
@@ -100,7 +101,7 @@ def run(request: RunRequest, config: Config, node_name: Optional[str] = None) ->
     if plan.health_check and (request.repair or config.repair.enabled) and request.gpus is None:
         from .act.repair import Repairer
 
-        repairer = Repairer(config, slurm, store, node, events, base_fields)
+        repairer = Repairer(config, slurm, store, node, events, base_fields, ends_at)
         if repairer.start(snapshot, findings, plan.report_only):
             # Prove the repaired GPUs healthy: a full check of every GPU, then today's resume
             # (the drain's own context judged too).  Hook: once `--level deep` exists, the

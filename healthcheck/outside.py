@@ -142,3 +142,18 @@ def _signal_group(pgid: int, sig: int) -> None:
         os.killpg(pgid, sig)
     except ProcessLookupError:
         pass  # the whole group is gone already
+
+
+def start_detached(argv: Sequence[str], env: Optional[Mapping[str, str]] = None,
+                   cwd: Optional[str] = None) -> "tuple[Optional[int], Optional[str]]":
+    """Start `argv` in a session of its own, not waited for: it outlives this run (slurmd's
+    kill of HealthCheckProgram's process group does not reach it), and bounds itself.
+    (pid, None), or (None, why it did not start)."""
+    argv = list(argv)
+    try:
+        proc = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
+                                stderr=subprocess.DEVNULL, env=dict(env) if env is not None else None,
+                                cwd=cwd, start_new_session=True, close_fds=True)
+    except OSError as exc:
+        return None, f"cannot run {argv[0]}: {exc.strerror or exc}"
+    return proc.pid, None

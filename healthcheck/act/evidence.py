@@ -1,28 +1,41 @@
 """RMA evidence: the GPU's repair ledger and, where the tool exists, NVIDIA's bug report, copied
-into state_dir/evidence/ when a node is marked rma (README "Repair").
+into state_dir/evidence/ when a node is marked rma (docs/repair.md).
 
-    files = collect(config, "gpu-a", ledger_of(gpu), events)   # the paths written
+    files = collect(config, "gpu-a", ledger_of(gpu), events)   # the ledger's copy, at once
+    how = start_bug_report(config, "gpu-a", events)             # "systemd unit ...", or None
 
-nvidia-bug-report.sh (config `repair.bug_report`) runs with a deadline
-(`repair.bug_report_timeout_s`, its process group killed past it) and a size cap
-(`repair.bug_report_max_bytes`: a larger report is deleted, and the log says so).
+nvidia-bug-report.sh takes minutes (repair.bug_report_timeout_s, 300 s by default), and the run
+that marks rma is HealthCheckProgram, which slurmd kills at 60 s: run there, the kill orphaned
+it and lost the run's own journal entries.  So the decision is recorded first (act.repair), and
+the report is gathered outside the run: a transient systemd unit (`systemd-run`, config
+`repair.systemd_run`; RuntimeMaxSec bounds it as well), else a detached process in a session of
+its own.  Either runs this module (`python -m healthcheck.act.evidence`), which runs the tool
+with its deadline (its process group ended past it: outside.run_bounded) and size cap
+(`repair.bug_report_max_bytes`: a larger report is deleted, and the log says so), and records
+the result in the journal and the history when it ends.
 """
 
 from __future__ import annotations
 
+import argparse
 import os
+import re
 import shutil
+import sys
 import time
-from typing import List, Optional
+from typing import List, Optional, Sequence
 
 from ..config import Config
 from ..decide.repair import LedgerRef
-from ..model import WARNING, LogEvent
-from ..safefile import atomic_write, read_file
+from ..model import NOTICE, WARNING, LogEvent
+from ..safefile import atomic_write, open_dir, read_file
+from ..tools import DEFAULT_PATH, find_tool
 from . import ledger
-from ..tools import DEFAULT_PATH
 
 EVIDENCE_DIR = "evidence"
+SYSTEMD_RUN_TIMEOUT_S = 15.0  # systemd-run returns once the unit is started
+# what the unit may run beyond the report's own deadline: our start and the result's record
+UNIT_MARGIN_S = 60
 
 
 def find_bug_report(configured: Optional[str]) -> Optional[str]:
@@ -31,57 +44,117 @@ def find_bug_report(configured: Optional[str]) -> Optional[str]:
     return shutil.which("nvidia-bug-report.sh", path=os.environ.get("PATH") or DEFAULT_PATH)
 
 
+def evidence_dir(config: Config) -> str:
+    return os.path.join(config.state_dir, EVIDENCE_DIR)
+
+
 def collect(config: Config, node: str, key: Optional[LedgerRef], events: List[LogEvent]) -> List[str]:
-    """Write the evidence; best effort (a failure is logged, the rma mark stands)."""
-    directory = os.path.join(config.state_dir, EVIDENCE_DIR)
-    stamp = time.strftime("%Y%m%dT%H%M%SZ", time.gmtime())
-    files: List[str] = []
+    """The ledger's copy (a small file: at once); best effort (a failure is logged, the rma
+    mark stands)."""
+    directory = evidence_dir(config)
     try:
         if key:
             # the GPU's ledger file, or the one an older version kept for it
             raw = next((r for r in (read_file(ledger.ledger_dir(config.state_dir), ledger.ledger_name(k))
                                     for k in (key.key, key.legacy)) if r is not None), None)
             if raw is not None:
-                name = f"{node}-{key.key}-{stamp}-ledger.json"
+                name = f"{node}-{key.key}-{_stamp()}-ledger.json"
                 atomic_write(directory, name, raw)
-                files.append(os.path.join(directory, name))
-        tool = find_bug_report(config.repair.bug_report)
-        if tool:
-            files += _bug_report(tool, directory, f"{node}-{stamp}-nvidia-bug-report.log", config, events)
+                return [os.path.join(directory, name)]
     except OSError as exc:
         events.append(LogEvent("error", WARNING, f"evidence for {node}: {exc}"))
-    return files
+    return []
 
 
-def _bug_report(tool: str, directory: str, name: str, config: Config,
-                events: List[LogEvent]) -> List[str]:
-    import signal
-    import subprocess
+def _stamp() -> str:
+    return time.strftime("%Y%m%dT%H%M%SZ", time.gmtime())
 
-    out = os.path.join(directory, name)
+
+def start_bug_report(config: Config, node: str, events: List[LogEvent]) -> Optional[str]:
+    """Start gathering nvidia-bug-report.sh's report outside this run; how it runs, in words
+    (None: no tool, or it could not be started, which is logged)."""
+    tool = find_bug_report(config.repair.bug_report)
+    if not tool:
+        return None
+    out = os.path.join(evidence_dir(config), f"{node}-{_stamp()}-nvidia-bug-report.log")
+    child = [sys.executable, "-m", "healthcheck.act.evidence", "--node", node, "--tool", tool,
+             "--output", out] + (["--config", config.source] if config.source else [])
+    systemd_run = find_tool("systemd-run", config.repair.systemd_run, os.environ)
+    problem = "no systemd-run"
+    if os.path.exists(systemd_run):
+        from ..outside import run_bounded
+
+        unit = re.sub(r"[^A-Za-z0-9_.-]", "_", f"gpu-healthcheck-evidence-{node}-{_stamp()}")
+        keep = [f"--setenv={k}={os.environ[k]}" for k in ("PYTHONPATH", "GPU_HEALTHCHECK_CONFIG")
+                if os.environ.get(k)]
+        ran = run_bounded([systemd_run, f"--unit={unit}", "--collect", "--quiet",
+                           f"--property=RuntimeMaxSec={int(config.repair.bug_report_timeout_s) + UNIT_MARGIN_S}",
+                           *keep, "--", *child], SYSTEMD_RUN_TIMEOUT_S, merge_stderr=True)
+        if ran.ok:
+            return f"systemd unit {unit}.service"
+        problem = f"{ran.why()}: {' '.join(ran.text().split())[:200]} (config key repair.systemd_run)"
+    from ..outside import start_detached
+
+    pid, error = start_detached(child)
+    if pid is None:
+        events.append(LogEvent("error", WARNING, f"evidence for {node}: nvidia-bug-report.sh not "
+                                                 f"started ({problem}; {error})"))
+        return None
+    return f"detached process {pid} ({problem})"
+
+
+def gather(config: Config, node: str, tool: str, out: str) -> LogEvent:
+    """Run the report with its deadline and cap (in the unit or the detached process): the
+    event that records its result."""
+    from ..outside import run_bounded
+
+    directory = os.path.dirname(out)
+    timeout = config.repair.bug_report_timeout_s
+    fields = {"SLURMD_NODENAME": node, "GPU_HEALTHCHECK_REPAIR_STEP": "evidence",
+              "GPU_HEALTHCHECK_REPAIR_ACTION": "rma"}
     try:
-        proc = subprocess.Popen([tool, "--output-file", out], stdin=subprocess.DEVNULL,
-                                stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-                                cwd=directory, start_new_session=True)
+        os.close(open_dir(directory, True))  # ours and private, before the tool writes into it
+        ran = run_bounded([tool, "--output-file", out], timeout, cap_bytes=64 << 10,
+                          merge_stderr=True, cwd=directory)
+        found, notes = [], []
+        for entry in sorted(os.listdir(directory)):
+            path = os.path.join(directory, entry)
+            if not entry.startswith(os.path.basename(out)):
+                continue
+            if os.path.getsize(path) > config.repair.bug_report_max_bytes:
+                os.unlink(path)
+                notes.append(f"{path} is larger than repair.bug_report_max_bytes = "
+                             f"{config.repair.bug_report_max_bytes}: deleted")
+            else:
+                found.append(path)
     except OSError as exc:
-        events.append(LogEvent("error", WARNING, f"{tool}: {exc}"))
-        return []
-    try:
-        proc.wait(timeout=config.repair.bug_report_timeout_s)
-    except subprocess.TimeoutExpired:
-        os.killpg(proc.pid, signal.SIGKILL)
-        proc.wait()
-        events.append(LogEvent("error", WARNING, f"{tool} ran past repair.bug_report_timeout_s = "
-                                                 f"{config.repair.bug_report_timeout_s:g} s: killed"))
-    found = []
-    for entry in sorted(os.listdir(directory)):
-        path = os.path.join(directory, entry)
-        if not entry.startswith(name):
-            continue
-        if os.path.getsize(path) > config.repair.bug_report_max_bytes:
-            os.unlink(path)
-            events.append(LogEvent("error", WARNING, f"{path} is larger than repair.bug_report_max_bytes "
-                                                     f"= {config.repair.bug_report_max_bytes}: deleted"))
-        else:
-            found.append(path)
-    return found
+        return LogEvent("repair", WARNING, f"repair {node}: RMA evidence: {tool}: {exc}", fields)
+    if ran.timed_out:
+        notes.append(f"{tool} ran past repair.bug_report_timeout_s = {timeout:g} s: ended")
+    elif not ran.ok:
+        notes.append(ran.why())
+    fields["GPU_HEALTHCHECK_EVIDENCE"] = " ".join(found)
+    words = f"wrote {', '.join(found)}" if found else "wrote nothing"
+    return LogEvent("repair", WARNING if notes or not found else NOTICE,
+                    f"repair {node}: RMA evidence: nvidia-bug-report.sh {words}"
+                    + (f"; {'; '.join(notes)}" if notes else ""), fields)
+
+
+def main(argv: Optional[Sequence[str]] = None) -> int:
+    """`python -m healthcheck.act.evidence --node N --tool PATH --output FILE [--config F]`."""
+    from ..config import load_config
+    from .sinks import record_now
+
+    parser = argparse.ArgumentParser(prog="python -m healthcheck.act.evidence")
+    for name in ("--node", "--tool", "--output"):
+        parser.add_argument(name, required=True)
+    parser.add_argument("--config")
+    args = parser.parse_args(argv)
+    config = load_config(args.config, os.environ)
+    event = gather(config, args.node, args.tool, args.output)
+    record_now(config, event, "repair", args.node)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -45,6 +45,9 @@ SCHEMA = 1
 LOGGED_KINDS = ("drain", "resume", "refused", "pending", "error", "repair")
 MAX_MESSAGE_CHARS = 2000  # one line stays small enough that the size bound means something
 MAX_ITEMS = 64  # findings / events kept per line; the rest are counted, not lost silently
+# An event's field: it was written to the journal and the history when it happened
+# (sinks.record_now), so the run's own entries do not repeat it.
+RECORDED = "GPU_HEALTHCHECK_RECORDED"
 
 
 # The history file cannot be written or read: the safe-file layer's error, with the path and
@@ -79,7 +82,8 @@ def build_record(report: Dict[str, Any], events: Sequence["LogEvent"], now: floa
                          "uuid": gpu.get("uuid"), "value": f.get("value"),
                          "message": _clip(f.get("message"))})
     action = report.get("action") or {}
-    logged = [_event_item(e) for e in events if e.kind in LOGGED_KINDS]
+    # an event recorded on its own line already (sinks.record_now) is not repeated here
+    logged = [_event_item(e) for e in events if e.kind in LOGGED_KINDS and not e.fields.get(RECORDED)]
     record: Dict[str, Any] = {
         "schema": SCHEMA, "time": iso_utc(now), "epoch": round(now, 3),
         "started_at": report.get("started_at"), "mode": report.get("mode"),
@@ -119,6 +123,23 @@ def terminated_record(mode: str, message: str, now: float, node: Optional[str],
     record.update(job_id=job_id, internal_error=False, terminated=True,
                   events=[{"kind": "error", "priority": 2, "message": _clip(message)}])
     return record
+
+
+def event_record(mode: str, event: "LogEvent", now: float, node: Optional[str],
+                 host: Optional[str]) -> Dict[str, Any]:
+    """The history line of one event recorded on its own, outside a run's line (pure): the
+    repair's RMA decision, written before its evidence is gathered, and the evidence's result."""
+    record = internal_error_record(mode, "", now, node, host)
+    record.update(internal_error=False, events=[_event_item(event)])
+    return record
+
+
+def append_event(config: "Config", mode: str, event: "LogEvent", node: Optional[str]) -> str:
+    path = config.history_path()
+    host = os.uname().nodename.split(".")[0]
+    append_line(path, encode(event_record(mode, event, time.time(), node or host, host)),
+                config.history_max_bytes)
+    return path
 
 
 def append_terminated(config: "Config", mode: str, message: str, node: Optional[str],

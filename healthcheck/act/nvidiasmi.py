@@ -15,6 +15,7 @@ must be reset together on an NVSwitch system is decided before we get here
 
 from __future__ import annotations
 
+import time
 from typing import Mapping, Optional, Sequence
 
 from ..records import NamedTuple
@@ -35,10 +36,18 @@ def find_nvidia_smi(configured: Optional[str], environ: Mapping[str, str]) -> st
 SMI_CAP_BYTES = 1 << 20
 
 
+# what a call needs at the least; with less left of the run's budget it is not started
+MIN_CALL_S = 1.0
+
+
 class NvidiaSmi:
-    def __init__(self, path: str, timeout_s: float) -> None:
+    def __init__(self, path: str, timeout_s: float, ends_at: Optional[float] = None) -> None:
+        """`timeout_s`: one call's deadline (nvidia_smi_timeout_s, fitted to the run's budget by
+        decide.budget.fit_to_budget); `ends_at`: the run's own deadline (time.monotonic()),
+        which no call outlasts."""
         self.path = path
         self.timeout_s = timeout_s
+        self.ends_at = ends_at
 
     def reset(self, gpus: Sequence[int]) -> SmiResult:
         """`nvidia-smi --gpu-reset -i N[,N...]`; an empty list resets every GPU."""
@@ -56,11 +65,19 @@ class NvidiaSmi:
         from ..outside import run_bounded
 
         argv = [self.path, *args]
-        ran = run_bounded(argv, self.timeout_s, cap_bytes=SMI_CAP_BYTES, term_grace_s=2.0,
+        timeout_s, bound = self.timeout_s, "nvidia_smi_timeout_s"
+        if self.ends_at is not None:
+            left = self.ends_at - time.monotonic() - MIN_CALL_S  # room to log what happened
+            if left < timeout_s:
+                timeout_s, bound = left, "what is left of the run's budget, act_budget_s"
+            if timeout_s < MIN_CALL_S:
+                return SmiResult(False, f"{' '.join(argv)}: not run, the run's budget "
+                                        f"(act_budget_s) is spent", argv)
+        ran = run_bounded(argv, timeout_s, cap_bytes=SMI_CAP_BYTES, term_grace_s=2.0,
                           merge_stderr=True)
         if ran.timed_out:
-            return SmiResult(False, f"{' '.join(argv)}: no answer within {self.timeout_s:g} s "
-                                    f"(nvidia_smi_timeout_s)", argv)
+            return SmiResult(False, f"{' '.join(argv)}: no answer within {timeout_s:.3g} s "
+                                    f"({bound})", argv)
         if ran.error:
             return SmiResult(False, f"{ran.error} (config key nvidia_smi)", argv)
         text = " ".join(ran.text().split())[:2000]

@@ -27,26 +27,32 @@ from typing import TYPE_CHECKING, Dict, List, Optional, Sequence
 
 from ..config import Config
 from ..decide import repair as rd
-from ..decide.verdict import NodeState, drain_reason, is_ours, is_rma
+from ..decide.verdict import NodeState, drain_reason, is_ours, is_rma, our_comment
 from ..model import CRIT, ERR, INFO, NOTICE, WARNING, DoorError, Finding, LogEvent, Mode, NodeAction, NodeSnapshot
 from ..text import iso_utc
 from . import ledger
+from .repairclaim import ClaimMixin
 from .state import StateStore
 
 if TYPE_CHECKING:  # the door is imported where a reset runs, never on a run that repairs nothing
     from .nvidiasmi import NvidiaSmi
 
-SETTLE_S = 1.0  # after our claim, before the re-read: concurrent claims become visible
 
 
-class Repairer:
+class Repairer(ClaimMixin):
     def __init__(self, config: Config, slurm: object, store: StateStore, node: str,
-                 events: List[LogEvent], fields: Dict[str, str]) -> None:
+                 events: List[LogEvent], fields: Dict[str, str],
+                 ends_at: Optional[float] = None) -> None:
+        """`ends_at`: the run's deadline (time.monotonic()), which nvidia-smi's calls and the
+        claim's expiry fit; None: the run has no budget (act_budget_s stands for one)."""
         self.config, self.slurm, self.store, self.node = config, slurm, store, node
         self.events, self.fields = events, fields
+        self.ends_at = ends_at if ends_at is not None else time.monotonic() + config.act_budget_s
         self.plan: Optional[rd.RepairPlan] = None
         self.drained_at: Optional[str] = None
         self.reason: Optional[str] = None  # the node's reason when this run read it
+        self.seen: Optional[NodeState] = None  # the node as the repair was decided on
+        self.comment: Optional[str] = None  # its Comment as last read (the site's part is kept)
         self.rebooted: Optional[Dict[str, rd.LedgerRef]] = None  # after a boot: key -> each ledger of that reboot
 
     def _log(self, step: str, priority: int, message: str, action: str = "",
@@ -70,8 +76,18 @@ class Repairer:
             self._log("skipped", WARNING, "not in scontrol's node list: nothing done")
             return False
         self.drained_at, self.reason = this.reason_time, this.reason
+        self.seen, self.comment = this, this.comment
         mark = rd.parse_mark(this.comment)
-        if mark and mark["state"] in rd.AFTER_REBOOT:
+        stale = rd.stale_own_claim(mark, time.time()) if mark else None
+        if mark and stale is not None:  # a reset claim of this node, or an unfinished ask
+            if not stale:
+                self._log("skipped", INFO, f"a repair of this node is under way (its claim: "
+                                           f"{our_comment(this.comment)}): nothing done",
+                          GPU_HEALTHCHECK_REPAIR_STATE=mark["state"])
+                return False
+            if not report_only and not self._clear_stale(snapshot, mark):
+                return False
+        elif mark and mark["state"] in rd.AFTER_REBOOT:
             return self._after_reboot(snapshot, this, mark, report_only)
         if mark and mark["state"] == rd.BLOCKED and not (this.drained and is_ours(this.reason)
                                                          and not is_rma(this.reason)):
@@ -124,46 +140,19 @@ class Repairer:
                                         f"back?): counted as made now, {iso_utc(now)}")
         return fixed
 
-    # --- the budget ----------------------------------------------------------------------
-
-    def _claim(self, plan: rd.RepairPlan) -> bool:
-        state = rd.RESETTING if plan.action == rd.RESET else rd.REBOOTING
-        try:
-            self.ctl.set_comment(self.node, rd.mark_text(state, plan.gpus, iso_utc(time.time())))  # type: ignore[attr-defined]
-            self.slurm._sleep(SETTLE_S)  # type: ignore[attr-defined]
-            _, cluster = self.slurm.node(self.node)  # type: ignore[attr-defined]
-            past = rd.repairs_beyond_budget(cluster, self.config.repair.max_concurrent)
-            if self.node in past:
-                self.ctl.set_comment(self.node, "")  # type: ignore[attr-defined]
-                self._log("budget", NOTICE, f"stepped back: other nodes claimed the repair budget "
-                                            f"first (repair.max_concurrent = "
-                                            f"{self.config.repair.max_concurrent})", plan.action)
-                return False
-        except DoorError as exc:
-            self._log("skipped", WARNING, f"cannot claim the repair budget ({exc}): nothing done",
-                      plan.action)
-            return False
-        self._log("claimed", NOTICE, f"{plan.action} of GPU(s) {_list(plan.gpus)}: {plan.why}",
-                  plan.action)
-        return True
-
-    def release(self) -> None:
-        try:
-            self.ctl.set_comment(self.node, "")  # type: ignore[attr-defined]
-        except DoorError as exc:
-            self._log("error", WARNING, f"cannot clear the repair claim in its Comment: {exc}")
-
     # --- actions -------------------------------------------------------------------------
 
-    def _record(self, snapshot: NodeSnapshot, plan: rd.RepairPlan, outcome: str) -> None:
+    def _record(self, snapshot: NodeSnapshot, plan: rd.RepairPlan, outcome: str) -> List[rd.LedgerRef]:
         """The attempt, in the ledgers of what was repaired only (plan.ledgers): never in every
-        listed GPU's, which would send a healthy GPU 0 to RMA for another's fault."""
+        listed GPU's, which would send a healthy GPU 0 to RMA for another's fault.  The
+        ledgers written."""
         trigger = plan.trigger
         cause = f"{trigger.check}={trigger.value}" if trigger is not None else ""
         for ref in plan.ledgers:
             ledger.append_attempt(self.config.state_dir, ref, rd.Attempt(
                 at=time.time(), action=plan.action, trigger=cause, outcome=outcome, node=self.node,
                 gpu=ref.gpu if ref.gpu is not None else -1, pci=ref.pci, serial=ref.serial))
+        return list(plan.ledgers)
 
     def _reset(self, snapshot: NodeSnapshot, plan: rd.RepairPlan) -> bool:
         """Reset plan.gpus through nvidia-smi.  A reset that cannot run (no nvidia-smi at its
@@ -178,7 +167,16 @@ class Repairer:
         holders = self._holders(snapshot, plan.gpus)
         if holders:
             return self._blocked(snapshot, plan, rd.IN_USE, holders, f"held by {holders}")
-        smi = NvidiaSmi(path, self.config.nvidia_smi_timeout_s)
+        # The ledger first ("started"), its outcome after: a run killed in the middle of the
+        # reset (slurmd's HealthCheckProgram limit) has still made an attempt, and a GPU whose
+        # reset hangs must not get one more for ever.  A ledger that cannot be written: no reset.
+        try:
+            refs = self._record(snapshot, plan, "started")
+        except (ValueError, OSError) as exc:
+            self.release()
+            self._log("error", ERR, f"cannot write the repair ledger ({exc}): no reset", rd.RESET)
+            return False
+        smi = NvidiaSmi(path, self.config.nvidia_smi_timeout_s, self.ends_at)
         # persistence mode holds the device like a client and the driver refuses the reset
         # (NVIDIA/NVSentinel#1690): off for the reset, back on after, whatever the reset did
         persistent = [g.index for g in snapshot.gpus if g.index in plan.gpus and g.persistence_mode]
@@ -186,10 +184,7 @@ class Repairer:
         done = smi.reset(plan.gpus)
         in_use = not done.ok and rd.IN_USE_TEXT in done.message
         if not in_use:
-            try:
-                self._record(snapshot, plan, "reset" if done.ok else f"refused: {done.message[:200]}")
-            except (ValueError, OSError) as exc:
-                self._log("error", ERR, f"cannot write the repair ledger: {exc}", plan.action)
+            self._set_outcome(refs, "reset" if done.ok else f"refused: {done.message[:200]}")
         if done.ok:
             self._log("reset", NOTICE, f"reset GPU(s) {_list(plan.gpus)} ({done.message}); proving "
                                        f"them healthy with --level full", rd.RESET)
@@ -200,7 +195,7 @@ class Repairer:
         if in_use:  # a client nvidia-smi does not name: who holds it, if we can see it now
             holders = self._holders(snapshot, plan.gpus) or "a client nvidia-smi does not name"
             return self._blocked(snapshot, plan, rd.IN_USE, holders,
-                                 f"nvidia-smi: {done.message[:300]}; held by {holders}")
+                                 f"nvidia-smi: {done.message[:300]}; held by {holders}", refs)
         if not done.ok:
             self.release()
         return done.ok
@@ -227,16 +222,21 @@ class Repairer:
         return ", ".join(words)
 
     def _blocked(self, snapshot: NodeSnapshot, plan: rd.RepairPlan, cause: str, holders: str,
-                 why: str) -> bool:
+                 why: str, recorded: Sequence[rd.LedgerRef] = ()) -> bool:
         """A reset that did not run: logged and kept in the ledger as `blocked: ...` (no
-        attempt), the node's Comment says `repair blocked` (--cluster; no budget held)."""
-        try:
-            self._record(snapshot, plan, f"{rd.BLOCKED}: {why}"[:300])
-        except (ValueError, OSError) as exc:
-            self._log("error", ERR, f"cannot write the repair ledger: {exc}", plan.action)
+        attempt; `recorded`: the ledgers that hold it as started already), the node's Comment
+        says `repair blocked` (--cluster; no budget held)."""
+        outcome = f"{rd.BLOCKED}: {why}"[:300]
+        if recorded:
+            self._set_outcome(recorded, outcome)
+        else:
+            try:
+                self._record(snapshot, plan, outcome)
+            except (ValueError, OSError) as exc:
+                self._log("error", ERR, f"cannot write the repair ledger: {exc}", plan.action)
         mark = rd.mark_text(rd.BLOCKED, plan.gpus, iso_utc(time.time()))
         try:
-            self.ctl.set_comment(self.node, f"{mark} by={_token(holders or cause)}"[:250])  # type: ignore[attr-defined]
+            self._write_ours(f"{mark} by={_token(holders or cause)}"[:250])
         except DoorError as exc:
             self._log("error", WARNING, f"cannot mark the repair blocked in its Comment: {exc}", rd.RESET)
         self._log("reset_blocked", ERR, f"repair blocked: no reset of GPU(s) {_list(plan.gpus)} was "
@@ -344,16 +344,6 @@ class Repairer:
                   GPU_HEALTHCHECK_REPAIR_STATE="validating")
         return True
 
-    def _set_claim(self, state: str, mark: Dict[str, str]) -> bool:
-        gpus = [int(g) for g in mark["gpus"].split(",") if g.isdigit()]
-        try:
-            self.ctl.set_comment(self.node, rd.mark_text(state, gpus, mark["at"]))  # type: ignore[attr-defined]
-        except DoorError as exc:
-            self._log("error", WARNING, f"cannot mark the repair {state} in its Comment ({exc}): "
-                                        f"nothing done", rd.REBOOT)
-            return False
-        return True
-
     def _pending_reboots(self, snapshot: NodeSnapshot) -> Dict[str, rd.LedgerRef]:
         """Ledger key -> the ledger (a GPU's, a missing GPU's, the node's) whose last attempt is
         a reboot not judged yet (outcome "reboot").  A GPU NVML had lost when the reboot was
@@ -383,7 +373,8 @@ class Repairer:
             try:
                 ledger.update_last(self.config.state_dir, key, outcome)
             except (ValueError, OSError) as exc:
-                self._log("error", ERR, f"cannot write the repair ledger {key.key}: {exc}", rd.REBOOT)
+                self._log("error", ERR, f"cannot write the repair ledger {key.key}: {exc}",
+                          self.plan.action if self.plan else "")
 
     def _drained_at(self) -> Optional[str]:
         """When we drained it (our note), for drain-to-resume: slurmctld restamps the reason
@@ -454,14 +445,23 @@ class Repairer:
         except DoorError as exc:
             self._log("error", CRIT, f"cannot mark it rma ({exc}); it stays drained", rd.RMA)
             return NodeAction("none", reason, detail=str(exc))
-        from .evidence import collect
+        from .evidence import collect, start_bug_report
+        from .sinks import record_now
 
         files = collect(self.config, self.node, ref, self.events)
+        # the decision in the journal and the history first: what follows may outlast the run
         self._log("rma", CRIT, f"marked rma: {reason}; evidence: {', '.join(files) or 'none'}", rd.RMA,
                   GPU_HEALTHCHECK_EVIDENCE=" ".join(files),
                   GPU_HEALTHCHECK_RMA_GPU=str(gpu) if gpu is not None else "",
                   GPU_HEALTHCHECK_RMA_PCI=ref.pci if ref is not None else "",
                   GPU_HEALTHCHECK_RMA_SERIAL=ref.serial if ref is not None else "")
+        self.events[-1] = record_now(self.config, self.events[-1], "repair", self.node)
+        how = start_bug_report(self.config, self.node, self.events)
+        if how:
+            self._log("evidence", NOTICE, f"nvidia-bug-report.sh gathers the RMA evidence outside "
+                                          f"this run ({how}, within repair.bug_report_timeout_s = "
+                                          f"{self.config.repair.bug_report_timeout_s:g} s); its "
+                                          f"result goes to the journal and the history", rd.RMA)
         return NodeAction("none", reason, detail="rma")
 
 

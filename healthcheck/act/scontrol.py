@@ -20,7 +20,7 @@ from typing import Callable, Dict, List, Mapping, Optional, Sequence
 from ..model import DoorError
 from ..tools import DEFAULT_PATH, find_tool  # noqa: F401  (DEFAULT_PATH: re-exported)
 from ..records import NamedTuple
-from ..decide.verdict import NodeState, beyond_budget, gpu_nodes, is_ours, sanitise
+from ..decide.verdict import MAX_COMMENT_BYTES, NodeState, beyond_budget, gpu_nodes, is_ours, sanitise
 
 
 
@@ -188,8 +188,9 @@ class Scontrol:
             raise
 
     def set_comment(self, node: str, text: str) -> None:
-        """The node's Comment (Slurm 20.11+): where a refused drain stays visible."""
-        self._run(["update", f"NodeName={node}", f"Comment={sanitise(text)}"])
+        """The node's Comment (Slurm 20.11+): where a refused drain stays visible and a repair
+        claims the budget, beside the site's own text (verdict.with_our_comment)."""
+        self._run(["update", f"NodeName={node}", f"Comment={sanitise(text, MAX_COMMENT_BYTES)}"])
 
     def set_admin_comment(self, job_id: str, text: str) -> None:
         if not re.fullmatch(r"[1-9][0-9]{0,9}", job_id):  # never another job by its array syntax

@@ -54,7 +54,9 @@ def emit(outcome: "RunOutcome", config: "Config", mode: "Mode", err: Optional[Te
         try:
             from .journal import send_events
 
-            result = send_events(outcome.events, mode_name)
+            from .history import RECORDED
+
+            result = send_events([e for e in outcome.events if not e.fields.get(RECORDED)], mode_name)
             if result.problem:
                 print(f"gpu-healthcheck: journal sink: {result.problem}; events go to stderr and "
                       f"the history file {config.history_path()}", file=err)
@@ -113,6 +115,18 @@ def _last_word(mode: str, config: "Config", event: "LogEvent", history: Callable
         return []
 
     _guarded(err, "history", config.history_path(), write)
+
+
+def record_now(config: "Config", event: "LogEvent", mode: str, node: Optional[str],
+               err: Optional[TextIO] = None) -> "LogEvent":
+    """Write one event to the journal and the history now, before what may outlast the run
+    (the RMA decision, before its evidence is gathered); never raises.  Returns the event as
+    the run keeps it: marked, so the run's own journal entries and history line do not repeat
+    it (its metrics still count it)."""
+    from .history import RECORDED, append_event
+
+    _last_word(mode, config, event, lambda: append_event(config, mode, event, node), err or sys.stderr)
+    return event._replace(fields={**event.fields, RECORDED: "1"})
 
 
 def emit_internal_error(mode: str, trace: str, config: Optional["Config"] = None,

@@ -27,7 +27,7 @@ from typing import Any, Callable, Dict, List, Mapping, Optional, Sequence, Tuple
 
 from ..config import Config
 from ..decide.verdict import (DrainDecision, NodeState, decide_drain, gpu_nodes, is_ours,
-                              may_resume, refused_comment, refused_reason)
+                              may_resume, refused_comment, refused_reason, with_our_comment)
 from ..model import (CRIT, ERR, INFO, NOTICE, WARNING, DoorError, Finding, KernelLogPosition,
                      LogEvent, Mode, NodeAction, NodeSnapshot, Outcome)
 from ..staterecords import OurDrain, PendingDrain
@@ -99,7 +99,7 @@ class Slurm:
                 return self._refused(node, reason, events, fields,
                                      f"drain of {node} refused: {ours} of {len(gpu_nodes(nodes))} GPU "
                                      f"nodes already drained by gpu-healthcheck, drain.max_fraction = "
-                                     f"{max_fraction}; would have drained with: {reason}")
+                                     f"{max_fraction}; would have drained with: {reason}", this.comment)
             if decision is DrainDecision.ADMIN_OWNED:
                 message = f"{node} is already drained by someone else ({this.reason}); their reason is kept"
                 events.append(LogEvent("drain", WARNING, message + f"; ours would be: {reason}",
@@ -112,7 +112,7 @@ class Slurm:
                 return NodeAction("none", reason, detail=message, outcome=Outcome.ALREADY_OURS)
             noted = self._as_ours(store, node, reason, counters, events,
                                   lambda: self.ctl.drain(node, reason))
-            stepped_back = self._hold_budget(node, reason, events, fields)
+            stepped_back = self._hold_budget(node, reason, events, fields, this.comment)
             if stepped_back is not None:
                 self._unnote(store, noted, node, events)
                 return stepped_back
@@ -177,7 +177,7 @@ class Slurm:
         return NodeAction("drain", reason, detail=message, outcome=Outcome.PENDING)
 
     def _hold_budget(self, node: str, reason: str, events: List[LogEvent],
-                     fields: Dict[str, str]) -> Optional[NodeAction]:
+                     fields: Dict[str, str], comment: Optional[str]) -> Optional[NodeAction]:
         """Our drain is in: re-read and step back if concurrent drains took the budget first.
         None when the drain stands."""
         from .scontrol import hold_budget
@@ -202,15 +202,16 @@ class Slurm:
                              f"drain of {node} refused: {check.drained} of {check.total} GPU nodes "
                              f"drained by gpu-healthcheck at once, drain.max_fraction = {max_fraction}; "
                              f"{first} drained first, so {node} resumed itself; would have drained "
-                             f"with: {reason}")
+                             f"with: {reason}", comment)
 
     def _refused(self, node: str, reason: str, events: List[LogEvent], fields: Dict[str, str],
-                 message: str) -> NodeAction:
+                 message: str, comment: Optional[str]) -> NodeAction:
         """A drain the budget refused: logged critical, noted on the node (--cluster lists it)."""
         events.append(LogEvent("refused", CRIT, message, fields, Outcome.REFUSED))
-        # The node runs jobs, so its Reason stays empty: the note goes in its Comment (best effort).
+        # The node runs jobs, so its Reason stays empty: the note goes in its Comment (best
+        # effort), beside what the site keeps there
         try:
-            self.ctl.set_comment(node, refused_comment(reason, iso_utc(time.time())))
+            self.ctl.set_comment(node, with_our_comment(comment, refused_comment(reason, iso_utc(time.time()))))
         except DoorError as exc:
             events.append(LogEvent("error", WARNING, f"cannot note the refused drain in the Comment "
                                                      f"of {node}: {exc}"))
@@ -313,7 +314,7 @@ class Slurm:
             this, _ = self.node(node)
             if this is not None and refused_reason(this.comment) and not partial:
                 # the refused drain's cause is gone (this full check does not drain)
-                self.ctl.set_comment(node, "")
+                self.ctl.set_comment(node, with_our_comment(this.comment, ""))
                 events.append(LogEvent("resume", NOTICE, f"{node}: a full check passes; the note of "
                                                          f"a refused drain is cleared (was: "
                                                          f"{this.comment})", fields, Outcome.CLEARED))

@@ -7,7 +7,7 @@ less a margin, or its timeout=).  Each door gets a share of the budget, and the 
 what is left once the calls after it are reserved.
 
     budget_s, problem = run_budget_s(health_check, config, environ)   # None: unbounded
-    config = fit_to_budget(config, budget_s)           # NVML and scontrol deadlines shrunk
+    config = fit_to_budget(config, budget_s)           # NVML, scontrol, nvidia-smi deadlines shrunk
     cap = probe_cap_s(ends_at, now, scontrol_unanswered, config)
     timeout = probe_timeout(config, "full", largest_mib=81559, cap_s=cap)   # None: no time left
 """
@@ -23,6 +23,11 @@ from ..config import Config
 # defaults (50 s): NVML 7.5 s, scontrol 7.5 s a call, and the probe at most what is left after
 # two more scontrol calls and a margin for writing the report and exiting.
 NVML_SHARE, SCONTROL_SHARE, MARGIN_S = 0.15, 0.15, 2.0
+# and each nvidia-smi call of a repair (persistence mode off, the reset, persistence mode on):
+# 10 s with the defaults, so all three fit with the claim's scontrol calls, and a hung
+# `nvidia-smi -pm 1` cannot keep the run past slurmd's kill (act.nvidiasmi also stops each
+# call at the run's own deadline)
+SMI_SHARE = 0.2
 # scontrol calls a run may still make after the probe: show nodes, then drain or resume
 CALLS_AFTER_PROBE = 2
 # The scontrol calls of one drain at most (act.slurm.Slurm.drain): show nodes, the drain, the
@@ -55,11 +60,12 @@ def run_budget_s(health_check: bool, config: Config,
 
 
 def fit_to_budget(config: Config, budget_s: Optional[float] = None) -> Config:
-    """The config of a run that must end within `budget_s` (default `act_budget_s`): NVML and
-    scontrol deadlines shrunk to their shares of it."""
+    """The config of a run that must end within `budget_s` (default `act_budget_s`): NVML,
+    scontrol and nvidia-smi deadlines shrunk to their shares of it."""
     budget = config.act_budget_s if budget_s is None else budget_s
     return config._replace(nvml_timeout_s=min(config.nvml_timeout_s, NVML_SHARE * budget),
-                           scontrol_timeout_s=min(config.scontrol_timeout_s, SCONTROL_SHARE * budget))
+                           scontrol_timeout_s=min(config.scontrol_timeout_s, SCONTROL_SHARE * budget),
+                           nvidia_smi_timeout_s=min(config.nvidia_smi_timeout_s, SMI_SHARE * budget))
 
 
 def probe_cap_s(ends_at: float, now: float, scontrol_unanswered: bool, config: Config) -> float:

@@ -26,7 +26,7 @@ class Attempt(NamedTuple):
     at: float
     action: str  # reset | reboot
     trigger: str  # the finding that called for it, "check=value"
-    outcome: str  # started | resumed | still_failing: CHECK | refused: ... | blocked: ... | rma
+    outcome: str  # started | reset | killed | resumed | passed | still_failing: CHECK | refused: ... | blocked: ... | rma
     node: str
     gpu: int
     pci: str = ""

@@ -10,10 +10,16 @@ budget, and only for a fault a reset or a reboot can fix (the finding's own acti
 has needed `repair.max_attempts` repairs within `repair.window_s` is not repaired again: the
 node is marked rma (CONTRACTS §4), which no automatic run ever repairs or resumes.
 
-The budget is held like the drain budget (verdict.beyond_budget): a node claims a repair in
-its Comment ("gpu-healthcheck: repair resetting gpus=2 at=..."), re-reads, and steps back when
-it ranks past `repair.max_concurrent` among the claims, by (claim time, node name): the same
-order on every node, so no lock service is needed.
+The budget is held without a lock service, by what slurmctld holds in the nodes' Comments
+(act.repair.Repairer._claim), in two steps, each written and then re-read:
+1. ask: "gpu-healthcheck: repair resetting gpus=2 at=... until=... asking"; step back when this
+   node ranks past `repair.max_concurrent` (claim_order: the claims already held first, then
+   those asking, by node name: the same order on every node, and no node's clock in it);
+2. hold: the same claim without "asking"; step back when more claims are held than the budget
+   allows (held_past_budget).  Whoever holds last sees every earlier holder, so no more than
+   the budget ever proceed, however late slurmctld applies or answers.
+A claim carries its own expiry (`until`, the claiming run's deadline and a margin): a run
+killed mid-reset cannot hold the budget past it, and its own node's next run clears it.
 """
 
 from __future__ import annotations
@@ -24,7 +30,8 @@ from typing import Dict, List, Mapping, Optional, Sequence, Tuple, Union
 from ..config import RepairConfig
 from ..model import Action, Finding, GpuSnapshot, Severity
 from ..records import NamedTuple
-from .verdict import PREFIX, REBOOT_HOLDS, NodeState, drain_budget, draining, gpu_nodes, is_ours, is_rma
+from .verdict import (PREFIX, REBOOT_HOLDS, NodeState, drain_budget, draining, gpu_nodes, is_ours,
+                      is_rma, our_comment)
 # the ledgers' keys and counts live in decide.ledgers; the repair's callers read them here too
 from .ledgers import (BLOCKED, FUTURE_SLACK_S, KEY_PART_MAX, NODE_LEDGER, Attempt, LedgerRef,  # noqa: F401
                       counted, escape_key_part, finding_ledger, from_the_future, in_window, ledger_key,
@@ -58,7 +65,11 @@ IN_USE, NO_NVIDIA_SMI = "in_use", "no_nvidia_smi"
 # nvidia-smi's words when a client holds the GPU (NVIDIA/NVSentinel#1690, verbatim)
 IN_USE_TEXT = "In use by another client"
 _MARK_RE = re.compile(r"^gpu-healthcheck: repair (?P<state>[a-z_]+)(?: gpus=(?P<gpus>[0-9,]*))?"
-                      r"(?: at=(?P<at>\S+))?")
+                      r"(?: at=(?P<at>\S+))?(?: until=(?P<until>\S+))?(?: (?P<asking>asking))?")
+ASKING = "asking"
+# Added to a claim's expiry beyond its run's own deadline: the claiming node's clock may run
+# behind the reader's (NTP keeps a cluster's clocks far closer than this).
+CLAIM_MARGIN_S = 10.0
 
 # Findings a reset cannot fix on its own: NVIDIA's Xid catalogue and NVML recovery actions
 # (NOTES.md) ask for a reboot (Xid 79, a GPU off the bus, fabric, Xid 154).  Findings with
@@ -136,13 +147,34 @@ def job_running(this: NodeState) -> bool:
 
 
 def parse_mark(comment: Optional[str]) -> Optional[Dict[str, str]]:
-    """A repair claim in a node's Comment: {"state", "gpus", "at"}, or None."""
-    m = _MARK_RE.match(comment or "")
+    """A repair claim in our part of a node's Comment (verdict.our_comment): {"state",
+    "gpus", "at", "until", "asking"} ("" where absent), or None."""
+    m = _MARK_RE.match(our_comment(comment) or "")
     return {k: v or "" for k, v in m.groupdict().items()} if m else None
 
 
-def mark_text(state: str, gpus: Sequence[int], at_iso: str) -> str:
-    return f"{REPAIR_MARK} {state} gpus={','.join(str(g) for g in gpus)} at={at_iso}"
+def mark_text(state: str, gpus: Sequence[int], at_iso: str, until_iso: Optional[str] = None,
+              asking: bool = False) -> str:
+    until = f" until={until_iso}" if until_iso else ""
+    return (f"{REPAIR_MARK} {state} gpus={','.join(str(g) for g in gpus)} at={at_iso}{until}"
+            + (f" {ASKING}" if asking else ""))
+
+
+def claim_expired(mark: Mapping[str, str], now: float) -> bool:
+    """Whether a claim is past its own expiry.  A claim without one (a reboot's, which
+    slurmctld's reboot state ends, or one an older version wrote) never expires by the clock."""
+    until = stamp_epoch(mark.get("until"), utc=True)
+    return until is not None and now > until
+
+
+def stale_own_claim(mark: Mapping[str, str], now: float) -> Optional[bool]:
+    """A reset claim (or an unfinished ask) found on this node by its own run: True when the
+    run that wrote it is over (past its expiry, or written without one: the run that wrote it
+    cannot be told from a killed one, and is never older than this check's interval), False
+    while it may still run, None when `mark` is no such claim."""
+    if not (mark.get(ASKING) or mark.get("state") == RESETTING):
+        return None
+    return not mark.get("until") or claim_expired(mark, now)
 
 
 def repair_budget(cluster: Sequence[NodeState], max_concurrent: Union[int, float]) -> int:
@@ -154,35 +186,69 @@ def repair_budget(cluster: Sequence[NodeState], max_concurrent: Union[int, float
     return max(1, max_concurrent)
 
 
-def active_claim(node: NodeState) -> Optional[Dict[str, str]]:
+def active_claim(node: NodeState, now: Optional[float] = None) -> Optional[Dict[str, str]]:
     """The node's repair claim while it counts against the budget: a reset or a reboot in
-    progress.  A reboot slurmctld timed out no longer counts: that node may never run us again
-    to clear its claim, and would hold the cluster's budget for ever."""
+    progress (or asked for).  Two no longer count, since their node may never run us again to
+    clear them and would hold the cluster's budget for ever: a reboot slurmctld timed out, and
+    a claim past its own expiry (its run was killed: slurmd's HealthCheckProgram limit)."""
+    import time
+
     mark = parse_mark(node.comment)
     if not mark or mark["state"] not in ACTIVE:
         return None
     if mark["state"] == REBOOTING and REBOOT_TIMED_OUT_TEXT in (node.reason or ""):
         return None
+    if claim_expired(mark, time.time() if now is None else now):
+        return None
     return mark
 
 
-def repairs_beyond_budget(cluster: Sequence[NodeState], max_concurrent: Union[int, float]) -> List[str]:
-    """The nodes whose active repair claim ranks past the budget, by (claim time, name)."""
-    claims = []
-    for node in cluster:
-        mark = active_claim(node)
-        if mark:
-            claims.append((mark["at"], node.name))
-    return [name for _, name in sorted(claims)[repair_budget(cluster, max_concurrent):]]
+def claim_order(cluster: Sequence[NodeState], now: Optional[float] = None) -> List[str]:
+    """The nodes with an active claim, in the order the budget goes by: claims held first,
+    then claims asking, each by node name.  Never by the claims' times: those are the nodes'
+    clocks, and a claim slurmctld applied late would carry an early time."""
+    claims = [(bool(mark[ASKING]), n.name) for n in cluster for mark in [active_claim(n, now)] if mark]
+    return [name for _, name in sorted(claims)]
 
 
-def busy_repairing(cluster: Sequence[NodeState], but: str = "") -> List[str]:
+def repairs_beyond_budget(cluster: Sequence[NodeState], max_concurrent: Union[int, float],
+                          now: Optional[float] = None) -> List[str]:
+    """The nodes whose active claim ranks past the budget (claim_order): a node asking steps
+    back when it is one of them."""
+    return claim_order(cluster, now)[repair_budget(cluster, max_concurrent):]
+
+
+def held_past_budget(cluster: Sequence[NodeState], max_concurrent: Union[int, float],
+                     now: Optional[float] = None) -> List[str]:
+    """Every node holding a claim (not asking) when more hold one than the budget allows, else
+    []: a node that has just turned its ask into a hold and sees this steps back."""
+    held = [n.name for n in cluster for mark in [active_claim(n, now)] if mark and not mark[ASKING]]
+    return held if len(held) > repair_budget(cluster, max_concurrent) else []
+
+
+def changed_since(before: NodeState, after: Optional[NodeState]) -> Optional[str]:
+    """Why a node may no longer be repaired, comparing slurmctld's answer after our claim with
+    the one the repair was decided on (an admin resumed it, a job started on it, someone
+    drained it again in between), or None when it is as it was."""
+    if after is None:
+        return "it is gone from scontrol's node list"
+    if not after.drained:
+        return f"it is no longer drained (State={after.state})"
+    if job_running(after):
+        return f"a job runs on it now (State={after.state})"
+    if (after.reason, after.reason_time) != (before.reason, before.reason_time):
+        return f"its reason changed (now: {after.reason})"
+    return None
+
+
+def busy_repairing(cluster: Sequence[NodeState], but: str = "",
+                   now: Optional[float] = None) -> List[str]:
     """The nodes (other than `but`) whose Comment claims an active repair."""
-    return [n.name for n in cluster if n.name != but and active_claim(n)]
+    return [n.name for n in cluster if n.name != but and active_claim(n, now)]
 
 
 def cluster_state(node: NodeState, cluster: Sequence[NodeState],
-                  max_concurrent: Union[int, float]) -> Optional[str]:
+                  max_concurrent: Union[int, float], now: Optional[float] = None) -> Optional[str]:
     """--cluster's repair state of a node from what slurmctld shows (its reason, state flags
     and Comment claim), or None where the repair loop has no part (a node in service without
     a claim, a node someone else drained).  The cooldown lives in the node's own ledger, which
@@ -191,7 +257,7 @@ def cluster_state(node: NodeState, cluster: Sequence[NodeState],
     # a blocked mark speaks only for a node still drained by us and not rma since
     stale = mark is not None and mark["state"] == BLOCKED and (
         not node.drained or not is_ours(node.reason) or is_rma(node.reason))
-    if mark and mark["state"] and not stale:
+    if mark and mark["state"] and not stale and (mark["state"] not in ACTIVE or active_claim(node, now)):
         return mark["state"]
     if not node.drained or not is_ours(node.reason):
         return None
@@ -199,7 +265,7 @@ def cluster_state(node: NodeState, cluster: Sequence[NodeState],
         return "rma"
     if job_running(node):
         return "waiting_for_idle"
-    if len(busy_repairing(cluster, node.name)) >= repair_budget(cluster, max_concurrent):
+    if len(busy_repairing(cluster, node.name, now)) >= repair_budget(cluster, max_concurrent):
         return "waiting_for_budget"
     return DRAINED
 
@@ -297,7 +363,7 @@ def decide_repair(this: NodeState, cluster: Sequence[NodeState], findings: Seque
     if last is not None and now - last < config.cooldown_s:
         return RepairPlan(NONE, f"last repair {now - last:.0f} s ago, repair.cooldown_s = "
                                 f"{config.cooldown_s:g}", trigger=trigger, state="cooldown")
-    busy = busy_repairing(cluster, this.name)
+    busy = busy_repairing(cluster, this.name, now)
     if len(busy) >= repair_budget(cluster, config.max_concurrent):
         return RepairPlan(NONE, f"repair budget spent: {', '.join(busy)} repairing, "
                                 f"repair.max_concurrent = {config.max_concurrent}",
@@ -334,7 +400,7 @@ STEP_STATES = {"claimed": "", "budget": "waiting_for_budget", "reset": VALIDATIN
                "resumed": IN_SERVICE, "still_failing": DRAINED, "rma": "rma",
                "would_reset": DRAINED, "would_reboot": DRAINED, "would_rma": DRAINED,
                "rebooting": REBOOTING, "booted": VALIDATING, "reboot_timed_out": REBOOT_TIMED_OUT,
-               "reboot_cancelled": DRAINED}
+               "reboot_cancelled": DRAINED, "stale_claim": DRAINED}
 
 
 def state_after(step: str, action: str, state_field: str) -> Optional[str]:

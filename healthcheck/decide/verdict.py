@@ -184,9 +184,10 @@ def refused_comment(reason: str, when: str) -> str:
 
 def refused_reason(comment: Optional[str]) -> Optional[str]:
     """The reason a refused drain would have had, from our node Comment; None if not ours."""
-    if not comment or not comment.startswith(REFUSED_MARK):
+    ours = our_comment(comment)
+    if not ours or not ours.startswith(REFUSED_MARK):
         return None
-    _, _, reason = comment[len(REFUSED_MARK):].partition(": ")
+    _, _, reason = ours[len(REFUSED_MARK):].partition(": ")
     return reason or None
 
 
@@ -194,7 +195,41 @@ def refused_time(comment: Optional[str]) -> Optional[str]:
     """When the refused drain in our node Comment happened (ISO 8601), or None."""
     if not refused_reason(comment):
         return None
-    return (comment or "")[len(REFUSED_MARK):].partition(": ")[0].strip() or None
+    return (our_comment(comment) or "")[len(REFUSED_MARK):].partition(": ")[0].strip() or None
+
+
+# A node's Comment is shared with the site (a ticket number, a note for the next admin).  Our
+# part (a refused drain's note, a repair claim) goes after theirs, behind this separator, and
+# runs to the end of the Comment; we only ever replace or remove that part.
+COMMENT_SEPARATOR = " | "
+# Slurm keeps a node's Comment as free text of any length (unlike the 255-byte reason, which
+# the accounting database stores); this bound only keeps a runaway text off the command line.
+MAX_COMMENT_BYTES = 4096
+
+
+def our_comment(comment: Optional[str]) -> Optional[str]:
+    """Our part of a node's Comment: from our prefix to the end; None when there is none."""
+    at = (comment or "").find(PREFIX)
+    return (comment or "")[at:] if at >= 0 else None
+
+
+def their_comment(comment: Optional[str]) -> str:
+    """The site's part of a node's Comment: everything before ours, less our separator."""
+    text = comment or ""
+    at = text.find(PREFIX)
+    if at >= 0:
+        text = text[:at]
+    text = text.rstrip()
+    return text[:-1].rstrip() if text.endswith(COMMENT_SEPARATOR.strip()) else text
+
+
+def with_our_comment(comment: Optional[str], ours: str) -> str:
+    """The Comment to write: the site's part of `comment` kept as it is, ours replaced by
+    `ours` ("" removes it)."""
+    theirs = their_comment(comment)
+    if not ours:
+        return theirs
+    return f"{theirs}{COMMENT_SEPARATOR}{ours}" if theirs else ours
 
 
 class DrainDecision(str, enum.Enum):
@@ -283,7 +318,7 @@ def may_resume(this: NodeState, findings: Sequence[Finding], gpus: Sequence[GpuS
     if is_fabric_reason(this.reason):
         return ("drained by the fabric sweep: this node's own checks cannot see its fabric; "
                 "an admin resumes it once the link is mended")
-    if (this.comment or "").startswith(REBOOT_HOLDS):
+    if (our_comment(this.comment) or "").startswith(REBOOT_HOLDS):
         return ("a reboot of ours is pending or did not come back (its Comment): the repair "
                 "step proves the node healthy after the boot")
     if partial:

@@ -23,7 +23,10 @@
  *     volatile ECC counters to 0, apply a pending row remap, retire pending pages, free the
  *     memory a leaked context held and clear the recovery action; with gpu.N.fault.recurs = 1
  *     the faults are left as they were (they come back at once, as a failing GPU's do);
- *   - with `kernel_log = PATH` in the scenario, one line per reset GPU is appended there.
+ *   - with `kernel_log = PATH` in the scenario, one line per reset GPU is appended there;
+ *   - nvidia_smi.reset_hang_s / nvidia_smi.pm_on_hang_s: --gpu-reset (before it does anything)
+ *     or -pm 1 blocks this long, as a driver stuck in the reset or in re-initialising the
+ *     device does, after noting "# fakegpu nvidia-smi ... hanging" in the scenario.
  * The scenario is rewritten whole to a temporary file and renamed over the old one, so a
  * process reading it at nvmlInit sees the old or the new file, never half of one.
  */
@@ -114,9 +117,27 @@ static const char *fails(const fg_gpu *g)
     return g->lost ? "GPU is lost" : g->reset_fails ? "Unknown Error" : NULL;
 }
 
+/* Block `seconds` (a stuck driver call), once the scenario says so: tests wait for that line. */
+static void hang(const char *what, double seconds)
+{
+    if (seconds <= 0)
+        return;
+    const char *path = getenv("FAKEGPU_SCENARIO");
+    char note[128];
+    snprintf(note, sizeof note, "# fakegpu nvidia-smi %s hanging for %g s (pid %ld)\n", what, seconds,
+             (long)getpid());
+    if (path)
+        persist(path, note);
+    struct timespec left = {(time_t)seconds, (long)((seconds - (double)(time_t)seconds) * 1e9)};
+    while (nanosleep(&left, &left) != 0 && errno == EINTR)
+        ;
+}
+
 /* -pm 0|1: the mode persists in the scenario (a later line wins), as the driver keeps it */
 static int set_persistence(const unsigned int *targets, unsigned int n, int on)
 {
+    if (on)
+        hang("-pm 1", S.smi_pm_on_hang_s);
     const char *path = getenv("FAKEGPU_SCENARIO");
     char text[FG_MAX_GPUS * 64 + 64];
     size_t used = (size_t)snprintf(text, sizeof text, "# fakegpu nvidia-smi -pm %d\n", on);
@@ -181,6 +202,7 @@ int main(int argc, char **argv)
                "only every GPU at once (--gpu-reset without -i)\n");
         return 255;
     }
+    hang("--gpu-reset", S.smi_reset_hang_s);
     int busy = refuse(targets, n, in_use);
     if (busy) {
         /* verbatim from a real refusal, NVIDIA/NVSentinel#1690 */

@@ -243,6 +243,8 @@ static void scenario_defaults(fg_scenario *s, unsigned int nfill)
     s->nvml_init_hang_s = 0;
     s->kernel_log[0] = '\0';
     s->launch_log[0] = '\0';
+    s->smi_reset_hang_s = 0;
+    s->smi_pm_on_hang_s = 0;
     s->nfilled = nfill;
     memset(s->filled, 0, sizeof s->filled);
     for (unsigned int n = 0; n < nfill; n++) {
@@ -1092,6 +1094,10 @@ static int parse_line(fg_scenario *s, char *line, perr *e)
     }
     if (strcmp(key, "nvml.init_hang_s") == 0)
         return parse_seconds(val, &s->nvml_init_hang_s, e);
+    if (strcmp(key, "nvidia_smi.reset_hang_s") == 0)
+        return parse_seconds(val, &s->smi_reset_hang_s, e);
+    if (strcmp(key, "nvidia_smi.pm_on_hang_s") == 0)
+        return parse_seconds(val, &s->smi_pm_on_hang_s, e);
     if (strcmp(key, "nvml.init_error") == 0) {
         if (parse_ll(val, 0, INT_MAX, &x, e))
             return -1;

@@ -5,22 +5,28 @@ steps the history recorded.  The cluster fixture is `repair_cluster` (tests/slur
 from __future__ import annotations
 
 import json
+import time
 from pathlib import Path
+from typing import Optional
 
 from tests.lib.gpucluster import GpuCluster, pci, serial
 
 WAIT_FOR_GO = "echo started\nwhile [ ! -e {go} ]; do sleep 0.1; done\n"
 
 
-def enable_repair(c: GpuCluster, node: str, extra: str = "", report_only: bool = False) -> None:
+def enable_repair(c: GpuCluster, node: str, extra: str = "", report_only: bool = False,
+                  scontrol: Optional[str] = None, top: str = "") -> None:
     """The node's config with the fake nvidia-smi and [repair] on; its scenario a PCIe node
-    (no NVSwitch fabric: single GPUs may be reset) whose driver writes to the node's kernel log."""
-    c.write_config(node)
+    (no NVSwitch fabric: single GPUs may be reset) whose driver writes to the node's kernel log.
+    scontrol: another scontrol (a wrapper, see hooked_scontrol); top: top-level config lines."""
+    c.write_config(node, scontrol=scontrol)
     path = c.wd / "config" / f"{node}.toml"
     text = path.read_text()
     if report_only:
         text = text.replace("[drain]\n", "[drain]\nreport_only = true\n")
-    path.write_text(f'nvidia_smi = "{c.fake / "nvidia-smi"}"\n' + text
+    if "scontrol_timeout_s" in top:
+        text = text.replace("scontrol_timeout_s = 10\n", "")
+    path.write_text(f'nvidia_smi = "{c.fake / "nvidia-smi"}"\n{top}' + text
                     + f"[repair]\nenabled = true\ncooldown_s = 0\n{extra}")
     # 1 GiB GPUs: the full probe (90 % of free memory, per GPU) stays quick on a loaded machine
     c.scenario(node).write_text(f"gpus = 8\ngpu.*.fabric.state = not_supported\ngpu.*.memory.total_mib = 1024\n"
@@ -44,6 +50,52 @@ def drain_by_epilog(c: GpuCluster, tmp_path: Path, node: str = "gpu-a", faults: 
 def repair_events(c: GpuCluster, node: str):
     lines = (c.state(node) / "history.jsonl").read_text().splitlines()
     return [e for line in lines for e in json.loads(line).get("events", []) if e["kind"] == "repair"]
+
+
+def hooked_scontrol(c: GpuCluster, name: str) -> str:
+    """A wrapper around the real scontrol that logs each call's arguments to
+    bin/NAME.calls and runs bin/NAME.pre and bin/NAME.post (sh, with the call's arguments) where
+    a test wrote them: before and after the real call, whose exit status it keeps."""
+    base = c.wd / "bin" / name
+    base.write_text(f'#!/bin/sh\nprintf "%s\\n" "$*" >> "{base}.calls"\n'
+                    f'[ -f "{base}.pre" ] && sh "{base}.pre" "$@"\n"{c.scontrol}" "$@"\nrc=$?\n'
+                    f'[ -f "{base}.post" ] && sh "{base}.post" "$@"\nexit $rc\n')
+    base.chmod(0o755)
+    return str(base)
+
+
+def wait_for(condition, what: str, timeout: float = 90.0):
+    """Poll `condition` until it returns something true, within `timeout` seconds."""
+    deadline = time.monotonic() + timeout
+    while True:
+        value = condition()
+        if value:
+            return value
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out after {timeout:g} s waiting for {what}")
+        time.sleep(0.05)
+
+
+def drain_with_dbe(c: GpuCluster, node: str) -> None:
+    """GPU 2's DBE on `node`, drained with the reason our epilog writes (no job needed)."""
+    with c.scenario(node).open("a") as scenario:
+        scenario.write("gpu.2.ecc.volatile.uncorrected = 1\n")
+    c.cluster.drain(node, f"gpu-healthcheck: gpu2 pci={pci(2)} sn={serial(2)} ecc.volatile_uncorrected=1 "
+                          f"epilog job=7")
+
+
+def was_reset(c: GpuCluster, node: str) -> bool:
+    return "# fakegpu nvidia-smi --gpu-reset" in c.scenario(node).read_text()
+
+
+def comment(c: GpuCluster, node: str) -> str:
+    """The node's Comment as slurmctld holds it (free text: spaces and all)."""
+    from healthcheck.act.scontrol import parse_node_line
+
+    done = c.cluster.run(["scontrol", "-o", "show", "node", node], timeout=15)
+    state = parse_node_line(done.stdout.strip().splitlines()[0]) if done.stdout.strip() else None
+    text = (state.comment if state else None) or ""
+    return "" if text == "(null)" else text
 
 
 def ledger_file(c: GpuCluster, node: str, index: int) -> Path:

@@ -110,4 +110,4 @@ def test_repair_budget_one_lets_one_of_two_nodes_reset(repair_cluster, tmp_path)
     for run in runs:
         run.communicate(timeout=120)
     reset = [n for n in ("gpu-a", "gpu-b") if "# fakegpu nvidia-smi" in c.scenario(n).read_text()]
-    assert len(reset) == 1, reset
+    assert len(reset) == 1, (reset, {n: [e["message"] for e in repair_events(c, n)] for n in ("gpu-a", "gpu-b")})

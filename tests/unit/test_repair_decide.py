@@ -91,11 +91,15 @@ def test_repair_budget_counts_the_other_nodes_claims_and_ranks_concurrent_claims
     assert decide(cluster=[busy], config=CFG._replace(max_concurrent=2)).action == rd.RESET
     done = node("gpu-b", comment="gpu-healthcheck: drain refused ...")
     assert decide(cluster=[done]).action == rd.RESET
+    # alike on every node, and by no node's clock: claims held first, then those asking, by
+    # name (gpu-c's earlier time is its own clock's word, or a claim slurmctld applied late)
     a = node("gpu-a", comment=rd.mark_text(rd.RESETTING, [2], "2026-01-01T00:00:01Z"))
     b = node("gpu-b", comment=rd.mark_text(rd.REBOOTING, [], "2026-01-01T00:00:01Z"))
     c = node("gpu-c", comment=rd.mark_text(rd.RESETTING, [0], "2026-01-01T00:00:00Z"))
-    assert rd.repairs_beyond_budget([a, b, c], 1) == ["gpu-a", "gpu-b"]
-    assert rd.repairs_beyond_budget([b, a, c], 2) == ["gpu-b"]
+    assert rd.repairs_beyond_budget([a, b, c], 1) == ["gpu-b", "gpu-c"]
+    assert rd.repairs_beyond_budget([b, a, c], 2) == ["gpu-c"]
+    asking = node("gpu-0", comment=rd.mark_text(rd.RESETTING, [0], "2025-01-01T00:00:00Z", asking=True))
+    assert rd.repairs_beyond_budget([asking, c], 1) == ["gpu-0"]
 
 
 def test_repair_rma_reason_names_gpu_pci_serial_and_attempts_in_the_pinned_format():
