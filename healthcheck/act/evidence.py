@@ -80,7 +80,7 @@ def start_bug_report(config: Config, node: str, events: List[LogEvent]) -> Optio
     child = [sys.executable, "-m", "healthcheck.act.evidence", "--node", node, "--tool", tool,
              "--output", out] + (["--config", config.source] if config.source else [])
     systemd_run = find_tool("systemd-run", config.repair.systemd_run, os.environ)
-    problem = "no systemd-run"
+    problem = f"no systemd-run at {systemd_run}"
     if os.path.exists(systemd_run):
         from ..outside import run_bounded
 

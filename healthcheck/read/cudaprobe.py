@@ -345,6 +345,9 @@ def child_failure(outcome: ChildOutcome, timeout_s: float) -> Optional[Tuple[Pro
     return ProbeStatus.CRASHED, f"CUDA probe child {how} without a result"
 
 
+RESULT_CAP_BYTES = 1 << 20  # what is kept of a probe child's result pipe
+
+
 def _collect(children: List[_Child], deadline: float) -> None:
     open_fds = {child.fd: child for child in children}
     while open_fds:
@@ -356,7 +359,8 @@ def _collect(children: List[_Child], deadline: float) -> None:
             chunk = os.read(fd, 65536)
             child = open_fds[fd]
             if chunk:
-                child.data += chunk
+                # a result is a few hundred bytes: past the cap it is read and dropped
+                child.data += chunk[:max(0, RESULT_CAP_BYTES - len(child.data))]
             else:
                 child.eof = True
                 del open_fds[fd]
