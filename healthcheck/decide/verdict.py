@@ -220,6 +220,8 @@ def their_comment(comment: Optional[str]) -> str:
     if at >= 0:
         text = text[:at]
     text = text.rstrip()
+    if text == "(null)":  # how scontrol shows an empty Comment
+        return ""
     return text[:-1].rstrip() if text.endswith(COMMENT_SEPARATOR.strip()) else text
 
 

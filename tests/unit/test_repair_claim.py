@@ -35,6 +35,7 @@ def test_our_claim_goes_beside_the_sites_comment_and_only_ours_is_removed():
     assert with_our_comment(with_our_comment(claimed, claim(rd.VALIDATING)), "") == ticket
     assert with_our_comment(None, claim()) == claim() and with_our_comment(None, "") == ""
     assert with_our_comment("ticket 4711", "") == "ticket 4711"  # nothing of ours: unchanged
+    assert with_our_comment("(null)", claim()) == claim()  # scontrol's word for no Comment
     assert rd.parse_mark(ticket) is None and our_comment(ticket) is None
     # a refused drain's note and the reboot hold are read from our part too
     refused = with_our_comment(ticket, "gpu-healthcheck: drain refused 2027-01-15T08:00:00Z: " + OURS)
