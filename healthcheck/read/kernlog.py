@@ -48,7 +48,7 @@ from ..text import printable
 # where the log stands, and which boot, live in read/kmsg.py; named here, where the other
 # modules have always found them
 from .kmsg import (BootId, boot_id, boot_wallclock, current_boot, lost_between, position_and_why,  # noqa: F401
-                   position_now, record_seq)
+                   position_now, record_seq, window_basis)
 
 OFF_BUS = "fallen off the bus"
 
@@ -376,14 +376,6 @@ def window_since(position: KernelLogPosition, boot_id: Optional[str]) -> KernelL
                            since_seq=position.seq if same else None)
 
 
-def _basis(window: KernelLogWindow) -> str:
-    if window.since_seq is not None:
-        return "seq"
-    if window.since_monotonic_s is not None:
-        return "monotonic"
-    return "wallclock" if window.since_wallclock is not None else "boot"
-
-
 def read_kernel_log(path: str, window: KernelLogWindow,
                     max_scan_bytes: int = MAX_SCAN_BYTES) -> KernelLogRead:
     """Xid events in the window, one per GPU and Xid.  An unreadable log is an error for the
@@ -397,7 +389,7 @@ def read_kernel_log(path: str, window: KernelLogWindow,
         offset = 0
         skipped = 0
         pos = window.position
-        basis = _basis(window)
+        basis = window_basis(window)
         if pos and pos.offset is not None and pos.inode == st.st_ino and pos.offset <= st.st_size:
             # The same file, grown: everything past the recorded offset is the window.
             # Times are not compared: a file's clock (dmesg's seconds since boot, a
@@ -419,19 +411,13 @@ def read_kernel_log(path: str, window: KernelLogWindow,
 def read_kmsg_records(records: Iterable[bytes], window: KernelLogWindow, source: str) -> KernelLogRead:
     """read_kernel_log's work on raw /dev/kmsg records (as read() returns them, continuation
     lines and all), for the device or a recording of it.  It reads every record anyway, so
-    `end` is the last one's seq: exact, with no marker.
-
-    The oldest record left tells what the ring buffer lost: a window from seq N whose first
-    record is past N + 1 lost the records in between (overwritten while the job ran), and an
-    Xid among them can no longer be judged; `lost_seqs` names them."""
-    final = [b""]
-    first: List[Optional[int]] = []
+    `end` is the last one's seq: exact, with no marker.  An oldest record past the window's
+    start + 1 means the ring buffer wrapped during it: `lost_seqs` names what was lost."""
+    final = [b"", b""]  # the last record, and the oldest one left
 
     def wanted() -> Iterator[str]:
         for record in records:
-            if not first:
-                first.append(record_seq(record))
-            final[0] = record
+            final[0], final[1] = record, final[1] or record
             if b"NVRM" in record or b"SXid" in record:
                 # continuation lines (" SUBSYSTEM=...") follow the first line
                 yield record.split(b"\n", 1)[0].decode("utf-8", "replace")
@@ -441,8 +427,9 @@ def read_kmsg_records(records: Iterable[bytes], window: KernelLogWindow, source:
     end = KernelLogPosition(source=source, monotonic_s=time.monotonic(), wallclock=time.time(),
                             seq=seq, boot_id=boot_id() if seq is not None else None,
                             method="read" if seq is not None else "monotonic")
-    return read._replace(end=end, window=_basis(window),
-                         lost_seqs=lost_between(window.since_seq, first[0] if first else None))
+    return read._replace(end=end, window=window_basis(window),
+                         lost_seqs=lost_between(window.since_seq,
+                                                record_seq(final[1]) if final[1] else None))
 
 
 def _scan(lines: Iterable[str], window: KernelLogWindow) -> KernelLogRead:

@@ -34,7 +34,7 @@ import stat
 import time
 from typing import Iterable, Iterator, Optional, Tuple
 
-from ..model import KernelLogPosition
+from ..model import KernelLogPosition, KernelLogWindow
 from ..records import NamedTuple
 
 MAX_RECORD = 8192  # a read() of /dev/kmsg returns one record, at most this long
@@ -221,3 +221,12 @@ def lost_between(since_seq: Optional[int], oldest_seq: Optional[int]) -> Optiona
     if since_seq is None or oldest_seq is None or oldest_seq <= since_seq + 1:
         return None
     return since_seq + 1, oldest_seq - 1
+
+
+def window_basis(window: KernelLogWindow) -> str:
+    """What bounds a window, for the report: seq, monotonic, wallclock, or boot (none)."""
+    if window.since_seq is not None:
+        return "seq"
+    if window.since_monotonic_s is not None:
+        return "monotonic"
+    return "wallclock" if window.since_wallclock is not None else "boot"
