@@ -30,7 +30,7 @@ from ..config import Config
 from ..decide.exitcodes import CONFIG_ERROR, fabric_exit
 from ..decide.fabricjob import JobSpec, MissingProgram
 from ..decide.repair import parse_mark, reboot_flags
-from ..decide.sweep import BAD, NodeOutcome, SweepPlanner, SweepReport, Thresholds, fabric_reason  # noqa: F401  (SweepReport: re-exported)
+from ..decide.sweep import BAD, UNKNOWN, NodeOutcome, SweepPlanner, SweepReport, Thresholds, fabric_reason  # noqa: F401  (SweepReport: re-exported)
 from ..model import CRIT, ERR, NOTICE, DoorError, LogEvent
 from ..records import NamedTuple
 from .sweeprun import JOB_NAME, Setup, SlurmRunner, SweepError
@@ -178,7 +178,8 @@ def fabric_sweep(request: SweepRequest, config: Config, environ: Mapping[str, st
         runner = SlurmRunner(door, _spec(config), setup)
         planner = SweepPlanner(chosen, Thresholds(fabric.busbw_floor_gbps, fabric.median_ratio_fail,
                                                   fabric.rail_floor_gbps),
-                               partners=fabric.partners, group_size=fabric.group_size)
+                               partners=fabric.partners, group_size=fabric.group_size,
+                               first=_last_unknown(config.state_dir))
         try:
             while True:
                 jobs = planner.next_jobs()
@@ -194,6 +195,7 @@ def fabric_sweep(request: SweepRequest, config: Config, environ: Mapping[str, st
             print(f"gpu-healthcheck: --fabric-sweep: {exc}; nothing drained", file=err)
             return fabric_exit(False, could_run=False)
         outcome = planner.outcome()
+        _keep_unknown(config.state_dir, sweep_id, outcome.of(UNKNOWN), err)
         actions = {}
         for node in outcome.nodes:
             if node.outcome == BAD:
@@ -212,6 +214,34 @@ def fabric_sweep(request: SweepRequest, config: Config, environ: Mapping[str, st
             from .journal import send_events
 
             send_events(events, "fabric-sweep")
+
+
+UNKNOWN_FILE = "fabric-unknown.json"
+
+
+def _last_unknown(state_dir: str) -> List[str]:
+    """The nodes the last sweep could not tell about (tested first now); [] when none or the
+    file is unreadable (a sweep without the hint is still a whole sweep)."""
+    import json
+
+    try:
+        with open(os.path.join(state_dir, UNKNOWN_FILE)) as handle:
+            nodes = json.load(handle).get("nodes", [])
+    except (OSError, ValueError, AttributeError):
+        return []
+    return [n for n in nodes if isinstance(n, str)] if isinstance(nodes, list) else []
+
+
+def _keep_unknown(state_dir: str, sweep_id: str, nodes: Sequence[str], err: TextIO) -> None:
+    import json
+
+    from ..safefile import atomic_write
+
+    try:
+        atomic_write(state_dir, UNKNOWN_FILE, json.dumps({"sweep": sweep_id, "nodes": list(nodes)}).encode())
+    except OSError as exc:
+        print(f"gpu-healthcheck: --fabric-sweep: cannot keep the unknown nodes for the next sweep "
+              f"in {state_dir}: {exc}", file=err)
 
 
 def _running_sweep(door: "object", sweep_id: str) -> Optional[str]:

@@ -164,8 +164,18 @@ class SweepPlanner:
 
     def __init__(self, candidates: Sequence[str], thresholds: Thresholds, partners: int = 2,
                  group_size: int = 0, first: Sequence[str] = ()) -> None:
-        seen: Set[str] = set()
-        ordered = [n for n in [*first, *candidates] if n in set(candidates) and not (n in seen or seen.add(n))]  # type: ignore[func-returns-value]
+        # `first` (the last sweep's unknown nodes) are tested first: each paired in the first
+        # round with a node that is not one of them, so that a pair of two doubtful nodes
+        # cannot hide which one it is
+        wanted = set(candidates)
+        doubtful = list(dict.fromkeys(n for n in first if n in wanted))
+        rest = [n for n in dict.fromkeys(candidates) if n not in set(doubtful)]
+        ordered: List[str] = []
+        for i, node in enumerate(doubtful):
+            ordered.append(node)
+            if i < len(rest):
+                ordered.append(rest[i])
+        ordered += rest[len(doubtful):]
         self.candidates = ordered
         self.thresholds = thresholds
         self.partners = max(1, partners)

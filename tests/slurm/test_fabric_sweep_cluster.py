@@ -73,6 +73,7 @@ def test_fabric_sweep_finds_and_drains_the_slow_node_and_no_healthy_one(tmp_path
         assert 'gpu_healthcheck_fabric_sweep_nodes{outcome="bad"} 1' in prom
         history = (tmp_path / "sweep-state" / "history.jsonl").read_text().splitlines()
         assert json.loads(history[-1])["mode"] == "fabric-sweep"
+        assert json.loads((tmp_path / "sweep-state" / "fabric-unknown.json").read_text())["nodes"] == []
         cluster = c.check("gpu-a", "--cluster", "--json")
         [row] = [r for r in json.loads(cluster.stdout) if r["node"] == "gpu-c"]
         assert row["check"] == "fabric" and row["fabric"].startswith("busbw=41.2<100 partners=gpu-")

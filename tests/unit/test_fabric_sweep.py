@@ -189,3 +189,12 @@ def test_fabric_reason_is_ours_and_bounded() -> None:
     long = outcome._replace(why="NCCL WARN " + "x " * 400, partners=tuple("n" * 40 for _ in range(9)))
     assert len(fabric_reason(long, "all_reduce_perf").encode()) <= 255
     assert PASS == "pass"
+
+
+def test_fabric_sweep_last_unknown_nodes_go_first_each_with_another_node() -> None:
+    """The last sweep's unknown nodes are tested first, each paired in round 1 with a node
+    that was not doubtful: two doubtful nodes together could not tell which one it is."""
+    planner = SweepPlanner(nodes(8), Thresholds(100.0), first=["gpu-00005", "gpu-00006", "gpu-99999"])
+    pairs = [job.nodes for job in planner.next_jobs()]
+    assert pairs[:2] == [("gpu-00005", "gpu-00000"), ("gpu-00006", "gpu-00001")]
+    assert sorted(n for p in pairs for n in p) == nodes(8)
