@@ -176,6 +176,19 @@ HC_KERNEL hc_copy(ulonglong2 *dst, const ulonglong2 *src, u64 n)
  * its lane (threadIdx.x), whatever `iters` is: out = sum_j (j + 0.5 + x y_j).  A wrong FMA
  * anywhere leaves its error in the output.  32 floating-point operations per iteration per
  * thread.  No value depends on another thread: no block, SM or launch can mask another. */
+/* One FMA on each of the 8 chains: a_j = fma(m, y_j, a_j). */
+#define HC_FMA8(m)                                                                             \
+    do {                                                                                       \
+        a0 = fmaf(m, y0, a0);                                                                  \
+        a1 = fmaf(m, y1, a1);                                                                  \
+        a2 = fmaf(m, y2, a2);                                                                  \
+        a3 = fmaf(m, y3, a3);                                                                  \
+        a4 = fmaf(m, y4, a4);                                                                  \
+        a5 = fmaf(m, y5, a5);                                                                  \
+        a6 = fmaf(m, y6, a6);                                                                  \
+        a7 = fmaf(m, y7, a7);                                                                  \
+    } while (0)
+
 HC_KERNEL hc_fma(float *out, unsigned int iters)
 {
     float x = 1.0f + (float)(threadIdx.x & 255) * 0.00390625f, nx = -x;
@@ -183,31 +196,10 @@ HC_KERNEL hc_fma(float *out, unsigned int iters)
     const float y0 = 1.125f, y1 = 1.25f, y2 = 1.375f, y3 = 1.5f;
     const float y4 = 1.625f, y5 = 1.75f, y6 = 1.875f, y7 = 2.0f;
     for (unsigned int k = 0; k < iters; k++) {
-        a0 = fmaf(x, y0, a0);
-        a1 = fmaf(x, y1, a1);
-        a2 = fmaf(x, y2, a2);
-        a3 = fmaf(x, y3, a3);
-        a4 = fmaf(x, y4, a4);
-        a5 = fmaf(x, y5, a5);
-        a6 = fmaf(x, y6, a6);
-        a7 = fmaf(x, y7, a7);
-        a0 = fmaf(nx, y0, a0);
-        a1 = fmaf(nx, y1, a1);
-        a2 = fmaf(nx, y2, a2);
-        a3 = fmaf(nx, y3, a3);
-        a4 = fmaf(nx, y4, a4);
-        a5 = fmaf(nx, y5, a5);
-        a6 = fmaf(nx, y6, a6);
-        a7 = fmaf(nx, y7, a7);
+        HC_FMA8(x);
+        HC_FMA8(nx);
     }
-    a0 = fmaf(x, y0, a0);
-    a1 = fmaf(x, y1, a1);
-    a2 = fmaf(x, y2, a2);
-    a3 = fmaf(x, y3, a3);
-    a4 = fmaf(x, y4, a4);
-    a5 = fmaf(x, y5, a5);
-    a6 = fmaf(x, y6, a6);
-    a7 = fmaf(x, y7, a7);
+    HC_FMA8(x);
     out[hc_first()] = ((a0 + a1) + (a2 + a3)) + ((a4 + a5) + (a6 + a7));
 }
 
