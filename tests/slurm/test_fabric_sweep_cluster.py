@@ -81,10 +81,15 @@ def test_fabric_sweep_finds_and_drains_the_slow_node_and_no_healthy_one(tmp_path
 
 def test_fabric_sweep_pair_that_fails_once_drains_nothing(tmp_path: Path, fakegpu: Path) -> None:
     require_slurm()
-    c = fabric_cluster(tmp_path, fakegpu, "pair.gpu-e,gpu-f.fail_once = 1\n")
+    c = fabric_cluster(tmp_path, fakegpu, "pair.gpu-e,gpu-f.fail_once = 1\n",
+                       extra='rails = ["mlx5_0", "mlx5_1"]\nrail_floor_gbps = 360.0\n')
     with c.cluster:
         done = sweep(c, tmp_path, "--act", "--json")
         assert done.returncode == 0, done.stdout + done.stderr
+        # every job also ran ib_write_bw --use_cuda on each rail, client on its first node
+        jobs = json.loads(done.stdout)["jobs_run"]
+        assert all([(r["node"], r["hca"], r["gbps"]) for r in j["rails"]] ==
+                   [(j["nodes"][0], "mlx5_0", 392.0), (j["nodes"][0], "mlx5_1", 392.0)] for j in jobs), jobs
         nodes = outcomes(done)
         assert {n for n, v in nodes.items() if v["outcome"] == "transient"} == {"gpu-e", "gpu-f"}
         assert nodes["gpu-e"]["why"].startswith("wrong=1; passed with ")
