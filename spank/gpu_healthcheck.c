@@ -629,8 +629,9 @@ static char **report_envp(char **env, char *phase)
 
 /* The gang check's privileged side: EXEC --gang --act as root, with slurmstepd's own
  * environment (never the job's: a user's PATH or PYTHONPATH must not reach root) and
- * SLURM_JOB_ID from slurmstepd's S_JOB_ID.  Its lines go to out_fd, the job's output. */
-static void run_gang(spank_t sp, int out_fd)
+ * SLURM_JOB_ID from slurmstepd's S_JOB_ID.  Its lines go to out_fd, the job's output.
+ * Returns EXEC's exit status (2: the fabric failed), or -1 when it did not run to one. */
+static int run_gang(spank_t sp, int out_fd)
 {
 	extern char **environ;
 	static char path[] = "PATH=" DEFAULT_PATH;
@@ -640,7 +641,7 @@ static void run_gang(spank_t sp, int out_fd)
 	int n = 0, k = 0, status = 0, has_path = 0, has_node = 0;
 
 	if (spank_get_item(sp, S_JOB_ID, &job_id) != ESPANK_SUCCESS || job_id == 0)
-		return;
+		return -1;
 	snprintf(job, sizeof(job), "SLURM_JOB_ID=%u", job_id);
 	/* this node's name, which slurmstepd itself puts into every task's environment (names
 	 * only which node's config and logs these are; nothing is judged by it) */
@@ -656,7 +657,7 @@ static void run_gang(spank_t sp, int out_fd)
 		n++;
 	envp = calloc(n + 4, sizeof(char *));
 	if (!envp)
-		return;
+		return -1;
 	for (n = 0; environ[n]; n++) {
 		if (!strncmp(environ[n], "SLURM_JOB_ID=", 13) || !strncmp(environ[n], "SLURM_PROCID=", 13))
 			continue;
@@ -675,9 +676,11 @@ static void run_gang(spank_t sp, int out_fd)
 		struct run r = { "gang", argv, envp, out_fd, (uid_t) -1, 0, NULL, 0,
 				 GANG_TIMEOUT_S, 1, 0 };
 
-		run_exec(&r, &status);
+		if (run_exec(&r, &status) != RAN)
+			status = -1;
 	}
 	free(envp);
+	return status;
 }
 
 /* Is this task `gpu-healthcheck --gang` (argv[0] named gpu-healthcheck)?  Only a trigger: the
@@ -715,8 +718,9 @@ int slurm_spank_task_init_privileged(spank_t sp, int ac, char **av)
 	if (spank_get_item(sp, S_JOB_STEPID, &step) != ESPANK_SUCCESS || step != SLURM_BATCH_SCRIPT ||
 	    spank_get_item(sp, S_TASK_GLOBAL_ID, &global) != ESPANK_SUCCESS || global != 0)
 		return 0;
-	run_gang(sp, STDERR_FILENO);
-	return 0;
+	/* the fabric failed: the script must not start its work on it (the job is requeued
+	 * without the bad node when one was found, else it ends here) */
+	return run_gang(sp, STDERR_FILENO) == 2 ? -1 : 0;
 }
 
 /* A task of ours (the task's child, as the user, its stdio in place): hand its stderr to
