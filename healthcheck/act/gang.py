@@ -85,7 +85,9 @@ class GangRunner:
     def argv(self, job: Job) -> List[str]:
         return [self.srun, f"--jobid={self.job_id}", "--overlap", f"--nodes={len(job.nodes)}",
                 f"--nodelist={','.join(job.nodes)}", f"--ntasks-per-node={self.tasks_per_node}",
-                "--kill-on-bad-exit=1", *self.srun_args, self.collective,
+                # the job may hold fewer CPUs than ranks (one task a node): the ranks mostly wait
+                # on GPUs and the fabric, so they may share them
+                "--overcommit", "--kill-on-bad-exit=1", *self.srun_args, self.collective,
                 "-b", str(self.nbytes), "-e", str(self.nbytes), "-g", "1"]
 
     def run(self, jobs: Sequence[Job]) -> List[JobResult]:

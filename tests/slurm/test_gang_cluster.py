@@ -51,13 +51,22 @@ def _output(c: GpuCluster, job: str) -> str:
     return c.cluster.job_output(job)
 
 
+def _wait_drained(c: GpuCluster, node: str, job: str, timeout: float = 150) -> str:
+    """Until `node` carries our fabric reason; else fail with what the job printed and the
+    slurmd logs' tails."""
+    try:
+        return c.wait_reason(node, prefix="gpu-healthcheck: fabric", timeout=timeout)
+    except TimeoutError as exc:
+        raise AssertionError(f"{exc}\n--- job {job}: {c.cluster.job_info(job)}\n--- output:\n{_output(c, job)}"
+                             f"\n--- logs:\n{c.cluster.log_tails(4000)}") from None
+
+
 def test_gang_in_a_4_node_job_drains_the_slow_node_and_the_requeued_job_completes_elsewhere(gang_cluster) -> None:
     c = gang_cluster
     job = c.cluster.sbatch(["-N4", "--requeue", "--open-mode=append"],
                            SCRIPT.format(gang=c.wd / "bin" / "gpu-healthcheck"))
     try:
-        c.wait_reason("gpu-c", prefix="gpu-healthcheck: fabric", timeout=150)
-        reason = c.reason("gpu-c")
+        reason = _wait_drained(c, "gpu-c", job)
         assert reason.startswith("gpu-healthcheck: fabric busbw=41.2<100 partners=gpu-"), reason
         assert reason.endswith(f" all_reduce_perf gang job={job}")
         info = c.cluster.wait_job(job, states=("COMPLETED",), timeout=150)
@@ -71,7 +80,8 @@ def test_gang_in_a_4_node_job_drains_the_slow_node_and_the_requeued_job_complete
         history = (c.state("gpu-a") / "history.jsonl").read_text().splitlines()
         assert any('"mode":"gang"' in line and '"node":"gpu-c"' in line for line in history)
     finally:
-        c.cluster.resume("gpu-c")
+        if c.drained("gpu-c"):
+            c.cluster.resume("gpu-c")
 
 
 def test_gang_a_lying_task_cannot_drain_a_healthy_node(gang_cluster, tmp_path) -> None:
@@ -110,12 +120,12 @@ def test_gang_spank_option_checks_before_the_script_and_requeues_without_the_slo
     job = c.cluster.sbatch(["-N4", "--requeue", "--open-mode=append", "--gpu-healthcheck=gang"],
                            "#!/bin/sh\necho work done run=${SLURM_RESTART_COUNT:-0} nodes=$SLURM_JOB_NODELIST\n")
     try:
-        c.wait_reason("gpu-c", prefix="gpu-healthcheck: fabric", timeout=150)
-        assert c.reason("gpu-c").endswith(f"gang job={job}")
+        assert _wait_drained(c, "gpu-c", job).endswith(f"gang job={job}")
         info = c.cluster.wait_job(job, states=("COMPLETED",), timeout=150)
         assert "gpu-c" not in info["NodeList"], info
         out = _output(c, job)
         assert "work done run=0" not in out, out  # the script never ran on the slow node
         assert "work done run=1" in out, out
     finally:
-        c.cluster.resume("gpu-c")
+        if c.drained("gpu-c"):
+            c.cluster.resume("gpu-c")
