@@ -82,6 +82,12 @@ OBSERVED: Dict[str, Dict[str, object]] = {
             "SLURM_JOB_SLUID", "SLURM_JOB_START_TIME"]),
         "prolog_two Prolog= lines": {"ran": ["a", "b"], "job": "COMPLETED", "node_reason": None},
         "reason_after_resume": None,
+        # START_ONLY: the run at slurmd's start, also after `scontrol reboot`, comes before it
+        # registers; REBOOT_ONLY: none at start, one once the rebooted node has registered
+        "health_check_START_ONLY": {"runs_at_start": 1, "runs_after_reboot": [
+            {"state": "DOWN+REBOOT_ISSUED", "boot_time": "old"}]},
+        "health_check_REBOOT_ONLY": {"runs_at_start": 0, "runs_after_reboot": [
+            {"state": "IDLE", "boot_time": "new"}]},
     },
 }
 
@@ -361,3 +367,55 @@ def test_show_nodes_parses_and_a_resumed_node_keeps_or_clears_its_reason(tmp_pat
         # either way, --cluster does not list a node back in service
         assert [r["node"] for r in rows_from_show_nodes(text)] == []
 
+
+# --- HealthCheckNodeState=START_ONLY / REBOOT_ONLY around `scontrol reboot` ---------------
+
+_ONLY_STATES = {"START_ONLY": (25, 11), "REBOOT_ONLY": (26, 5)}
+
+
+@pytest.mark.parametrize("state", sorted(_ONLY_STATES))
+def test_health_check_node_state_only_runs_around_a_reboot(tmp_path, version, state):
+    """When slurmd runs HealthCheckProgram with HealthCheckNodeState=START_ONLY (25.11) or
+    REBOOT_ONLY (26.05): at its first start, and after `scontrol reboot`; and what slurmctld
+    shows of the node at that run (still flagged REBOOT, its new BootTime or not).  Our repair
+    loop's post-boot check validates only at a run that sees the boot registered (no REBOOT
+    flag, BootTime after the claim): docs/repair.md says what each state means for it.  The
+    reboot is tests/lib/fake-reboot (slurmd stopped, started again freshly "booted").  Each
+    watch below is a window, not a timing assertion: what is recorded is which runs happened."""
+    if tuple(int(p) for p in version.split(".")) < _ONLY_STATES[state]:
+        pytest.skip(f"HealthCheckNodeState={state} is Slurm "
+                    f"{'.'.join(map(str, _ONLY_STATES[state]))} and later")
+    rec = rec_dir(tmp_path)
+    c = SlurmCluster(tmp_path / "c", nodes=["gpu-a"], gpus_per_node=1, health_check_interval=3600,
+                     extra_conf=[f"HealthCheckNodeState={state}", "ResumeTimeout=300",
+                                 f"RebootProgram={Path(__file__).parents[1] / 'lib' / 'fake-reboot'}"])
+    c.health_check_program = script(
+        tmp_path / "hc", f'n=$(ls "{rec}" | wc -l)\n'
+        f'scontrol -o show node gpu-a > "{rec}/run.$n.$$.tmp" 2>&1\n'
+        f'mv "{rec}/run.$n.$$.tmp" "{rec}/run.$n.$$"\n', c.conf_path)
+
+    def runs() -> List[Dict[str, str]]:
+        done = sorted((p for p in rec.iterdir() if not p.name.endswith(".tmp")),
+                      key=lambda p: int(p.name.split(".")[1]))
+        return [dict(kv.split("=", 1) for kv in p.read_text().split() if "=" in kv) for p in done]
+
+    def watch(n_before: int) -> List[Dict[str, str]]:
+        deadline = time.monotonic() + WINDOW_S
+        while time.monotonic() < deadline and len(runs()) == n_before:
+            time.sleep(0.1)
+        time.sleep(1)  # a run that began in the window finishes writing
+        return runs()[n_before:]
+
+    with c:
+        c.wait_node("gpu-a", lambda i: i.get("State") == "IDLE", 60)
+        at_start = watch(0)
+        boot_before = c.node_info("gpu-a")["BootTime"]
+        c.run(["scontrol", "reboot", "gpu-a"], check=True)
+        c.wait_node("gpu-a", lambda i: "REBOOT" not in i.get("State", "")
+                    and i.get("BootTime", "") > boot_before, 120)
+        after = watch(len(at_start))
+    seen = {"runs_at_start": len(at_start),
+            "runs_after_reboot": [{"state": r.get("State"),
+                                   "boot_time": "new" if r.get("BootTime", "") > boot_before else "old"}
+                                  for r in after]}
+    expect(version, {f"health_check_{state}": seen})
