@@ -43,6 +43,12 @@ def gang_cluster(tmp_path_factory, fakegpu):
                                   + fabric)
     (wd / "user.toml").chmod(0o644)
     c.cluster.env["GPU_HEALTHCHECK_CONFIG"] = str(wd / "user.toml")
+    # what the plugin execs as root: the node's config, and the scenario and this cluster's
+    # slurm.conf for its srun steps (Slurm 24.11's slurmstepd keeps no environment to pass on)
+    env = dict(c.node_env("$SLURMD_NODENAME"), FAKEGPU_FABRIC=str(wd / "fabric.scenario"),
+               SLURM_CONF=str(c.cluster.conf_path),
+               PATH=f"{wd / 'bin'}:/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin")
+    c.cluster.write_wrapper(c.exec_wrapper, str(wd / "bin" / "gpu-healthcheck"), env)
     with c.cluster:
         yield c
 
