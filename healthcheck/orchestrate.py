@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import os
 import time
-from typing import Callable, List, Optional, Tuple
+from typing import Callable, List, Optional
 
 from .act.slurm import Slurm, report_only
 from .act.state import StateStore, read_acks, read_known_gpus, remember_gpus
@@ -27,7 +27,7 @@ from .decide.exitcodes import run_exit
 from .decide.judge import judge
 from .decide.plan import Step, next_step, plan_run
 from .decide.verdict import drain_reason
-from .model import CRIT, WARNING, Finding, LogEvent, Mode, NodeAction, RunOutcome, RunRequest
+from .model import CRIT, WARNING, LogEvent, NodeAction, RunOutcome, RunRequest
 from .read.node import NodeInputs, read_node
 from .report.document import build_report, finding_events
 
@@ -90,10 +90,14 @@ def run(request: RunRequest, config: Config, node_name: Optional[str] = None) ->
     if step == Step.REPORT_ONLY:
         action = report_only(node, reason, mode, events, base_fields)
     elif step == Step.DRAIN and reason:
+        from .decide.levels import found_at
+        from .decide.verdict import draining
         from .decide.xidack import volatile_ecc
 
+        checks = tuple(dict.fromkeys(f.check for f in draining(findings)))
         action = slurm.drain(store, node, reason, mode, job_id, events, base_fields,
-                             counters=volatile_ecc(snapshot.gpus))
+                             counters=volatile_ecc(snapshot.gpus),
+                             found=(found_at(checks, request.level), checks))
     elif step == Step.RESUME:
         action = slurm.maybe_resume(store, node, findings, snapshot, events, base_fields,
                                     request.level, partial=request.gpus is not None)
@@ -103,16 +107,17 @@ def run(request: RunRequest, config: Config, node_name: Optional[str] = None) ->
 
         repairer = Repairer(config, slurm, store, node, events, base_fields, ends_at)
         if repairer.start(snapshot, findings, plan.report_only):
-            # Prove the repaired GPUs healthy: a full check of every GPU, then today's resume
-            # (the drain's own context judged too).  Hook: once `--level deep` exists, the
-            # repaired GPUs get it here as well (request level "deep").
-            snapshot, selected = read_node(request._replace(level="full"), config, host, node, inputs, events)
+            # Prove the repaired GPUs healthy: every GPU checked at the level that found the
+            # fault (the deep tests and dcgmi diag for a deep drain), at least full, then
+            # today's resume (the drain's own context judged too)
+            level = repairer.validation_level()
+            snapshot, selected = read_node(request._replace(level=level), config, host, node, inputs, events)
             from .act.xidack import acknowledge_resets
 
             snapshot = acknowledge_resets(snapshot, config, store, node, events)
-            findings, crashes, verdict = judge(snapshot, config, mode, "full", selected, None)
+            findings, crashes, verdict = judge(snapshot, config, mode, level, selected, None)
             action = repairer.finish(snapshot, findings, slurm.maybe_resume(
-                store, node, findings, snapshot, events, base_fields, "full", partial=False))
+                store, node, findings, snapshot, events, base_fields, level, partial=False))
             reason = None if action.taken == "resume" else action.reason
 
     if job_id and plan.consumes_baseline(job_id, snapshot.baseline is not None):
@@ -127,10 +132,3 @@ def run(request: RunRequest, config: Config, node_name: Optional[str] = None) ->
               for e in events]
     return RunOutcome(exit_code, report, events, snapshot, findings, crashes)
 
-
-def deep_findings(config: Config, gpus: Optional[Tuple[int, ...]] = None) -> List[Finding]:
-    """The deep level's on-device tests (and dcgmi diag where DCGM is enabled) of `gpus` (NVML
-    indices; None: every GPU) and only their findings: what the repair loop runs before a
-    repaired node is resumed.  Reports; never drains or resumes."""
-    outcome = run(RunRequest(mode=Mode.NODE, environ=os.environ, level="deep", gpus=gpus), config)
-    return [f for f in outcome.findings if f.check.startswith(("deep.", "dcgm."))]

@@ -16,6 +16,8 @@ class PendingDrain(NamedTuple):
     job_id: Optional[str]
     created_at: float
     admin_comment_job: Optional[str] = None
+    level: str = "quick"  # decide.levels.found_at of the run that could not drain
+    checks: Tuple[str, ...] = ()
 
 
 class XidAck(NamedTuple):
@@ -49,6 +51,11 @@ class OurDrain(NamedTuple):
     # where the kernel log stood the last time a run saw the node drained by us (the drain's
     # own run first): an admin's resume deals with the Xids up to here, never with later ones
     position: Optional[KernelLogPosition] = None
+    # the level that found the fault (decide.levels.found_at: deep for the deep tests and dcgmi
+    # diag, full for the full probe) and the checks that drained: only a pass at that level
+    # that judged them, or the repair's validation at it, resumes the node
+    level: str = "quick"
+    checks: Tuple[str, ...] = ()
 
 
 class KnownGpu(NamedTuple):

@@ -54,12 +54,23 @@ class Repairer(ClaimMixin):
         self.seen: Optional[NodeState] = None  # the node as the repair was decided on
         self.comment: Optional[str] = None  # its Comment as last read (the site's part is kept)
         self.rebooted: Optional[Dict[str, rd.LedgerRef]] = None  # after a boot: key -> each ledger of that reboot
+        self._level: Optional[str] = None  # validation_level, once known
 
     def _log(self, step: str, priority: int, message: str, action: str = "",
              **extra: str) -> None:
         fields = {**self.fields, "GPU_HEALTHCHECK_REPAIR_STEP": step,
                   "GPU_HEALTHCHECK_REPAIR_ACTION": action, **extra}
         self.events.append(LogEvent("repair", priority, f"repair {self.node}: {message}", fields))
+
+    def validation_level(self) -> str:
+        """The level the repair is proved at: the one that found the fault (the note of our
+        drain, the check its reason names), at least full (decide.levels.validation_level)."""
+        from ..decide.levels import validation_level
+        from .slurm import drain_found
+
+        if self._level is None:  # once: the resume clears the note it is read from
+            self._level = validation_level(drain_found(self.store, self.node, self.reason)[0])
+        return self._level
 
     @property
     def ctl(self) -> object:
@@ -187,7 +198,7 @@ class Repairer(ClaimMixin):
             self._set_outcome(refs, "reset" if done.ok else f"refused: {done.message[:200]}")
         if done.ok:
             self._log("reset", NOTICE, f"reset GPU(s) {_list(plan.gpus)} ({done.message}); proving "
-                                       f"them healthy with --level full", rd.RESET)
+                                       f"them healthy with --level {self.validation_level()}", rd.RESET)
         elif not in_use:
             self._log("reset_refused", ERR, f"nvidia-smi refused to reset GPU(s) {_list(plan.gpus)}: "
                                             f"{done.message}", rd.RESET)
@@ -329,7 +340,8 @@ class Repairer(ClaimMixin):
             return False
         if report_only:
             self._log("would_validate", WARNING, f"report_only: booted at {this.boot_time}; would "
-                                                 f"prove it healthy with --level full and resume it",
+                                                 f"prove it healthy with --level "
+                                                 f"{self.validation_level()} and resume it",
                       rd.REBOOT)
             return False
         gpus = tuple(int(g) for g in mark["gpus"].split(",") if g.isdigit())
@@ -340,7 +352,7 @@ class Repairer(ClaimMixin):
         self.rebooted = rebooted
         self.drained_at = self._drained_at() or self.drained_at
         self._log("booted", NOTICE, f"booted after our reboot (BootTime={this.boot_time}); proving "
-                                    f"it healthy with --level full", rd.REBOOT,
+                                    f"it healthy with --level {self.validation_level()}", rd.REBOOT,
                   GPU_HEALTHCHECK_REPAIR_STATE="validating")
         return True
 
@@ -404,8 +416,9 @@ class Repairer(ClaimMixin):
             for ref in refs:
                 ledger.update_last(self.config.state_dir, ref, "resumed")
             seconds = _since(self.drained_at)
-            self._log("resumed", NOTICE, f"{plan.action} worked: the full check passes and the node "
-                                         f"is resumed", plan.action,
+            self._log("resumed", NOTICE, f"{plan.action} worked: the check at --level "
+                                         f"{self.validation_level()} passes and the node is resumed",
+                      plan.action,
                       GPU_HEALTHCHECK_DRAIN_TO_RESUME_S=f"{seconds:.0f}" if seconds is not None else "")
             return action
         worst = next((f for f in findings if f.drains), None)

@@ -77,8 +77,11 @@ class Slurm:
 
     def drain(self, store: StateStore, node: str, reason: str, mode: Mode, job_id: Optional[str],
               events: List[LogEvent], fields: Dict[str, str], replace_slurm_reason: bool = False,
-              counters: Tuple[Tuple[str, int], ...] = ()) -> NodeAction:
-        """Drain through scontrol, within the budget; on failure leave a pending drain."""
+              counters: Tuple[Tuple[str, int], ...] = (), found: Tuple[str, Tuple[str, ...]] = ("quick", ())
+              ) -> NodeAction:
+        """Drain through scontrol, within the budget; on failure leave a pending drain.
+        `found`: the level that found the fault and the checks that drain (decide.levels),
+        kept in the note of our drain: what a resume must pass again."""
         try:
             this, nodes = self.node(node)
             if this is None:
@@ -87,7 +90,7 @@ class Slurm:
                 raise ScontrolError(["scontrol", "show", "nodes"], f"node {node} not in the output")
             if replace_slurm_reason and this.drained and (this.reason or "").startswith(SLURM_OWN_REASONS):
                 self._as_ours(store, node, reason, counters, events,
-                              lambda: self.ctl.set_reason(node, reason))
+                              lambda: self.ctl.set_reason(node, reason), found)
                 events.append(LogEvent("drain", CRIT, f"drained {node}: {reason} (replacing Slurm's "
                                                       f"{this.reason!r} left by our pending drain)",
                                        fields, Outcome.APPLIED))
@@ -106,30 +109,32 @@ class Slurm:
                                        fields, Outcome.KEPT))
                 return NodeAction("none", reason, detail=message, outcome=Outcome.ADMIN_OWNED)
             if decision is DrainDecision.ALREADY_OURS:
-                self._note_our_drain(store, node, this.reason or reason, counters, events)
+                self._note_our_drain(store, node, this.reason or reason, counters, events, found,
+                                     merge=True)
                 message = f"{node} is already drained by gpu-healthcheck ({this.reason})"
                 events.append(LogEvent("drain", NOTICE, message, fields, Outcome.KEPT))
                 return NodeAction("none", reason, detail=message, outcome=Outcome.ALREADY_OURS)
             noted = self._as_ours(store, node, reason, counters, events,
-                                  lambda: self.ctl.drain(node, reason))
+                                  lambda: self.ctl.drain(node, reason), found)
             stepped_back = self._hold_budget(node, reason, events, fields, this.comment)
             if stepped_back is not None:
                 self._unnote(store, noted, node, events)
                 return stepped_back
         except DoorError as exc:
-            return self._keep_pending(store, node, reason, mode, job_id, events, fields, exc)
+            return self._keep_pending(store, node, reason, mode, job_id, events, fields, exc, found)
         events.append(LogEvent("drain", CRIT, f"drained {node}: {reason}", fields, Outcome.APPLIED))
         if job_id:
             self.admin_comment(job_id, reason, events)
         return NodeAction("drain", reason, outcome=Outcome.APPLIED)
 
     def _as_ours(self, store: StateStore, node: str, reason: str, counters: Tuple[Tuple[str, int], ...],
-                 events: List[LogEvent], change: Callable[[], None]) -> bool:
+                 events: List[LogEvent], change: Callable[[], None],
+                 found: Tuple[str, Tuple[str, ...]]) -> bool:
         """Note the drain as ours, then make the change that drains.  The note goes first: a
         run killed between the two (SIGKILL at the prolog's timeout) must not leave our drain
         looking like an admin's, or the admin's resume would acknowledge nothing and the next
         run drain the node again.  A change that fails takes the note with it."""
-        noted = self._note_our_drain(store, node, reason, counters, events)
+        noted = self._note_our_drain(store, node, reason, counters, events, found)
         try:
             change()
         except DoorError:
@@ -138,14 +143,24 @@ class Slurm:
         return noted
 
     def _note_our_drain(self, store: StateStore, node: str, reason: str,
-                        counters: Tuple[Tuple[str, int], ...], events: List[LogEvent]) -> bool:
+                        counters: Tuple[Tuple[str, int], ...], events: List[LogEvent],
+                        found: Tuple[str, Tuple[str, ...]] = ("quick", ()), merge: bool = False) -> bool:
         """Note the drain as ours (OurDrain), with where the kernel log stands: a later run tells
-        by it that an admin resumed it, or reset a GPU, and so dealt with the Xids up to here.
+        by it that an admin resumed it, or reset a GPU, and so dealt with the Xids up to here;
+        and with the level and checks that found it (`found`).  `merge`: the node is drained by
+        us already, so the note keeps the deepest level and every check seen since the drain (a
+        quick run's finding must not make a deep drain resumable by the next quick pass).
         False (and an error logged) when the note cannot be written: the drain still goes in."""
+        from ..decide.levels import highest
         from ..read.kernlog import position_now
 
+        level, checks = found
+        earlier = read_our_drain(store) if merge else None
+        if earlier is not None and earlier.node == node:
+            level = highest(earlier.level, level)
+            checks = tuple(dict.fromkeys(earlier.checks + checks))
         note = OurDrain(node=node, reason=reason, drained_at=time.time(), volatile_ecc=counters,
-                        position=position_now(self.config.kernel_log))
+                        position=position_now(self.config.kernel_log), level=level, checks=checks)
         return _stored(events, ERR, lambda: write_our_drain(store, note),
                        f"cannot note the drain of {node} as ours in {store.state_dir}: {{exc}}; an "
                        f"admin's resume of it will not acknowledge its Xids (gpu-healthcheck --ack does)")
@@ -159,9 +174,9 @@ class Slurm:
 
     def _keep_pending(self, store: StateStore, node: str, reason: str, mode: Mode,
                       job_id: Optional[str], events: List[LogEvent], fields: Dict[str, str],
-                      exc: DoorError) -> NodeAction:
+                      exc: DoorError, found: Tuple[str, Tuple[str, ...]]) -> NodeAction:
         pending = PendingDrain(reason=reason, node=node, mode=mode.value, job_id=job_id,
-                               created_at=time.time())
+                               created_at=time.time(), level=found[0], checks=found[1])
         earlier, _ = store.read_pending()
         try:
             if earlier is not None and earlier.node == node:
@@ -255,7 +270,7 @@ class Slurm:
                                    fields, Outcome.DROPPED))
             return None
         action = self.drain(store, node, pending.reason, Mode(pending.mode), None, events, fields,
-                            replace_slurm_reason=True)
+                            replace_slurm_reason=True, found=(pending.level, pending.checks))
         if action.outcome is Outcome.PENDING:
             return None
         store.clear_pending(expected=pending)
@@ -303,6 +318,15 @@ class Slurm:
                                {}, Outcome.ACKNOWLEDGED))
         return upto
 
+    def level_short(self, store: StateStore, node: str, reason: Optional[str], level: str,
+                    snapshot: NodeSnapshot) -> Optional[str]:
+        """Why a pass at `level` does not undo our drain: the note says a deeper level found it
+        (or the reason names a deep check), or this run did not test what drained it."""
+        from ..decide.levels import short_of
+
+        drained, checks = drain_found(store, node, reason)
+        return short_of(drained, checks, level, snapshot)
+
     def maybe_resume(self, store: StateStore, node: str, findings: Sequence[Finding],
                      snapshot: NodeSnapshot, events: List[LogEvent], fields: Dict[str, str],
                      level: str, partial: bool) -> NodeAction:
@@ -322,7 +346,8 @@ class Slurm:
                 return NodeAction("none")
             context, as_drained = judge_as_drained(snapshot, self.config, this.reason, level)
             why_not = may_resume(this, findings, snapshot.gpus, partial=partial,
-                                 drain_context=context, context_findings=as_drained)
+                                 drain_context=context, context_findings=as_drained,
+                                 level_short=self.level_short(store, node, this.reason, level, snapshot))
             if why_not:
                 events.append(LogEvent("resume", INFO, f"{node} stays drained: {why_not}", fields,
                                        Outcome.KEPT))
@@ -335,6 +360,19 @@ class Slurm:
         events.append(LogEvent("resume", NOTICE, f"resumed {node}: checks pass (was: {this.reason})",
                                fields, Outcome.APPLIED))
         return NodeAction("resume", this.reason, outcome=Outcome.APPLIED)
+
+
+def drain_found(store: StateStore, node: str, reason: Optional[str]) -> Tuple[str, Tuple[str, ...]]:
+    """(the level that found our drain, its checks): from the note of our drain, and the check
+    its reason names (a deep check there means deep, whatever the note says or if it is lost)."""
+    from ..decide.levels import drain_level
+    from ..decide.verdict import parse_reason
+
+    ours = read_our_drain(store)
+    noted = ours if ours is not None and ours.node == node else None
+    named = (parse_reason(reason or "") or {}).get("check")
+    checks = tuple(dict.fromkeys((noted.checks if noted else ()) + ((named,) if named else ())))
+    return drain_level(noted.level if noted else None, checks), checks
 
 
 def report_only(node: str, reason: Optional[str], mode: Mode, events: List[LogEvent],

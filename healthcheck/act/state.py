@@ -135,7 +135,8 @@ class StateStore:
         if raw is None:
             return None, None
         try:
-            data = _check_fields(PendingDrain, json.loads(raw.decode("utf-8")))
+            data = dict(_check_fields(PendingDrain, json.loads(raw.decode("utf-8"))))
+            data["checks"] = tuple(str(c) for c in data.get("checks") or ())
             pending = PendingDrain(**data)
             if not isinstance(pending.reason, str) or not isinstance(pending.node, str):
                 raise ValueError("reason and node must be strings")
@@ -202,6 +203,7 @@ def read_our_drain(store: "StateStore") -> Optional[OurDrain]:
             return None
         data = dict(_check_fields(OurDrain, json.loads(raw.decode("utf-8"))))
         data["volatile_ecc"] = tuple((str(p), int(n)) for p, n in data.get("volatile_ecc") or ())
+        data["checks"] = tuple(str(c) for c in data.get("checks") or ())
         if data.get("position") is not None:  # a note from before 0.x has none
             data["position"] = KernelLogPosition(**_check_fields(KernelLogPosition, data["position"]))
         return OurDrain(**data)

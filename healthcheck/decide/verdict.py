@@ -303,13 +303,14 @@ REBOOT_HOLDS = (PREFIX + " repair rebooting", PREFIX + " repair reboot_timed_out
 
 def may_resume(this: NodeState, findings: Sequence[Finding], gpus: Sequence[GpuSnapshot],
                partial: bool = False, drain_context: Optional[str] = None,
-               context_findings: Sequence[Finding] = ()) -> Optional[str]:
+               context_findings: Sequence[Finding] = (), level_short: Optional[str] = None) -> Optional[str]:
     """None when --node --act may resume this node, else why not.
 
     Only our own drain, never one an admin must clear (rma), and only once a full check of
     every GPU (never a --gpus subset) passes with clean volatile counters (the GPU was reset)
     and no pending remap, and the checks judged as the context that drained it (prolog,
     epilog: `context_findings`) no longer drain: the cause is gone, not just milder by hand.
+    `level_short` (decide.levels.short_of): why this run's level cannot judge the drain.
     """
     if not this.drained:
         return "not drained"
@@ -325,6 +326,8 @@ def may_resume(this: NodeState, findings: Sequence[Finding], gpus: Sequence[GpuS
                 "step proves the node healthy after the boot")
     if partial:
         return "only some GPUs were checked (--gpus): resuming needs a full check of every GPU"
+    if level_short:
+        return level_short
     fails = [f for f in findings if f.severity is Severity.FAIL]
     if fails:
         return f"still failing: {fails[0].check}"

@@ -86,7 +86,8 @@ class GpuCluster:
                  gres_minors: Optional[Dict[str, List[int]]] = None, scripts: bool = True,
                  plugstack: Optional[str] = None,
                  shared_gres: Optional[Dict[str, str]] = None,
-                 reboot_timeout_s: Optional[int] = None, **site: Any) -> None:
+                 reboot_timeout_s: Optional[int] = None, health_check_interval: Optional[int] = None,
+                 **site: Any) -> None:
         """gres_minors: per node, the /dev/nvidiaN that gres.conf lists (default 0-7), e.g.
         {"gpu-a": [0, 1, 2, 4, 5, 6, 7]} for a node whose broken GPU 3 was taken out.
         scripts: Prolog=/Epilog= run our scripts.  plugstack: arguments of our SPANK plugin
@@ -96,6 +97,8 @@ class GpuCluster:
         shared_gres: per node, "mps:COUNT" or "shard:COUNT" (GresTypes=gpu,mps,shard).
         reboot_timeout_s: `scontrol reboot` works: RebootProgram is tests/lib/fake-reboot (the
         node's slurmd comes back as if booted, see `after_boot`), ResumeTimeout this long.
+        health_check_interval: slurmd runs `gpu-healthcheck --node --act` as its HealthCheckProgram
+        (HealthCheckNodeState=ANY) this often, in seconds, with the node's scenario and config.
         site: SlurmCluster's gres_types, gres_extra and nodes_include (a site's gres layout)."""
         self.wd = wd
         self.nodes = list(nodes or NODES)
@@ -111,7 +114,10 @@ class GpuCluster:
                                     epilog=str(wd / "epilog-wrapper") if scripts else None,
                                     prolog_epilog_timeout=120, gres_minors=gres_minors,
                                     shared_gres=shared_gres,
-                                    extra_conf=self._reboot_conf(reboot_timeout_s), **site)
+                                    extra_conf=self._reboot_conf(reboot_timeout_s),
+                                    health_check_program=(str(wd / "health-check-wrapper")
+                                                          if health_check_interval else None),
+                                    health_check_interval=health_check_interval or 0, **site)
         for node in self.nodes:
             self.scenario(node).write_text(HEALTHY)
             (wd / "kern" / f"{node}.log").write_text("")
@@ -122,6 +128,8 @@ class GpuCluster:
         self.cluster.write_wrapper(wd / "epilog-wrapper", str(ROOT / "epilog" / "gpu-healthcheck-epilog"), env)
         # what the SPANK plugin execs: slurmd's prolog environment, or the job's for --job-report
         self.exec_wrapper = self.cluster.write_wrapper(wd / "exec-wrapper", str(bin_dir / "gpu-healthcheck"), env)
+        self.cluster.write_wrapper(wd / "health-check-wrapper", str(bin_dir / "gpu-healthcheck"), env,
+                                   args=("--node", "--act"))
         if plugstack is not None:
             self.write_plugstack(plugstack)
 
