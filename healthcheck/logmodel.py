@@ -87,3 +87,6 @@ class KernelLogRead(NamedTuple):
     # (first, last) kmsg seq of the window's records the kernel overwrote before this read (its
     # ring buffer wrapped past the prolog's marker); None when none was lost
     lost_seqs: Optional[Tuple[int, int]] = None
+    # GPUs (kernel PCI form) whose (re-)initialisation line the window holds: the marker of a
+    # reset or driver load, before which their Xids were dropped (kernlog.aggregate)
+    reinit: Tuple[str, ...] = ()

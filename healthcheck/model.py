@@ -185,6 +185,9 @@ class ProbeResult(NamedTuple):
     detail: str = ""
     device: Optional[str] = None  # the MIG- UUID probed, where the GPU is MIG-enabled
     mps_pipe: Optional[str] = None  # CUDA_MPS_PIPE_DIRECTORY the probe ran under: an MPS client
+    # TIMEOUT only: the deadline was the run's time budget, shorter than the probe's own, and the
+    # child was still making progress when it was cut: not checked, never a hung GPU
+    budget_cut: bool = False
 
 
 class GresLayout(NamedTuple):

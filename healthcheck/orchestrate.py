@@ -106,7 +106,7 @@ def run(request: RunRequest, config: Config, node_name: Optional[str] = None) ->
         from .act.repair import Repairer
 
         repairer = Repairer(config, slurm, store, node, events, base_fields, ends_at)
-        if repairer.start(snapshot, findings, plan.report_only):
+        if repairer.start(snapshot, findings, plan.report_only, request.level):
             # Prove the repaired GPUs healthy: every GPU checked at the level that found the
             # fault (the deep tests and dcgmi diag for a deep drain), at least full, then
             # today's resume (the drain's own context judged too)
@@ -114,7 +114,7 @@ def run(request: RunRequest, config: Config, node_name: Optional[str] = None) ->
             snapshot, selected = read_node(request._replace(level=level), config, host, node, inputs, events)
             from .act.xidack import acknowledge_resets
 
-            snapshot = acknowledge_resets(snapshot, config, store, node, events)
+            snapshot = acknowledge_resets(snapshot, config, store, node, events, repairer.reset_at)
             findings, crashes, verdict = judge(snapshot, config, mode, level, selected, None)
             action = repairer.finish(snapshot, findings, slurm.maybe_resume(
                 store, node, findings, snapshot, events, base_fields, level, partial=False))

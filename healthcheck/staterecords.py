@@ -56,6 +56,9 @@ class OurDrain(NamedTuple):
     # that judged them, or the repair's validation at it, resumes the node
     level: str = "quick"
     checks: Tuple[str, ...] = ()
+    # where the kernel log stood at the drain itself (never moved on): a GPU reset that no
+    # kernel line marks deals with the Xids up to here only, for only these surely came before it
+    drain_position: Optional[KernelLogPosition] = None
 
 
 class KnownGpu(NamedTuple):

@@ -8,8 +8,8 @@ the ledger, mark rma with evidence.  The decisions are decide.repair's; the flow
 Every step is one LogEvent of kind "repair" (journald MESSAGE_ID, a history line, the metrics):
 its GPU_HEALTHCHECK_REPAIR_STEP field says which (skipped, would_reset, would_reboot, claimed,
 budget, persistence_off, reset, reset_refused, reset_blocked, persistence_on, reboot, rebooting, booted,
-reboot_timed_out, reboot_cancelled, released, would_validate, resumed, still_failing, rma,
-error), GPU_HEALTHCHECK_REPAIR_ACTION the action,
+reboot_timed_out, reboot_cancelled, released, would_validate, resumed, still_failing,
+unvalidated, rma, error), GPU_HEALTHCHECK_REPAIR_ACTION the action,
 GPU_HEALTHCHECK_EVIDENCE the evidence files.
 
 A reboot spans runs: this run claims, records the attempt (outcome "reboot") and asks Slurm
@@ -28,7 +28,8 @@ from typing import TYPE_CHECKING, Dict, List, Optional, Sequence
 from ..config import Config
 from ..decide import repair as rd
 from ..decide.verdict import NodeState, drain_reason, is_ours, is_rma, our_comment
-from ..model import CRIT, ERR, INFO, NOTICE, WARNING, DoorError, Finding, LogEvent, Mode, NodeAction, NodeSnapshot
+from ..model import (CRIT, ERR, INFO, NOTICE, WARNING, DoorError, Finding, KernelLogPosition, LogEvent, Mode,
+                     NodeAction, NodeSnapshot)
 from ..text import iso_utc
 from . import ledger
 from .repairclaim import ClaimMixin
@@ -55,6 +56,9 @@ class Repairer(ClaimMixin):
         self.comment: Optional[str] = None  # its Comment as last read (the site's part is kept)
         self.rebooted: Optional[Dict[str, rd.LedgerRef]] = None  # after a boot: key -> each ledger of that reboot
         self._level: Optional[str] = None  # validation_level, once known
+        # where the kernel log stood once our reset returned: the Xids up to here are the
+        # reset's to have dealt with, later ones count (act.xidack.acknowledge_resets)
+        self.reset_at: Optional[KernelLogPosition] = None
 
     def _log(self, step: str, priority: int, message: str, action: str = "",
              **extra: str) -> None:
@@ -76,8 +80,12 @@ class Repairer(ClaimMixin):
     def ctl(self) -> object:
         return self.slurm.ctl  # type: ignore[attr-defined]
 
-    def start(self, snapshot: NodeSnapshot, findings: Sequence[Finding], report_only: bool) -> bool:
-        """Decide, claim and act.  True when GPUs were reset and must be proved healthy now."""
+    def start(self, snapshot: NodeSnapshot, findings: Sequence[Finding], report_only: bool,
+              level: str = "quick") -> bool:
+        """Decide, claim and act.  True when GPUs were reset and must be proved healthy now.
+        The findings decided on are the run's and those of the context that drained the node
+        (decide.judge.as_drained: a prolog's leaked memory is only a warning to `--node`, but it
+        is what drained the node and what the resume judges, so it is what gets repaired)."""
         try:
             this, cluster = self.slurm.node(self.node)  # type: ignore[attr-defined]
         except DoorError as exc:
@@ -103,6 +111,9 @@ class Repairer(ClaimMixin):
         if mark and mark["state"] == rd.BLOCKED and not (this.drained and is_ours(this.reason)
                                                          and not is_rma(this.reason)):
             self.release()  # resumed, an admin's or rma since: the blocked mark is stale
+        from ..decide.judge import as_drained
+
+        findings = as_drained(findings, snapshot, self.config, this.reason, level)
         gpus = snapshot.gpus
         now = time.time()
         try:
@@ -193,6 +204,10 @@ class Repairer(ClaimMixin):
         persistent = [g.index for g in snapshot.gpus if g.index in plan.gpus and g.persistence_mode]
         self._persistence(smi, persistent, False)
         done = smi.reset(plan.gpus)
+        if done.ok:
+            from ..read.kernlog import position_now
+
+            self.reset_at = position_now(self.config.kernel_log)
         in_use = not done.ok and rd.IN_USE_TEXT in done.message
         if not in_use:
             self._set_outcome(refs, "reset" if done.ok else f"refused: {done.message[:200]}")
@@ -421,6 +436,16 @@ class Repairer(ClaimMixin):
                       plan.action,
                       GPU_HEALTHCHECK_DRAIN_TO_RESUME_S=f"{seconds:.0f}" if seconds is not None else "")
             return action
+        unknown = self._inconclusive(snapshot, findings)
+        if unknown is not None:
+            outcome = f"unvalidated: {unknown.check}"
+            for ref in refs:
+                ledger.update_last(self.config.state_dir, ref, outcome)
+            self._log("unvalidated", WARNING, f"the check after the {plan.action} could not judge it "
+                                              f"({unknown.check}: {unknown.message}); it stays "
+                                              f"drained for the next run to judge, not counted as "
+                                              f"still failing", plan.action)
+            return NodeAction("none", action.reason, detail=outcome)
         worst = next((f for f in findings if f.drains), None)
         outcome = f"still_failing: {worst.check if worst else action.detail}"
         failing = rd.still_failing(findings, refs)
@@ -445,6 +470,18 @@ class Repairer(ClaimMixin):
             except DoorError as exc:
                 self._log("error", WARNING, f"cannot put the new finding in the reason: {exc}")
         return NodeAction("none", reason, detail=outcome)
+
+    def _inconclusive(self, snapshot: NodeSnapshot, findings: Sequence[Finding]) -> Optional[Finding]:
+        """The unknown finding that left the validation unjudged (a probe our own time budget
+        cut short, a read that failed), where nothing fails or drains, in --node's words or the
+        drain's context's; None when the validation judged the repair."""
+        from ..decide.judge import as_drained
+        from ..model import Severity
+
+        judged = as_drained(findings, snapshot, self.config, self.reason, self.validation_level())
+        if any(f.drains or f.severity is Severity.FAIL for f in judged):
+            return None
+        return next((f for f in judged if f.severity is Severity.UNKNOWN), None)
 
     def mark_rma(self, snapshot: NodeSnapshot, ref: Optional[rd.LedgerRef], attempts: int,
                  trigger: Optional[Finding]) -> NodeAction:

@@ -155,12 +155,15 @@ class Slurm:
         from ..read.kernlog import position_now
 
         level, checks = found
+        position = position_now(self.config.kernel_log)
+        drained_here = position
         earlier = read_our_drain(store) if merge else None
         if earlier is not None and earlier.node == node:
             level = highest(earlier.level, level)
             checks = tuple(dict.fromkeys(earlier.checks + checks))
+            drained_here = earlier.drain_position or earlier.position or position
         note = OurDrain(node=node, reason=reason, drained_at=time.time(), volatile_ecc=counters,
-                        position=position_now(self.config.kernel_log), level=level, checks=checks)
+                        position=position, level=level, checks=checks, drain_position=drained_here)
         return _stored(events, ERR, lambda: write_our_drain(store, note),
                        f"cannot note the drain of {node} as ours in {store.state_dir}: {{exc}}; an "
                        f"admin's resume of it will not acknowledge its Xids (gpu-healthcheck --ack does)")

@@ -204,8 +204,9 @@ def read_our_drain(store: "StateStore") -> Optional[OurDrain]:
         data = dict(_check_fields(OurDrain, json.loads(raw.decode("utf-8"))))
         data["volatile_ecc"] = tuple((str(p), int(n)) for p, n in data.get("volatile_ecc") or ())
         data["checks"] = tuple(str(c) for c in data.get("checks") or ())
-        if data.get("position") is not None:  # a note from before 0.x has none
-            data["position"] = KernelLogPosition(**_check_fields(KernelLogPosition, data["position"]))
+        for key in ("position", "drain_position"):  # a note from before 0.x has none
+            if data.get(key) is not None:
+                data[key] = KernelLogPosition(**_check_fields(KernelLogPosition, data[key]))
         return OurDrain(**data)
     except (OSError, ValueError, TypeError):
         return None  # an unreadable note only costs the automatic acknowledgement

@@ -70,22 +70,43 @@ def acknowledge_xids(snapshot: NodeSnapshot, config: Config, store: StateStore,
 
 
 def acknowledge_resets(snapshot: NodeSnapshot, config: Config, store: StateStore, node: str,
-                       events: List[LogEvent]) -> NodeSnapshot:
-    """GPUs reset since our drain (their volatile ECC counters started over): their Xids are
-    dealt with.  The note then holds the counters as they are now, so one reset acknowledges
-    once and a later Xid still counts."""
+                       events: List[LogEvent],
+                       reset_at: Optional[KernelLogPosition] = None) -> NodeSnapshot:
+    """GPUs reset since our drain (their volatile ECC counters started over): the Xids logged
+    before the reset are dealt with, never those after it (a GSP timeout, Xid 119, right after
+    an admin's reset must still fail).  Where the reset's own marker is in the kernel log (the
+    driver's init line of that GPU), what came before it is gone from the read already
+    (kernlog.aggregate) and everything left came after it: nothing more is acknowledged.
+    Without a marker: up to `reset_at` (our own reset: the log's end once nvidia-smi returned),
+    else up to our drain (an admin's reset: only what was logged before the drain is surely
+    older than it).  The note then holds the counters as they are now, so one reset
+    acknowledges once and a later Xid still counts."""
     ours = read_our_drain(store)
     if ours is None or ours.node != node or not ours.volatile_ecc:
         return snapshot
     reset = counters_started_over(ours.volatile_ecc, snapshot.gpus)
     if not reset:
         return snapshot
-    indices = tuple(g.index for g in snapshot.gpus
-                    if g.pci_bus_id and kernel_pci(g.pci_bus_id) in reset)
-    events.append(LogEvent("resume", NOTICE, f"GPU(s) {', '.join(reset)} were reset since our drain "
-                                             f"(volatile ECC counters started over): their Xids "
-                                             f"count as dealt with", {}, Outcome.ACKNOWLEDGED))
-    snapshot = acknowledge_xids(snapshot, config, store, events, indices, by="reset")
+    marked = [p for p in reset if p in snapshot.kernel_log.reinit]
+    unmarked = [p for p in reset if p not in marked]
+    if marked:
+        later = [e for e in snapshot.kernel_log.events if e.pci in marked]
+        events.append(LogEvent("resume", NOTICE, f"GPU(s) {', '.join(marked)} were reset since our "
+                                                 f"drain (their init line is in the kernel log): the "
+                                                 f"Xids before it are dealt with"
+                                                 + (f"; {_xid_list(later)} came after it and still "
+                                                    f"count" if later else ""),
+                               {}, Outcome.ACKNOWLEDGED))
+    upto = reset_at or ours.drain_position or ours.position
+    if unmarked and upto is not None:
+        indices = tuple(g.index for g in snapshot.gpus
+                        if g.pci_bus_id and kernel_pci(g.pci_bus_id) in unmarked)
+        events.append(LogEvent("resume", NOTICE, f"GPU(s) {', '.join(unmarked)} were reset since our "
+                                                 f"drain (volatile ECC counters started over): their "
+                                                 f"Xids up to {'the reset' if reset_at else 'our drain'} "
+                                                 f"count as dealt with, later ones count",
+                               {}, Outcome.ACKNOWLEDGED))
+        snapshot = acknowledge_xids(snapshot, config, store, events, indices, by="reset", upto=upto)
     now = {kernel_pci(g.pci_bus_id): (g.ecc_volatile_corrected or 0) + (g.ecc_volatile_uncorrected or 0)
            for g in snapshot.gpus if g.pci_bus_id}
     try:

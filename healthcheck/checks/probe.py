@@ -17,7 +17,10 @@ def check_cuda_probe(gpu: GpuSnapshot, node: NodeSnapshot, ctx: CheckContext) ->
 
     Catches what NVML does not show: a GPU that initialises but cannot allocate
     (ECC_UNCORRECTABLE, OUT_OF_MEMORY from a leaked context), corrupts data, or hangs.
-    Fails the GPU; the probe has a deadline and its child is killed past it.  A GPU that is
+    Fails the GPU; the probe has a deadline and its child is killed past it.  A probe the
+    run's own time budget cut short while it was still reading memory back (the SPANK
+    plugin's deadline, act_budget_s: shorter than the probe's own deadline, which allows 1 s
+    per GiB at --level full) is unknown: not checked, never a hung GPU.  A GPU that is
     busy or closed by its configuration is not failed (`busy_not_faulty`): a context refused
     (CUDA_ERROR_DEVICE_UNAVAILABLE, 46) under compute mode EXCLUSIVE_PROCESS (unknown) or
     PROHIBITED (info), out of memory while live co-tenants of a shared GPU (gres/shard,
@@ -32,9 +35,14 @@ def check_cuda_probe(gpu: GpuSnapshot, node: NodeSnapshot, ctx: CheckContext) ->
         return
     # A MIG-enabled GPU has one probe per MIG device: any failed device is the GPU's fault;
     # devices that could not be probed only make it unknown.
-    failed = [p for p in mine if p.status not in (ProbeStatus.OK, ProbeStatus.NOT_RUN)]
+    failed = [p for p in mine if p.status not in (ProbeStatus.OK, ProbeStatus.NOT_RUN) and not p.budget_cut]
     if not failed:
-        probe = next(p for p in mine if p.status is ProbeStatus.NOT_RUN)
+        probe = next(p for p in mine if p.status is ProbeStatus.NOT_RUN or p.budget_cut)
+        if probe.budget_cut:
+            yield _f("cuda.probe", Severity.UNKNOWN, gpu, f"{label(gpu)}: CUDA probe not finished: "
+                     f"{probe.detail}; not checked, not a fault of the GPU (give the run more "
+                     f"time, or probe at --level quick)", value="cut_short")
+            return
         yield _f("cuda.probe", Severity.UNKNOWN, gpu, f"{label(gpu)}: CUDA probe not run: "
                  f"{probe.detail}", value=probe.status.value)
         return

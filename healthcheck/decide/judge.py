@@ -5,7 +5,7 @@
 
 from __future__ import annotations
 
-from typing import List, Optional, Tuple
+from typing import List, Optional, Sequence, Tuple
 
 from ..checks import CheckContext, CheckCrash, run_checks
 from ..config import Config
@@ -37,3 +37,17 @@ def judge_as_drained(snapshot: NodeSnapshot, config: Config, reason: Optional[st
         return None, []
     ctx = CheckContext(config=config, mode=Mode(context), level=level, selected=None)
     return context, run_checks(snapshot, ctx)[0]
+
+
+def as_drained(findings: Sequence[Finding], snapshot: NodeSnapshot, config: Config,
+               reason: Optional[str], level: str) -> List[Finding]:
+    """One judgement for the resume and the repair: the run's findings, and in place of each
+    finding the context that drained the node (judge_as_drained) judges as draining, that
+    one.  The resume keeps the node drained for what the prolog would fail; the repair then
+    repairs that, rather than finding nothing to repair in `--node`'s milder words and
+    leaving the node drained for ever."""
+    _, context_findings = judge_as_drained(snapshot, config, reason, level)
+    worse = {(f.check, f.gpu): f for f in context_findings if f.drains}
+    kept = [f for f in findings if (f.check, f.gpu) not in worse or f.drains]
+    seen = {(f.check, f.gpu) for f in kept}
+    return kept + [f for key, f in worse.items() if key not in seen]

@@ -397,7 +397,8 @@ def rma_finding(gpu: Optional[int], attempts: int, trigger: Optional[Finding],
 # once by its full check (validating); "skipped" carries its own state (a wait, or drained).
 STEP_STATES = {"claimed": "", "budget": "waiting_for_budget", "reset": VALIDATING,
                "reset_refused": DRAINED, "reset_blocked": BLOCKED, "reboot": REBOOTING, "validating": VALIDATING,
-               "resumed": IN_SERVICE, "still_failing": DRAINED, "rma": "rma",
+               "resumed": IN_SERVICE, "still_failing": DRAINED, "unvalidated": DRAINED,
+               "rma": "rma",
                "would_reset": DRAINED, "would_reboot": DRAINED, "would_rma": DRAINED,
                "rebooting": REBOOTING, "booted": VALIDATING, "reboot_timed_out": REBOOT_TIMED_OUT,
                "reboot_cancelled": DRAINED, "stale_claim": DRAINED}

@@ -124,14 +124,17 @@ def probe_bytes(size: ProbeSize, free: int, total: int, held_mib: int = 0) -> in
     return max(HTOD_BYTES, nbytes - nbytes % MIB)
 
 
-def _probe_in_child(size: ProbeSize, kit: _Kit, held_mib: int = 0) -> Dict[str, object]:
-    """Runs in the child, with CUDA_VISIBLE_DEVICES already naming exactly one GPU."""
+def _probe_in_child(size: ProbeSize, kit: _Kit, held_mib: int = 0,
+                    tick: Callable[[], None] = lambda: None) -> Dict[str, object]:
+    """Runs in the child, with CUDA_VISIBLE_DEVICES already naming exactly one GPU.  `tick`
+    tells the parent it is still moving (after the allocation and each chunk read back)."""
     mps = os.environ.get("CUDA_MPS_PIPE_DIRECTORY")
-    result = _probe_on_device(size, kit, held_mib)
+    result = _probe_on_device(size, kit, held_mib, tick)
     return {**result, "mps_pipe": mps[:200]} if mps else result
 
 
-def _probe_on_device(size: ProbeSize, kit: _Kit, held_mib: int) -> Dict[str, object]:
+def _probe_on_device(size: ProbeSize, kit: _Kit, held_mib: int,
+                     tick: Callable[[], None]) -> Dict[str, object]:
     try:
         cuda = _Cuda()
     except OSError as exc:
@@ -156,6 +159,7 @@ def _probe_on_device(size: ProbeSize, kit: _Kit, held_mib: int) -> Dict[str, obj
         copy = ProbeStatus.COPY_ERROR
         cuda.call(copy, "cuMemsetD32_v2", c.c_uint64(ptr.value), c.c_uint(PATTERN), c.c_size_t(nbytes // 4))
         cuda.call(copy, "cuCtxSynchronize")
+        tick()
         if size.full_fraction is not None:
             spans = [(off, min(CHUNK, nbytes - off)) for off in range(0, nbytes, CHUNK)]
         else:
@@ -176,6 +180,7 @@ def _probe_on_device(size: ProbeSize, kit: _Kit, held_mib: int) -> Dict[str, obj
                         "detail": f"read back differs from the pattern written at byte "
                                   f"{offset + bad} of {nbytes}"}
             tested += length
+            tick()
         # a block that is not a constant: catches a copy path that returns stale or fixed data
         cuda.call(copy, "cuMemcpyHtoD_v2", c.c_uint64(ptr.value), block, c.c_size_t(HTOD_BYTES))
         cuda.call(copy, "cuMemcpyDtoH_v2", host, c.c_uint64(ptr.value), c.c_size_t(HTOD_BYTES))
@@ -218,11 +223,24 @@ def die_with_parent(parent: int, prctl: Any) -> None:
         os._exit(1)
 
 
-Work = Callable[[Any], Dict[str, object]]
+TICK = b"\0"  # a child's "still moving" on its pipe: never part of its JSON result
+# A child cut by the run's budget counts as cut short, not hung, only if it ticked this
+# recently: one 64 MiB chunk read back and compared takes well under a second, even with
+# eight children sharing two cores; a GPU stuck in the driver ticks no more.
+STALL_S = 5.0
 
 
-def _child_main(target: Any, work: Work, prctl: Any, write_fd: int, parent: int) -> None:
-    """Never returns: the child must not run the parent's cleanup or atexit handlers."""
+def _tick(write_fd: int) -> None:
+    try:
+        os.write(write_fd, TICK)
+    except OSError:
+        pass  # the parent is gone or stopped reading: the result will say so
+
+
+def _child_main(target: Any, work: Callable[..., Dict[str, object]], prctl: Any, write_fd: int, parent: int,
+                progress: bool = False) -> None:
+    """Never returns: the child must not run the parent's cleanup or atexit handlers.
+    `progress`: work is called as work(target, tick), tick() telling the parent it moves."""
     code = 0
     try:
         # The parent's SIGTERM handler unwinds Python code; the child, maybe blocked in a
@@ -231,7 +249,7 @@ def _child_main(target: Any, work: Work, prctl: Any, write_fd: int, parent: int)
         die_with_parent(parent, prctl)
         os.environ["CUDA_VISIBLE_DEVICES"] = target.uuid
         os.environ.pop("CUDA_DEVICE_ORDER", None)
-        result = work(target)
+        result = work(target, lambda: _tick(write_fd)) if progress else work(target)
         os.write(write_fd, json.dumps(result).encode())
     except BaseException as exc:  # noqa: BLE001 - report anything, then leave without cleanup
         try:
@@ -246,12 +264,14 @@ def _child_main(target: Any, work: Work, prctl: Any, write_fd: int, parent: int)
 class _Child:
     """One probe child as the parent tracks it (mutable: its output arrives in pieces)."""
 
-    __slots__ = ("target", "pid", "fd", "started", "data", "eof")
+    __slots__ = ("target", "pid", "fd", "started", "data", "eof", "ticks", "ticked")
 
     def __init__(self, target: Any, pid: int, fd: int, started: float) -> None:
         self.target, self.pid, self.fd, self.started = target, pid, fd, started
         self.data = b""
         self.eof = False
+        self.ticks = 0
+        self.ticked: Optional[float] = None  # monotonic time of its last tick
 
 
 class ChildOutcome(NamedTuple):
@@ -263,18 +283,24 @@ class ChildOutcome(NamedTuple):
     finished: bool
     wait_status: int
     elapsed_s: float
+    ticks: int = 0  # how often it said it was still moving
+    quiet_s: Optional[float] = None  # seconds from its last tick to the end; None: it never ticked
 
 
-def run_probes(targets: Sequence[ProbeTarget], size: ProbeSize, timeout_s: float) -> Tuple[ProbeResult, ...]:
-    """Probe every target in parallel; return one result per target, within timeout_s."""
+def run_probes(targets: Sequence[ProbeTarget], size: ProbeSize, timeout_s: float,
+               own_timeout_s: Optional[float] = None) -> Tuple[ProbeResult, ...]:
+    """Probe every target in parallel; return one result per target, within timeout_s.
+    `own_timeout_s`: the probe's own deadline where the run's budget cut it to `timeout_s`; a
+    child still moving when that shorter deadline ends it is cut short (budget_cut), not hung."""
     kit = _kit()
-    outcomes = run_children(targets, lambda target: _probe_in_child(size, kit, target.held_mib),
-                            timeout_s, kit.prctl)
-    return tuple(_result(outcome, timeout_s) for outcome in outcomes)
+    outcomes = run_children(targets, lambda target, tick: _probe_in_child(size, kit, target.held_mib, tick),
+                            timeout_s, kit.prctl, progress=True)
+    cut = own_timeout_s if own_timeout_s is not None and own_timeout_s > timeout_s else None
+    return tuple(_result(outcome, timeout_s, cut) for outcome in outcomes)
 
 
-def run_children(targets: Sequence[Any], work: Work, timeout_s: float,
-                 prctl: Any = None) -> Tuple[ChildOutcome, ...]:
+def run_children(targets: Sequence[Any], work: Callable[..., Dict[str, object]], timeout_s: float,
+                 prctl: Any = None, progress: bool = False) -> Tuple[ChildOutcome, ...]:
     """Run work(target) in one forked child per target (CUDA_VISIBLE_DEVICES = target.uuid), in
     parallel; each child's dict comes back as JSON within timeout_s, or the child is killed.
     The parent never touches CUDA: `work` runs only in the children."""
@@ -296,7 +322,7 @@ def run_children(targets: Sequence[Any], work: Work, timeout_s: float,
                     os.close(read_fd)
                     if j != i:
                         os.close(write_fd)  # or the parent never sees that child's pipe close
-                _child_main(targets[i], work, prctl, pipes[i][1], parent)
+                _child_main(targets[i], work, prctl, pipes[i][1], parent, progress)
         started = time.monotonic()
         for target, pid, (read_fd, write_fd) in zip(targets, pids, pipes):
             os.close(write_fd)
@@ -318,8 +344,11 @@ def run_children(targets: Sequence[Any], work: Work, timeout_s: float,
         statuses = {pid: _reap(pid, reap_by) for pid in forked}
         for child in children:
             os.close(child.fd)
+    end = time.monotonic()
     return tuple(ChildOutcome(child.target, _decoded(child.data), child.eof, statuses[child.pid],
-                              time.monotonic() - child.started) for child in children)
+                              end - child.started, child.ticks,
+                              end - child.ticked if child.ticked is not None else None)
+                 for child in children)
 
 
 def _decoded(data: bytes) -> Optional[Dict[str, Any]]:
@@ -359,6 +388,11 @@ def _collect(children: List[_Child], deadline: float) -> None:
             chunk = os.read(fd, 65536)
             child = open_fds[fd]
             if chunk:
+                ticks = chunk.count(TICK)
+                if ticks:
+                    child.ticks += ticks
+                    child.ticked = time.monotonic()
+                    chunk = chunk.replace(TICK, b"")
                 # a result is a few hundred bytes: past the cap it is read and dropped
                 child.data += chunk[:max(0, RESULT_CAP_BYTES - len(child.data))]
             else:
@@ -433,9 +467,15 @@ def _pidfd(pid: int) -> Optional[int]:
         return None
 
 
-def _result(outcome: ChildOutcome, timeout_s: float) -> ProbeResult:
+def _result(outcome: ChildOutcome, timeout_s: float, own_timeout_s: Optional[float] = None) -> ProbeResult:
     index, elapsed = outcome.target.index, outcome.elapsed_s
     failure = child_failure(outcome, timeout_s)
+    if (failure is not None and failure[0] is ProbeStatus.TIMEOUT and own_timeout_s is not None
+            and outcome.quiet_s is not None and outcome.quiet_s < STALL_S):
+        return ProbeResult(index, ProbeStatus.TIMEOUT, duration_s=elapsed, budget_cut=True,
+                           detail=f"cut short at {timeout_s:.1f} s by the run's time budget, still "
+                                  f"reading memory back ({outcome.ticks} steps done; its own "
+                                  f"deadline is {own_timeout_s:.1f} s)")
     if failure is not None:
         return ProbeResult(index, failure[0], duration_s=elapsed, detail=failure[1])
     data = outcome.data or {}

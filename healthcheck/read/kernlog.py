@@ -307,6 +307,7 @@ class Aggregate(NamedTuple):
     events: Tuple[XidEvent, ...]
     lines: int  # events seen
     dropped: int  # events of (GPU, Xid) pairs past MAX_GROUPS
+    reinit: Tuple[str, ...] = ()  # GPUs whose (re-)initialisation line was seen
 
 
 _NVLINK5_SEVERITY = r"\b(Fatal|Non-?fatal)\b"  # compiled by re on first use
@@ -337,8 +338,10 @@ def aggregate(events: Iterable[XidEvent]) -> Aggregate:
     (re-)initialisation line (REINIT) drops the Xids it logged before: a reset dealt with them."""
     groups: Dict[GroupKey, _Group] = {}
     lines = dropped = 0
+    reinit: Dict[str, None] = {}
     for event in events:
         if event.xid == REINIT:
+            reinit[event.pci] = None
             # the GPU was (re-)initialised: what it logged before was dealt with by the reset
             for key in [k for k in groups if k[0] == event.pci]:
                 del groups[key]
@@ -352,7 +355,7 @@ def aggregate(events: Iterable[XidEvent]) -> Aggregate:
             groups[key] = _Group(event)
         else:
             dropped += 1
-    return Aggregate(tuple(g.event() for g in groups.values()), lines, dropped)
+    return Aggregate(tuple(g.event() for g in groups.values()), lines, dropped, tuple(reinit))
 
 
 def in_window(event: "XidEvent | SxidEvent", window: KernelLogWindow) -> bool:
@@ -463,7 +466,8 @@ def _scan(lines: Iterable[str], window: KernelLogWindow) -> KernelLogRead:
     sxids = [e for e in parse_sxids(sxid_lines) if in_window(e, window)]
     return KernelLogRead(events=result.events, sxids=tuple(sxids), lines=result.lines,
                          ignored_lines=ignored, dropped_events=result.dropped,
-                         unparsed=tuple(unparsed), unparsed_lines=unparsed_count)
+                         unparsed=tuple(unparsed), unparsed_lines=unparsed_count,
+                         reinit=result.reinit)
 
 
 def _read_file(path: str, offset: int, skip_partial: bool = False) -> Iterator[str]:

@@ -429,7 +429,10 @@ def probe(snapshot: NodeSnapshot, config: Config, level: str,
                                f"{config.act_budget_s:g} s under --node --act, else the SPANK "
                                f"plugin's deadline)")
             for t in targets), targets) + tuple(skipped)
-    return _with_devices(run_probes(targets, size, timeout_s), targets) + tuple(skipped)
+    # its own deadline: where the budget cut it shorter, a probe still moving at the cut is
+    # unknown (the budget ended it), never a hung GPU
+    own_s = probe_timeout(config, level, largest_mib)
+    return _with_devices(run_probes(targets, size, timeout_s, own_s), targets) + tuple(skipped)
 
 
 def _with_devices(results: Tuple[ProbeResult, ...], targets: List[Any]) -> Tuple[ProbeResult, ...]:

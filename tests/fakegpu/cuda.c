@@ -864,7 +864,12 @@ EXPORT CUresult cuMemcpyDtoH_v2(void *dstHost, CUdeviceptr srcDevice, size_t Byt
         if (scn->gpu[a->gpu].cuda_corrupt)
             dst[0] ^= 0x01;
     }
+    /* cuda.readback_s_per_gib: the copy takes real time (a big board read back by the full
+     * probe), slept outside the lock so only this caller waits */
+    double pace = (rc == CUDA_SUCCESS && a) ? scn->gpu[a->gpu].cuda_readback_s_per_gib : 0.0;
     pthread_mutex_unlock(&lock);
     fg_sleep_until(until);
+    if (pace > 0)
+        fg_sleep(pace * (double)ByteCount / (double)(1ULL << 30));
     return rc;
 }

@@ -585,6 +585,7 @@ static const gkey gpu_keys[] = {
     {"cuda.alloc_error", K_INT, G(cuda_alloc_error), 0, 0, INT_MAX},
     {"cuda.corrupt", K_BOOL, G(cuda_corrupt), 0, 0, 0},
     {"cuda.hang_s", K_SECONDS, G(cuda_hang_s), 0, 0, 0},
+    {"cuda.readback_s_per_gib", K_SECONDS, G(cuda_readback_s_per_gib), 0, 0, 0},
     {"cuda.crash", K_INT, G(cuda_crash), 0, 0, 64},
     /* identity and monitoring (nvitop, gpustat, exporters) */
     {"architecture", K_ENUM, G(arch), E_ARCH, 0, 0},

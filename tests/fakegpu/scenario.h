@@ -101,6 +101,7 @@ typedef struct {
 
     int cuda_init_error, cuda_alloc_error, cuda_corrupt, cuda_crash;
     double cuda_hang_s;
+    double cuda_readback_s_per_gib;     /* real seconds each GiB of cuMemcpyDtoH takes */
 
     /* Identity and monitoring fields that nvitop, gpustat and exporters read
      * (gpu.N.architecture, utilization.*, pstate, clocks.*, ...; README.md). */

@@ -100,11 +100,11 @@ def test_deep_drain_is_not_undone_by_the_health_check_programs_quick_pass(hc_clu
     assert f" {check}=" in reason and reason.startswith("gpu-healthcheck: "), reason
     if fault == "hbm":
         assert reason.startswith(f"gpu-healthcheck: gpu3 pci={pci(3)} sn={serial(3)} deep.hbm=")
-    note = json.loads((c.state("gpu-a") / "our-drain.json").read_text())
-    assert note["level"] == "deep" and check in note["checks"], note
     drained_at = time.time()
     runs = _wait_health_checks(c, drained_at, 2)
     assert c.drained("gpu-a") and c.reason("gpu-a") == reason
+    note = json.loads((c.state("gpu-a") / "our-drain.json").read_text())
+    assert note["level"] == "deep" and check in note["checks"], note
     for run in runs:
         assert run["verdict"] == "pass" and run["action"]["taken"] == "none", run["action"]
         assert f"drained at level deep ({check}" in run["action"]["detail"], run["action"]

@@ -96,3 +96,16 @@ def test_cuda_probe_sizes_below_what_live_co_tenants_leave():
     node = _busy(2, procs=[_tenant(mib=held), _tenant(job_id="5", live=False, mib=50)])
     assert co_tenant_mib(node.gpus[0], node) == held  # the stale job's process is no co-tenant
     assert co_tenant_mib(node.gpus[0], node._replace(shared_gres=())) == 0
+
+
+def test_cuda_probe_cut_short_by_the_runs_budget_is_unknown_and_a_hang_still_fails():
+    from healthcheck.model import ProbeResult, ProbeStatus
+
+    cut = ProbeResult(0, ProbeStatus.TIMEOUT, budget_cut=True,
+                      detail="cut short at 25.0 s by the run's time budget, still reading memory back")
+    [f] = found(NODE._replace(probes=(cut,)), Mode.PROLOG, "cuda.probe")
+    assert f.severity is UNKNOWN and not f.drains and f.value == "cut_short"
+    assert "not a fault of the GPU" in f.message and "cut short at 25.0 s" in f.message
+    hung = cut._replace(budget_cut=False, detail="CUDA probe did not finish within 20 s; killed")
+    [f] = found(NODE._replace(probes=(hung,)), Mode.PROLOG, "cuda.probe")
+    assert f.severity is FAIL and f.value == "timeout"
