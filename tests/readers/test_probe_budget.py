@@ -42,7 +42,8 @@ def test_cuda_probe_still_reading_back_when_the_budget_ends_it_is_cut_short(tmp_
 
 
 def test_cuda_probe_stuck_in_the_driver_is_a_hang_even_under_a_budget(tmp_path):
-    results = probe(tmp_path, "gpu.1.cuda.hang_s = 30\n", timeout=2, own=20)
+    # small boards: GPU 0 reads back in well under the 2 s, GPU 1 never gets a context
+    results = probe(tmp_path, "gpu.*.memory.total_mib = 64\ngpu.1.cuda.hang_s = 30\n", timeout=2, own=20)
     assert results[0][:2] == ["ok", False]
     assert results[1][:2] == ["timeout", False] and "did not finish within 2 s" in results[1][2]
 
