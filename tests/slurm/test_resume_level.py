@@ -12,7 +12,7 @@ import pytest
 
 from tests.lib.fakenode import FIXTURES, history
 from tests.lib.gpucluster import GpuCluster, pci, require_slurm, serial
-from tests.lib.repair import repair_events
+from tests.lib.repair import ledger_file, repair_events
 
 pytestmark = pytest.mark.slurm
 
@@ -149,7 +149,7 @@ def test_repair_of_a_deep_fault_is_validated_with_the_deep_tests(hc_cluster):
     steps = [e["message"] for e in repair_events(c, "gpu-a")]
     assert any("reset GPU(s) 3" in m and "--level deep" in m for m in steps), steps
     assert any("did not fix it (still_failing: deep.hbm)" in m for m in steps), steps
-    ledger = json.loads((c.state("gpu-a") / "repair" / f"{serial(3)}.json").read_text())
+    ledger = json.loads(ledger_file(c, "gpu-a", 3).read_text())
     assert ledger["attempts"][-1]["outcome"] == "still_failing: deep.hbm"
     # the HealthCheckProgram's quick passes do not resume it either
     _wait_health_checks(c, time.time(), 1)

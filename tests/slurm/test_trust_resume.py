@@ -12,7 +12,7 @@ from typing import Dict
 import pytest
 
 from tests.lib.gpucluster import HEALTHY, GpuCluster, pci, require_slurm, serial
-from tests.lib.repair import enable_repair, repair_events
+from tests.lib.repair import enable_repair, ledger_file, repair_events
 
 pytestmark = pytest.mark.slurm
 
@@ -111,7 +111,7 @@ def test_memory_leaked_a_prolog_drain_for_leaked_memory_is_repaired_and_resumed(
     assert doc["action"]["taken"] == "resume", doc["action"]
     assert not c.drained("gpu-a"), c.reason("gpu-a")
     assert "# fakegpu nvidia-smi --gpu-reset -i 4" in c.scenario("gpu-a").read_text()
-    ledger = json.loads((c.state("gpu-a") / "repair" / f"{serial(4)}.json").read_text())
+    ledger = json.loads(ledger_file(c, "gpu-a", 4).read_text())
     [attempt] = ledger["attempts"]
     assert (attempt["trigger"], attempt["outcome"]) == ("memory.leaked=400", "resumed"), attempt
     assert any("resumed" in e["message"] for e in repair_events(c, "gpu-a"))
@@ -153,7 +153,7 @@ def test_cuda_probe_cut_short_in_the_repairs_validation_is_not_still_failing_nor
     assert "# fakegpu nvidia-smi --gpu-reset -i 2" in c.scenario("gpu-a").read_text()
     assert c.drained("gpu-a") and "rma" not in c.reason("gpu-a").split(), c.reason("gpu-a")
     assert doc["action"]["detail"] == "unvalidated: cuda.probe", doc["action"]
-    ledger = json.loads((c.state("gpu-a") / "repair" / f"{serial(2)}.json").read_text())
+    ledger = json.loads(ledger_file(c, "gpu-a", 2).read_text())
     [attempt] = ledger["attempts"]
     assert attempt["outcome"] == "unvalidated: cuda.probe", attempt
     assert any(e["message"].startswith("repair gpu-a: the check after the reset could not judge it")
