@@ -14,6 +14,7 @@ from typing import Dict
 
 import pytest
 
+from tests.lib.fakenode import ROOT
 from tests.lib.gpucluster import GpuCluster, require_slurm
 from tests.lib.slurmcluster import _wait_until
 
@@ -39,7 +40,8 @@ def sweep_env(c: GpuCluster, tmp_path: Path, config: str = "sweep.toml") -> Dict
     """A submit host's environment: the cluster's Slurm clients, the fakes first on PATH (the
     jobs inherit it, as sbatch's --export=ALL passes it on), the fabric scenario."""
     return dict(c.cluster.env, FAKEGPU_FABRIC=str(tmp_path / "fabric.scenario"),
-                PATH=f"{c.fake}:{c.cluster.env['PATH']}", GPU_HEALTHCHECK_CONFIG=str(tmp_path / config))
+                PATH=f"{c.fake}:{c.cluster.env['PATH']}", GPU_HEALTHCHECK_CONFIG=str(tmp_path / config),
+                PYTHONPATH=str(ROOT))  # the Debian 13 root's venv has no install of this checkout
 
 
 def sweep(c: GpuCluster, tmp_path: Path, *args: str, timeout: float = 240,
