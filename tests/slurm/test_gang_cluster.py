@@ -29,7 +29,10 @@ echo work done run=${{SLURM_RESTART_COUNT:-0}} nodes=$SLURM_JOB_NODELIST
 def gang_cluster(tmp_path_factory, fakegpu):
     require_slurm()
     wd = tmp_path_factory.mktemp("gang")
-    c = GpuCluster(wd, fakegpu, nodes=NODES, scripts=False, weights={}, max_fraction=0.5,
+    # gpu-c (slow) is taken first, gpu-e (the spare) last: the 4-node job gets gpu-c, its
+    # requeued run gpu-e in its place
+    c = GpuCluster(wd, fakegpu, nodes=NODES, scripts=False, max_fraction=0.5,
+                   weights={"gpu-a": 5, "gpu-b": 5, "gpu-c": 1, "gpu-d": 5, "gpu-e": 20},
                    plugstack="run=report allow_gang=yes")
     fabric = FABRIC + f'nccl_tests = "{fakegpu}"\n'  # root's config names the programs
     for node in NODES:
@@ -57,7 +60,7 @@ def _output(c: GpuCluster, job: str) -> str:
     return c.cluster.job_output(job)
 
 
-def _wait_drained(c: GpuCluster, node: str, job: str, timeout: float = 150) -> str:
+def _wait_drained(c: GpuCluster, node: str, job: str, timeout: float = 90) -> str:
     """Until `node` carries our fabric reason; else fail with what the job printed and the
     slurmd logs' tails."""
     try:
@@ -75,7 +78,7 @@ def test_gang_in_a_4_node_job_drains_the_slow_node_and_the_requeued_job_complete
         reason = _wait_drained(c, "gpu-c", job)
         assert reason.startswith("gpu-healthcheck: fabric busbw=41.2<100 partners=gpu-"), reason
         assert reason.endswith(f" all_reduce_perf gang job={job}")
-        info = c.cluster.wait_job(job, states=("COMPLETED",), timeout=150)
+        info = c.cluster.wait_job(job, states=("COMPLETED",), timeout=90)
         assert "gpu-c" not in info["NodeList"] and int(info["Restarts"]) >= 1, info
         out = _output(c, job)
         # the job's output names the node, its partners and the figure (user side, then root's)
@@ -127,7 +130,7 @@ def test_gang_spank_option_checks_before_the_script_and_requeues_without_the_slo
                            "#!/bin/sh\necho work done run=${SLURM_RESTART_COUNT:-0} nodes=$SLURM_JOB_NODELIST\n")
     try:
         assert _wait_drained(c, "gpu-c", job).endswith(f"gang job={job}")
-        info = c.cluster.wait_job(job, states=("COMPLETED",), timeout=150)
+        info = c.cluster.wait_job(job, states=("COMPLETED",), timeout=90)
         assert "gpu-c" not in info["NodeList"], info
         out = _output(c, job)
         assert "work done run=0" not in out, out  # the script never ran on the slow node
