@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 
 from healthcheck.act.gang import GangRequest, gang, srun_env
-from healthcheck.config import Config
+from healthcheck.config import Config, DrainConfig
 from healthcheck.configsections import FabricConfig
 
 SHOW_JOB = "JobId=12 JobName=train UserId=alice(1001) JobState=RUNNING Requeue=1 Restarts=0 NodeList={nodes}\n"
@@ -93,3 +93,52 @@ def test_gang_cli_act_needs_root() -> None:
                           capture_output=True, text=True, timeout=60, cwd="/")
     assert done.returncode == 3, done.stderr
     assert "--gang --act is the privileged side" in done.stderr
+
+
+SCONTROL = r'''#!/usr/bin/env python3
+"""A stand-in slurmctld behind scontrol: four idle GPU nodes and job 12; drains and the
+requeue are kept in STATE beside this file and logged in order."""
+import json, os, sys, time
+here = os.path.dirname(os.path.abspath(__file__))
+state_path, log = os.path.join(here, "state.json"), os.path.join(here, "calls.log")
+state = json.load(open(state_path)) if os.path.exists(state_path) else {}
+args = sys.argv[1:]
+open(log, "a").write(" ".join(args) + "\n")
+if args[:2] == ["show", "job"]:
+    print("JobId=12 JobName=train UserId=alice(1001) JobState=RUNNING Requeue=1 Restarts=0 "
+          "NodeList=gpu-a,gpu-b,gpu-c,gpu-d")
+elif args[:3] == ["-o", "show", "nodes"]:
+    for n in ("gpu-a", "gpu-b", "gpu-c", "gpu-d"):
+        reason = state.get(n)
+        st = "IDLE+DRAIN" if reason else "IDLE"
+        extra = f" Reason={reason} [root@{time.strftime('%Y-%m-%dT%H:%M:%S', time.localtime(time.time() - 5))}]" if reason else ""
+        print(f"NodeName={n} Arch=x86_64 CoresPerSocket=16 Gres=gpu:8 State={st} Partitions=gpu{extra}")
+elif args[0] == "update" and args[1].startswith("NodeName=") and "State=DRAIN" in args:
+    state[args[1][9:]] = next(a[7:] for a in args if a.startswith("Reason="))
+    json.dump(state, open(state_path, "w"))
+'''
+
+
+def test_gang_cli_privileged_side_drains_names_the_job_and_requeues_last(tmp_path, fakegpu) -> None:
+    bin_dir = stand_ins(tmp_path, "gpu-a,gpu-b,gpu-c,gpu-d")
+    (bin_dir / "scontrol").write_text(SCONTROL)
+    (tmp_path / "fabric.scenario").write_text("node.gpu-c.busbw_gbps = 41.2\n")
+    config = Config(scontrol=str(bin_dir / "scontrol"), state_dir=str(tmp_path / "state"), journal=False,
+                    history_file=str(tmp_path / "history.jsonl"), drain=DrainConfig(max_fraction=0.5),
+                    fabric=FabricConfig(srun=str(bin_dir / "srun"), nccl_tests=str(fakegpu),
+                                        busbw_floor_gbps=100.0, gang_timeout_s=60.0))
+    environ = {"SLURM_JOB_ID": "12", "FAKEGPU_FABRIC": str(tmp_path / "fabric.scenario"), "PATH": os.environ["PATH"]}
+    out, err = io.StringIO(), io.StringIO()
+    assert gang(GangRequest(act=True), config, environ, out, err) == 2, err.getvalue()
+    calls = (bin_dir / "calls.log").read_text().splitlines()
+    drains = [i for i, c in enumerate(calls) if c.startswith("update NodeName=gpu-c State=DRAIN")]
+    comment = [i for i, c in enumerate(calls) if c.startswith("update JobId=12 AdminComment=gpu-healthcheck: gang: gpu-c ")]
+    assert drains and comment and calls[-1] == "requeue 12" and drains[0] < comment[0] < len(calls) - 1, calls
+    assert "Reason=gpu-healthcheck: fabric busbw=41.2<100 partners=gpu-" in calls[drains[0]]
+    assert not any("NodeName=gpu-a" in c or "NodeName=gpu-b" in c or "NodeName=gpu-d" in c for c in calls)
+    assert "busbw 41.2 GB/s; drained; requeuing the job" in out.getvalue()
+    history = json.loads((tmp_path / "history.jsonl").read_text().splitlines()[-1])
+    assert history["mode"] == "gang" and history["findings"][0]["node"] == "gpu-c"
+    # once per job run on a node: a second trigger measures nothing and drains nothing
+    assert gang(GangRequest(act=True), config, environ, io.StringIO(), err) == 0
+    assert "measured on this node already" in err.getvalue()
