@@ -63,7 +63,6 @@ SPANK_PLUGIN(gpu_healthcheck, 1);
 #define DEADLINE_VAR "GPU_HEALTHCHECK_DEADLINE_S" /* prolog/epilog: seconds until our SIGTERM */
 #define CONFIG_VAR "GPU_HEALTHCHECK_CONFIG"      /* the reports take slurmd's, never the job's */
 #define REPORT_TIMEOUT_S 15                /* --job-report: a fast NVML read */
-#define GANG_REQUEUE_WAIT_S 60            /* the batch task, after a failed gang check */
 #define GANG_TIMEOUT_S 900                 /* --gang --act: a backstop; [fabric] gang_timeout_s
 					    * bounds the check itself */
 #define UNBOUNDED_TIMEOUT_S 600            /* no PrologEpilogTimeout and no timeout= */
@@ -719,16 +718,16 @@ int slurm_spank_task_init_privileged(spank_t sp, int ac, char **av)
 	if (spank_get_item(sp, S_JOB_STEPID, &step) != ESPANK_SUCCESS || step != SLURM_BATCH_SCRIPT ||
 	    spank_get_item(sp, S_TASK_GLOBAL_ID, &global) != ESPANK_SUCCESS || global != 0)
 		return 0;
-	int waited;
-
 	if (run_gang(sp, STDERR_FILENO) != 2)
 		return 0;
-	/* The fabric failed: the script must not start its work on it.  Where the privileged
-	 * side drained the bad node it has requeued the job, and slurmstepd ends this task any
-	 * moment: wait for that rather than fail the launch (a failed batch launch is requeued
-	 * held).  Where no node could be named nothing comes, and the job ends here. */
-	for (waited = 0; waited < GANG_REQUEUE_WAIT_S; waited++)
-		sleep(1);
+	/* The fabric failed: the script must not start its work on it.  End this task now, as
+	 * a signal would, never by failing the launch (slurmctld holds a job whose batch launch
+	 * failed) and never by waiting here for the requeue's kill: slurmstepd cannot end a task
+	 * still inside this call, and after UnkillableStepTimeout slurmctld drains the healthy
+	 * batch node "Kill task failed" (seen on 22.05).  Where the privileged side drained the
+	 * bad node it has already requeued the job, so the job runs again without that node;
+	 * where no node could be named, the job ends here. */
+	raise(SIGKILL);
 	return -1;
 }
 

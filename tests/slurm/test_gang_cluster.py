@@ -135,6 +135,8 @@ def test_gang_spank_option_checks_before_the_script_and_requeues_without_the_slo
         out = _output(c, job)
         assert "work done run=0" not in out, out  # the script never ran on the slow node
         assert "work done run=1" in out, out
+        # the batch node the check ran on is not drained for a task it could not kill
+        assert [n for n in NODES if c.drained(n)] == ["gpu-c"], [c.reason(n) for n in NODES]
     finally:
         if c.drained("gpu-c"):
             c.cluster.resume("gpu-c")
