@@ -54,6 +54,7 @@ class ProbeTarget(NamedTuple):
     # memory live co-tenants of a shared GPU (gres/shard, gres/mps) hold there: not free for the
     # probe, which then sizes itself below what is left (probe_bytes)
     held_mib: int = 0
+    pci_bus_id: str = ""  # NVML gave no UUID (uuid ""): the child takes the device at this address
 
 
 class ProbeSize(NamedTuple):
@@ -125,16 +126,16 @@ def probe_bytes(size: ProbeSize, free: int, total: int, held_mib: int = 0) -> in
 
 
 def _probe_in_child(size: ProbeSize, kit: _Kit, held_mib: int = 0,
-                    tick: Callable[[], None] = lambda: None) -> Dict[str, object]:
-    """Runs in the child, with CUDA_VISIBLE_DEVICES already naming exactly one GPU.  `tick`
-    tells the parent it is still moving (after the allocation and each chunk read back)."""
+                    tick: Callable[[], None] = lambda: None, pci_bus_id: str = "") -> Dict[str, object]:
+    """Runs in the child, with CUDA_VISIBLE_DEVICES naming exactly one GPU (given `pci_bus_id`:
+    unset, the device at that address taken).  `tick` tells the parent it is still moving."""
     mps = os.environ.get("CUDA_MPS_PIPE_DIRECTORY")
-    result = _probe_on_device(size, kit, held_mib, tick)
+    result = _probe_on_device(size, kit, held_mib, tick, pci_bus_id)
     return {**result, "mps_pipe": mps[:200]} if mps else result
 
 
 def _probe_on_device(size: ProbeSize, kit: _Kit, held_mib: int,
-                     tick: Callable[[], None]) -> Dict[str, object]:
+                     tick: Callable[[], None], pci_bus_id: str = "") -> Dict[str, object]:
     try:
         cuda = _Cuda()
     except OSError as exc:
@@ -146,10 +147,13 @@ def _probe_on_device(size: ProbeSize, kit: _Kit, held_mib: int,
     try:
         init = ProbeStatus.INIT_ERROR
         cuda.call(init, "cuInit", c.c_uint(0))
-        cuda.call(init, "cuDeviceGetCount", c.byref(count))
-        if count.value != 1:
-            return {"status": init.value, "detail": f"CUDA sees {count.value} devices, expected 1"}
-        cuda.call(init, "cuDeviceGet", c.byref(dev), c.c_int(0))
+        if pci_bus_id:
+            cuda.call(init, "cuDeviceGetByPCIBusId", c.byref(dev), c.c_char_p(pci_bus_id.encode()))
+        else:
+            cuda.call(init, "cuDeviceGetCount", c.byref(count))
+            if count.value != 1:
+                return {"status": init.value, "detail": f"CUDA sees {count.value} devices, expected 1"}
+            cuda.call(init, "cuDeviceGet", c.byref(dev), c.c_int(0))
         cuda.call(init, "cuDevicePrimaryCtxRetain", c.byref(ctx), dev)
         cuda.call(init, "cuCtxSetCurrent", ctx)
         free, total = c.c_size_t(), c.c_size_t()
@@ -247,7 +251,10 @@ def _child_main(target: Any, work: Callable[..., Dict[str, object]], prctl: Any,
         # driver call, must simply die with its group.
         signal.signal(signal.SIGTERM, signal.SIG_DFL)
         die_with_parent(parent, prctl)
-        os.environ["CUDA_VISIBLE_DEVICES"] = target.uuid
+        if target.uuid:
+            os.environ["CUDA_VISIBLE_DEVICES"] = target.uuid
+        else:  # no UUID to name it by: all visible, the work takes its device by PCI address
+            os.environ.pop("CUDA_VISIBLE_DEVICES", None)
         os.environ.pop("CUDA_DEVICE_ORDER", None)
         result = work(target, lambda: _tick(write_fd)) if progress else work(target)
         os.write(write_fd, json.dumps(result).encode())
@@ -293,7 +300,8 @@ def run_probes(targets: Sequence[ProbeTarget], size: ProbeSize, timeout_s: float
     `own_timeout_s`: the probe's own deadline where the run's budget cut it to `timeout_s`; a
     child still moving when that shorter deadline ends it is cut short (budget_cut), not hung."""
     kit = _kit()
-    outcomes = run_children(targets, lambda target, tick: _probe_in_child(size, kit, target.held_mib, tick),
+    outcomes = run_children(targets, lambda target, tick: _probe_in_child(size, kit, target.held_mib, tick,
+                                                                    target.pci_bus_id),
                             timeout_s, kit.prctl, progress=True)
     cut = own_timeout_s if own_timeout_s is not None and own_timeout_s > timeout_s else None
     return tuple(_result(outcome, timeout_s, cut) for outcome in outcomes)

@@ -21,7 +21,7 @@ from ..model import (ERR, NOTICE, WARNING, Baseline, DoorError, GpuSnapshot, Job
                      RunRequest, UsageError, co_tenant_mib)
 from ..staterecords import KnownGpu, XidAck
 from ..netmodel import NetworkRead
-from ..pci import normalise_pci, nvml_form
+from ..pci import function_form, normalise_pci, nvml_form
 from ..records import NamedTuple
 from .kernlog import boot_wallclock, current_boot, read_kernel_log, window_since
 from .nvml import read_nvml
@@ -411,7 +411,14 @@ def probe(snapshot: NodeSnapshot, config: Config, level: str,
             targets.extend(ProbeTarget(gpu.index, m.uuid) for m in migs if m.uuid)
             continue
         if not gpu.uuid:
-            skipped.append(ProbeResult(gpu.index, ProbeStatus.NOT_RUN, detail="NVML gave no UUID"))
+            # NVML answered the GPU but not its UUID (an error on that one query, a replayed
+            # excerpt without it): CUDA takes the device by its PCI address instead
+            address = _cuda_pci(gpu.pci_bus_id)
+            if address is None:
+                skipped.append(ProbeResult(gpu.index, ProbeStatus.NOT_RUN,
+                                           detail="NVML gave neither a UUID nor a PCI bus id"))
+                continue
+            targets.append(ProbeTarget(gpu.index, "", co_tenant_mib(gpu, snapshot), address))
             continue
         targets.append(ProbeTarget(gpu.index, gpu.uuid, co_tenant_mib(gpu, snapshot)))
     if not targets:
@@ -433,6 +440,14 @@ def probe(snapshot: NodeSnapshot, config: Config, level: str,
     # unknown (the budget ended it), never a hung GPU
     own_s = probe_timeout(config, level, largest_mib)
     return _with_devices(run_probes(targets, size, timeout_s, own_s), targets) + tuple(skipped)
+
+
+def _cuda_pci(nvml_bus_id: Optional[str]) -> Optional[str]:
+    """NVML's "00000000:10:1C.0" in the form CUDA prints ("0000:10:1c.0"), or None."""
+    try:
+        return function_form(nvml_bus_id) if nvml_bus_id else None
+    except ValueError:
+        return None
 
 
 def _with_devices(results: Tuple[ProbeResult, ...], targets: List[Any]) -> Tuple[ProbeResult, ...]:

@@ -118,6 +118,16 @@ def test_cuda_probe_corrupt_read_back_fails_that_gpu(node):
     assert (finding["check"], finding["gpu"], finding["value"]) == ("cuda.probe", 4, "mismatch")
 
 
+def test_cuda_probe_a_gpu_nvml_gives_no_uuid_for_is_probed_by_its_pci_address(node):
+    # NVML answers the GPUs but not GPU 4's or GPU 5's UUID: CUDA takes each by its PCI bus id,
+    # and the corrupt one is found on the right GPU, the other passes (not unknown)
+    scenario = HEALTHY + "gpu.4.unsupported = UUID\ngpu.5.unsupported = UUID\ngpu.4.cuda.corrupt = 1\n"
+    result = node.run("--node", "--json", scenario=scenario)
+    assert result.rc == 2, result.stdout
+    [finding] = result.json["findings"]
+    assert (finding["check"], finding["gpu"], finding["value"]) == ("cuda.probe", 4, "mismatch")
+
+
 def test_cuda_probe_hanging_for_an_hour_ends_by_the_deadline_and_fails_that_gpu_only(node):
     node.write_config("[probe]\ntimeout_s = 3")
     # the hang lasts an hour: the run returning before node.run's 60 s timeout is the proof

@@ -430,6 +430,37 @@ EXPORT CUresult cuDeviceGet(CUdevice *device, int ordinal)
     return rc;
 }
 
+/*
+ * The visible device at a PCI address, as the driver takes it: "[domain]:[bus]:[device].[function]",
+ * "[domain]:[bus]:[device]" or "[bus]:[device].[function]", hexadecimal (NVML's 8-digit domain
+ * and CUDA's 4-digit one both read).  No visible device there: CUDA_ERROR_INVALID_DEVICE.
+ */
+EXPORT CUresult cuDeviceGetByPCIBusId(CUdevice *dev, const char *pciBusId)
+{
+    if (!dev || !pciBusId)
+        return CUDA_ERROR_INVALID_VALUE;
+    unsigned int domain = 0, bus = 0, device = 0, function = 0;
+    char tail;
+    if (sscanf(pciBusId, "%x:%x:%x.%x%c", &domain, &bus, &device, &function, &tail) != 4
+        && sscanf(pciBusId, "%x:%x:%x%c", &domain, &bus, &device, &tail) != 3) {
+        domain = 0;
+        if (sscanf(pciBusId, "%x:%x.%x%c", &bus, &device, &function, &tail) != 3)
+            return CUDA_ERROR_INVALID_VALUE;
+    }
+    pthread_mutex_lock(&lock);
+    CUresult rc = initialised ? CUDA_ERROR_INVALID_DEVICE : CUDA_ERROR_NOT_INITIALIZED;
+    for (int d = 0; initialised && d < nvisible; d++) {
+        const fg_gpu *g = &scn->gpu[visible[d]];
+        if (g->pci_domain == domain && g->pci_bus == bus && g->pci_device == device && function == 0) {
+            *dev = d;
+            rc = CUDA_SUCCESS;
+            break;
+        }
+    }
+    pthread_mutex_unlock(&lock);
+    return rc;
+}
+
 /* Common shape of the per-device queries: init, device, then argument. */
 #define DEVICE_QUERY(dev, args_ok)                           \
     fg_gpu g;                                                \
