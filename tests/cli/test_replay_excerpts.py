@@ -16,6 +16,9 @@ SMI = FIXTURES / "nvidia-smi"
 GPUD_PR80 = SMI / "issue-gpud-pr80__nvidia-smi-q-remapped-rows-uncorrectable-4-pending__excerpt.txt"
 A100_DUMP = SMI / "thamada__nvidia-smi-a__555.42.02__A100SXMx4.txt"
 H100_DUMP = SMI / "gpud__nvidia-smi-q__535.161.08__8xH100-80GB-HBM3.txt"
+# Real: an A100 `nvidia-smi -q` with "[...]" where lines were cut (the UUID among them), DRAM
+# Correctable 177 volatile and aggregate, a row remap pending (stas00/ml-engineering), verbatim.
+ML_ENG_A100 = SMI / "issue-ml-engineering-debug__nvidia-smi-q-A100-dram-correctable-177-remap-pending__excerpt.txt"
 
 
 def convert(text_or_path) -> str:
@@ -37,12 +40,12 @@ def block(path: Path, title: str, gpu: int = 0) -> List[str]:
     return lines[start:end]
 
 
-def sets(scenario: str) -> dict:
-    """The `gpu.*.KEY = VALUE` lines of an excerpt's scenario."""
+def sets(scenario: str, prefix: str = "gpu.*.") -> dict:
+    """The `gpu.*.KEY = VALUE` lines of an excerpt's scenario (prefix "gpu.0.": a dump's GPU 0)."""
     out = {}
     for line in scenario.splitlines():
-        if line.startswith("gpu.*."):
-            key, _, value = line[len("gpu.*."):].partition(" = ")
+        if line.startswith(prefix):
+            key, _, value = line[len(prefix):].partition(" = ")
             out[key] = value.split("#")[0].strip()
     return out
 
@@ -132,6 +135,56 @@ def test_retired_pages_pending_an_all_na_excerpt_changes_nothing_and_passes(node
     assert node.run("--node", "--json", scenario=scenario).json["verdict"] == "pass"
 
 
+def test_ecc_volatile_corrected_the_real_a100_excerpt_without_a_uuid_is_judged_on_what_it_shows(node):
+    text = ML_ENG_A100.read_text()
+    assert "GPU UUID" not in text and text.count("[...]") == 2
+    got = sets(convert(ML_ENG_A100), "gpu.0.")
+    # the cut UUID is NOT_SUPPORTED in NVML (no made-up one); the counts are kept, and shown
+    # counts say ECC is on though the ECC Mode block was cut
+    assert "UUID" in got["unsupported"].split(",") and "uuid" not in got
+    assert "TotalEccErrors" not in got["unsupported"].split(",")
+    assert {k: got[k] for k in ("ecc_mode", "ecc.volatile.corrected", "ecc.volatile.uncorrected",
+                                "ecc.aggregate.corrected", "ecc.aggregate.uncorrected")} == {
+        "ecc_mode": "enabled", "ecc.volatile.corrected": "177", "ecc.volatile.uncorrected": "0",
+        "ecc.aggregate.corrected": "177", "ecc.aggregate.uncorrected": "0"}
+    assert got["pci_bus_id"] == "00000000:10:1C.0" and got["remap.histogram"] == "639,1,0,0,0"
+    result = node.run("--node", "--json", scenario=convert(ML_ENG_A100))
+    # judged, not unknown (3): the CUDA probe takes the GPU by its PCI address; the pending
+    # remap warns; 177 corrected errors are under the default limit of 1000
+    assert result.rc == 1, result.stdout
+    assert checks(result, "unknown") == set() and checks(result, "fail") == set()
+    assert checks(result, "warn") == {"remap.pending"}
+    node.write_config("[thresholds]\necc_volatile_corrected = 100\n")
+    result = node.run("--node", "--json")
+    assert result.rc == 1 and checks(result, "warn") == {"remap.pending", "ecc.volatile_corrected"}
+    corrected = [f for f in result.json["findings"] if f["check"] == "ecc.volatile_corrected"]
+    assert [(f["gpu"], f["value"], f["threshold"]) for f in corrected] == [(0, 177, 100)]
+
+
+def test_ecc_volatile_corrected_a_cut_line_is_no_field_and_what_lost_its_header_is_dropped():
+    excerpt = "\n".join([
+        "    Product Name                          : NVIDIA A100-SXM4-80GB",
+        "    [...]",
+        "    ECC Errors",
+        "        Volatile",
+        "            DRAM Correctable              : 3",
+        "    [...]",  # cut at the depth of "ECC Errors": what follows deeper lost its header
+        "            DRAM Correctable              : 177",
+        "        Aggregate",
+        "            DRAM Correctable              : 9",
+        "...",  # at the GPU's own depth: a GPU line may be among the cut ones
+        "    Remapped Rows",
+        "        Correctable Error                 : 1",
+        "        Uncorrectable Error               : 0",
+        "        Pending                           : No",
+        "        Remapping Failure Occurred        : No",
+    ]) + "\n"
+    got = sets(convert(excerpt))
+    assert got["ecc.volatile.corrected"] == "3" and "ecc.aggregate.corrected" not in got
+    assert not any(key.startswith("remap.") for key in got)
+    assert not any("[" in value or "..." in value for value in got.values())
+
+
 def test_remap_pending_an_excerpt_without_a_fabric_block_leaves_the_fabric_alone():
     assert not any(key.startswith("fabric.") for key in sets(convert(GPUD_PR80)))
 
@@ -147,9 +200,10 @@ _YESNO = st.sampled_from(["Yes", "No"])
 @settings(max_examples=60, deadline=None)
 @given(corr=_COUNT, unc=_COUNT, pending=_YESNO, failure=_YESNO, sram=st.lists(_COUNT, min_size=4, max_size=4),
        dram=st.lists(_COUNT, min_size=2, max_size=2), indent=st.sampled_from(["", "    ", "\t"]),
-       order=st.permutations(["remap", "ecc"]))
+       order=st.permutations(["remap", "ecc"]), cuts=st.lists(st.sampled_from(["", "[...]", "..."]),
+                                                                min_size=3, max_size=3))
 def test_remap_pending_any_excerpt_replays_to_the_values_it_shows(corr, unc, pending, failure, sram, dram,
-                                                                  indent, order):
+                                                                  indent, order, cuts):
     blocks = {
         "remap": ["Remapped Rows", "    Correctable Error : %d" % corr, "    Uncorrectable Error : %d" % unc,
                   "    Pending : %s" % pending, "    Remapping Failure Occurred : %s" % failure],
@@ -160,7 +214,9 @@ def test_remap_pending_any_excerpt_replays_to_the_values_it_shows(corr, unc, pen
                 "        SRAM Uncorrectable SEC-DED : %d" % sram[3], "        DRAM Correctable : 0",
                 "        DRAM Uncorrectable : %d" % dram[1]],
     }
-    text = "\n".join(indent + line.replace("    ", indent or "  ") for name in order for line in blocks[name])
+    # a cut ("[...]") at the blocks' depth, before, between or after them, changes no value
+    lines = [cuts[0]] + blocks[order[0]] + [cuts[1]] + blocks[order[1]] + [cuts[2]]
+    text = "\n".join(indent + line.replace("    ", indent or "  ") for line in lines if line)
     got = sets(convert(text + "\n"))
     flag = {"Yes": "1", "No": "0"}
     assert got == {"remap.correctable": str(corr), "remap.uncorrectable": str(unc),

@@ -216,10 +216,16 @@ def _fabric_lines(gpu, put, unsup):
 def _ecc_lines(gpu, put, unsup, excerpt=False):
     """ECC mode, then counters (the fake serves counters only with ECC enabled).
 
-    A full dump without a mode says ECC is unsupported; an excerpt (excerpt=True) that shows
+    A full dump without a mode and without counts says ECC is unsupported; with counts, ECC is
+    on (nvidia-smi prints N/A counts with ECC off); an excerpt (excerpt=True) that shows
     the ECC Errors block without the ECC Mode block leaves the mode as it is and applies the
     counters it shows."""
     ecc = _flag(gpu, "ecc_mode/current_ecc")
+    if ecc is None and not excerpt and any(v is not None for kind in ("volatile", "aggregate")
+                                           for v in _ecc_totals(gpu, kind)):
+        # no ECC Mode block (cut from the dump), but counts: nvidia-smi shows ECC counts only
+        # with ECC on (N/A when off), so the mode is known, not made up
+        ecc = 1
     if ecc is None and not excerpt:
         put("ecc_mode", "unsupported")
         unsup("EccMode", "TotalEccErrors", "MemoryErrorCounter")

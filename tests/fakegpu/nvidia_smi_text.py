@@ -9,7 +9,9 @@ from_nvidia_smi.py reads into an ElementTree with the XML dump's tag names, so t
 text give the same scenario.  A field the text shows as N/A, or only relative to a limit
 ("T.Limit" temperatures of driver 535+), is left out and so becomes unsupported.  An excerpt
 without a "GPU <pci>" line (a block pasted into an issue) becomes one GPU marked
-fragment="1": its fields apply to every GPU of the default node.
+fragment="1": its fields apply to every GPU of the default node.  A line where the poster cut
+lines ("[...]", "...") is no field, and lines indented under it (their header was cut) are
+dropped, never attached to the block above the cut.
 
 Standard library only (Python >= 3.9).
 """
@@ -84,6 +86,8 @@ CLOCK_REASONS = {"idle": "gpu_idle", "applications clocks setting": "application
                  "display clock setting": "display_clocks_setting"}
 
 _LINE = re.compile(r"^(?P<indent>[ \t]*)(?P<label>[^:]+?)\s*(?::\s?(?P<value>.*))?$")
+CUT = "[...]"  # the label of a cut in the outline
+_CUT = re.compile(r"^\s*(\[\s*(\.\.\.|…)\s*\]|\.\.\.|…)\s*$")
 _GPU = re.compile(r"^GPU\s+(?P<pci>[0-9A-Fa-f]{4,8}:[0-9A-Fa-f]{2}:[0-9A-Fa-f]{2}\.[0-7])\s*$")
 
 
@@ -107,6 +111,11 @@ def parse_outline(text):
         indent = len(m["indent"])
         label = m["label"].strip()
         value = m["value"].strip() if m["value"] is not None else None
+        if _CUT.match(raw):
+            # where the poster cut lines: no field.  It closes the blocks at its depth, and what
+            # follows it indented deeper lost its header to the cut (a GPU's, Aggregate's, ...):
+            # it is held under the cut, which no field path names, and so dropped
+            label, value = CUT, None
         while stack[-1][0] >= indent:
             stack.pop()
         node = Node(label, value or None)
@@ -127,6 +136,8 @@ def _put(gpu, path, value):
 
 def _walk(node, path, gpu):
     for child in node.children:
+        if child.label == CUT:
+            continue  # a cut, and what lost its header to it
         key = path + (child.label.lower(),)
         if key[:1] == ("processes",) and len(key) == 1:
             _processes(child, gpu)
