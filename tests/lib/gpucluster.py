@@ -72,7 +72,10 @@ def gpu_healthcheck_bin(bin_dir: Path) -> Path:
     if installed:
         shim.symlink_to(installed)
     else:
-        shim.write_text(f'#!/bin/sh\nexec "{sys.executable}" -m healthcheck.cli "$@"\n')
+        # this checkout, whatever the caller's environment (a job's tasks have no PYTHONPATH
+        # of ours, and a Slurm root's venv has no install of the checkout)
+        shim.write_text(f'#!/bin/sh\nPYTHONPATH="{ROOT}${{PYTHONPATH:+:$PYTHONPATH}}" '
+                        f'exec "{sys.executable}" -m healthcheck.cli "$@"\n')
         shim.chmod(0o755)
     return shim
 
