@@ -240,7 +240,7 @@ FREE_TEXT_KEYS = frozenset({
     "Extra", "JobName", "Name", "Licenses", "Dependency",
 })
 KNOWN_KEYS = frozenset("""
-JobId ArrayJobId ArrayTaskId HetJobId HetJobOffset JobName UserId GroupId MCS_label Priority
+JobId SLUID ArrayJobId ArrayTaskId HetJobId HetJobOffset JobName UserId GroupId MCS_label Priority
 Nice Account QOS JobState Reason Dependency Requeue Restarts BatchFlag Reboot ExitCode
 DerivedExitCode RunTime TimeLimit TimeMin SubmitTime EligibleTime AccrueTime StartTime EndTime
 Deadline SuspendTime SecsPreSuspend LastSchedEval Scheduler Partition AllocNode:Sid ReqNodeList
