@@ -720,15 +720,13 @@ int slurm_spank_task_init_privileged(spank_t sp, int ac, char **av)
 		return 0;
 	if (run_gang(sp, STDERR_FILENO) != 2)
 		return 0;
-	/* The fabric failed: the script must not start its work on it.  End this task now, as
-	 * a signal would, never by failing the launch (slurmctld holds a job whose batch launch
-	 * failed) and never by waiting here for the requeue's kill: slurmstepd cannot end a task
-	 * still inside this call, and after UnkillableStepTimeout slurmctld drains the healthy
-	 * batch node "Kill task failed" (seen on 22.05).  Where the privileged side drained the
-	 * bad node it has already requeued the job, so the job runs again without that node;
-	 * where no node could be named, the job ends here. */
-	raise(SIGKILL);
-	return -1;
+	/* The fabric failed.  Where the privileged side drained the bad node it has already
+	 * requeued the job, and the requeue's kill ends the script as it ends any running job.
+	 * This task must not end itself here: a task that dies, fails or waits inside this call
+	 * leaves slurmstepd unable to finish the step, and slurmctld then drains the healthy
+	 * batch node "Kill task failed" (seen on 22.05 with a wait, on 24.11 with SIGKILL too).
+	 * So the script may start for the moment the requeue's kill takes to arrive. */
+	return 0;
 }
 
 /* A task of ours (the task's child, as the user, its stdio in place): hand its stderr to
