@@ -18,8 +18,10 @@ pytestmark = pytest.mark.slurm
 
 # Small fake boards and small bandwidth buffers: the fake runs the deep kernels on the host
 # (tests/cli/test_deep_level.py uses the same figures).
-DEEP_SCENARIO = "gpus = 8\ngpu.*.memory.total_mib = 48\ngpu.*.fabric.state = not_supported\n"
-DEEP_CONFIG = "[deep]\nbandwidth_mib = 4\n"
+DEEP_SCENARIO = "gpus = 8\ngpu.*.memory.total_mib = 24\ngpu.*.fabric.state = not_supported\n"
+# duration_s: the sustained load of half a second the CLI tests use (tests/cli/test_deep_level.py);
+# the default 30 s per deep run would only wait here.
+DEEP_CONFIG = "[deep]\nbandwidth_mib = 4\nduration_s = 0.5\n"
 SLOW_HBM = "gpu.3.perf.hbm_gbps = 1500\n"  # half of its siblings' 3000 GB/s
 DCGM_DIAG = FIXTURES / "dcgm" / "virtualclient__DCGMIDiag_r2_results.json"
 HEALTH = FIXTURES / "dcgm" / "virtualclient__DCGMIHealthCheckResults.json"
