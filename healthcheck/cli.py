@@ -95,7 +95,9 @@ def build_parser() -> "argparse.ArgumentParser":
                       "seen so far (all GPUs, or --gpus): they stop counting, new ones count")
     what.add_argument("--fabric-sweep", action="store_true", help="on a submit host: pair idle "
                       "nodes in exclusive Slurm jobs running nccl-tests (and ib_write_bw), find the "
-                      "bad node, drain it with --act (docs/network.md)")
+                      "bad node, drain it with --act; with --act also re-test with known-good "
+                      "partners the fabric drains the repair loop rebooted, resuming those that "
+                      "pass (docs/network.md)")
     what.add_argument("--gang", action="store_true", help="inside a multi-node job, one task per "
                       "node: a short collective over the job's nodes; on failure find the node "
                       "(drained and the job requeued by the SPANK plugin's privileged side)")

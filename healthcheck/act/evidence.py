@@ -1,7 +1,9 @@
 """RMA evidence: the GPU's repair ledger and, where the tool exists, NVIDIA's bug report, copied
-into state_dir/evidence/ when a node is marked rma (docs/repair.md).
+into state_dir/evidence/ when a node is marked rma (docs/repair.md); for a node the fabric
+sweep's re-test marks rma, the sweep's measurements (docs/network.md).
 
     files = collect(config, "gpu-a", ledger_of(gpu), events)   # the ledger's copy, at once
+    files = collect_fabric(config, "gpu-c", bundle, events)    # gpu-c-fabric-<UTC>.json
     how = start_bug_report(config, "gpu-a", events)             # "systemd unit ...", or None
 
 nvidia-bug-report.sh takes minutes (repair.bug_report_timeout_s, 300 s by default), and the run
@@ -23,7 +25,7 @@ import re
 import shutil
 import sys
 import time
-from typing import List, Optional, Sequence
+from typing import Any, Dict, List, Optional, Sequence
 
 from ..config import Config
 from ..decide.repair import LedgerRef
@@ -64,6 +66,22 @@ def collect(config: Config, node: str, key: Optional[LedgerRef], events: List[Lo
     except OSError as exc:
         events.append(LogEvent("error", WARNING, f"evidence for {node}: {exc}"))
     return []
+
+
+def collect_fabric(config: Config, node: str, bundle: Dict[str, Any], events: List[LogEvent]) -> List[str]:
+    """A node marked rma by the fabric sweep's re-test: the sweep's own evidence (decide.
+    fabricretest.evidence_bundle: node, partners, figures, sweep id, job ids, the jobs' output
+    folder) as one JSON file beside the repair loop's; best effort, as collect."""
+    import json
+
+    directory = evidence_dir(config)
+    name = f"{node}-fabric-{_stamp()}.json"
+    try:
+        atomic_write(directory, name, (json.dumps(bundle, indent=2, sort_keys=True) + "\n").encode())
+    except OSError as exc:
+        events.append(LogEvent("error", WARNING, f"evidence for {node}: {exc}"))
+        return []
+    return [os.path.join(directory, name)]
 
 
 def _stamp() -> str:

@@ -9,7 +9,7 @@ Every step is one LogEvent of kind "repair" (journald MESSAGE_ID, a history line
 its GPU_HEALTHCHECK_REPAIR_STEP field says which (skipped, would_reset, would_reboot, claimed,
 budget, persistence_off, reset, reset_refused, reset_blocked, persistence_on, reboot, rebooting, booted,
 reboot_timed_out, reboot_cancelled, released, would_validate, resumed, still_failing,
-unvalidated, rma, error), GPU_HEALTHCHECK_REPAIR_ACTION the action,
+unvalidated, fabric_retest, rma, error), GPU_HEALTHCHECK_REPAIR_ACTION the action,
 GPU_HEALTHCHECK_EVIDENCE the evidence files.
 
 A reboot spans runs: this run claims, records the attempt (outcome "reboot") and asks Slurm
@@ -17,6 +17,8 @@ A reboot spans runs: this run claims, records the attempt (outcome "reboot") and
 slurmctld shows a reboot flag wait; the first run after slurmctld registered the boot turns
 the claim into "validating" and returns True, so the full check runs and finish() resumes or
 keeps it drained, as after a reset.  A reboot slurmctld timed out is left for a person.
+A fabric drain (decide.fabricretest) is rebooted the same way; its check after the boot cannot
+see the fabric, so a pass leaves it drained for the fabric sweep's re-test (fabric_retest).
 """
 
 from __future__ import annotations
@@ -27,12 +29,12 @@ from typing import TYPE_CHECKING, Dict, List, Optional, Sequence
 
 from ..config import Config
 from ..decide import repair as rd
-from ..decide.verdict import NodeState, drain_reason, is_ours, is_rma, our_comment
+from ..decide.verdict import FABRIC_HOLD, NodeState, drain_reason, is_ours, is_rma, our_comment
 from ..model import (CRIT, ERR, INFO, NOTICE, WARNING, DoorError, Finding, KernelLogPosition, LogEvent, Mode,
                      NodeAction, NodeSnapshot)
 from ..text import iso_utc
 from . import ledger
-from .repairboot import after_reboot
+from .repairboot import after_reboot, await_retest
 from .repairclaim import ClaimMixin
 from .state import StateStore
 
@@ -109,9 +111,10 @@ class Repairer(ClaimMixin):
                 return False
         elif mark and mark["state"] in rd.AFTER_REBOOT:
             return after_reboot(self, snapshot, this, mark, report_only)
-        if mark and mark["state"] == rd.BLOCKED and not (this.drained and is_ours(this.reason)
-                                                         and not is_rma(this.reason)):
-            self.release()  # resumed, an admin's or rma since: the blocked mark is stale
+        if (mark and mark["state"] == rd.BLOCKED and not (this.drained and is_ours(this.reason)
+                                                          and not is_rma(this.reason))) \
+                or rd.stale_retest_mark(this):
+            self.release()  # resumed, an admin's or rma since: the blocked (or re-test) mark is stale
         from ..decide.judge import as_drained
 
         findings = as_drained(findings, snapshot, self.config, this.reason, level)
@@ -331,8 +334,10 @@ class Repairer(ClaimMixin):
         RMA, never one chosen by its count of attempts alone."""
         plan = self.plan
         assert plan is not None
-        self.release()
         refs = list(self.rebooted.values()) if self.rebooted is not None else list(plan.ledgers)
+        if action.detail == FABRIC_HOLD:  # its own checks pass; only the fabric sweep can tell
+            return await_retest(self, refs, action)
+        self.release()
         if action.taken == "resume":
             for ref in refs:
                 ledger.update_last(self.config.state_dir, ref, "resumed")

@@ -4,6 +4,12 @@ run turns it into "validating" and the validation decides, as after a reset.
 
     if mark and mark["state"] in rd.AFTER_REBOOT:
         validate_now = after_reboot(repairer, snapshot, this, mark, report_only)
+    ...
+    action = await_retest(repairer, refs, action)   # a fabric drain's own checks passed
+
+A fabric drain (decide.fabricretest) is rebooted like any other, but the check after the boot
+cannot see what drained it: when that check passes, await_retest leaves the node drained, its
+claim turned into the mark the fabric sweep looks for (`fabric_retest at=... attempts=N/M`).
 """
 
 from __future__ import annotations
@@ -13,7 +19,8 @@ from typing import Any, Dict, List, Optional
 
 from ..decide import repair as rd
 from ..decide.verdict import NodeState, is_ours
-from ..model import ERR, INFO, NOTICE, WARNING, NodeSnapshot
+from ..model import ERR, INFO, NOTICE, WARNING, DoorError, NodeAction, NodeSnapshot
+from ..text import iso_utc
 from . import ledger
 
 # `rep` is act.repair's Repairer (not imported: repair.py imports this module), whose steps
@@ -117,3 +124,39 @@ def drained_at(rep: Repairer) -> Optional[str]:
     if ours is None or ours.node != rep.node:
         return None
     return time.strftime("%Y-%m-%dT%H:%M:%S", time.localtime(ours.drained_at))
+
+
+def await_retest(rep: Repairer, refs: List[rd.LedgerRef], action: NodeAction) -> NodeAction:
+    """The validation after the repair of a fabric drain passed: the node stays drained, and
+    its claim becomes the fabric_retest mark, with the node's repairs within repair.window_s and
+    repair.max_attempts (the sweep, which reads neither ledger nor config of this node, decides
+    rma from them).  The reason loses what slurmctld appended at the reboot.  A mark that cannot
+    be written leaves the claim as it is (validating): the next run validates again."""
+    from ..decide import fabricretest as fr
+
+    now = time.time()
+    window, most = rep.config.repair.window_s, rep.config.repair.max_attempts
+    recent = []
+    for ref in refs:
+        try:
+            recent.append(len(rd.in_window(ledger.read_ledger(rep.config.state_dir, ref), now, window)))
+        except (ValueError, OSError) as exc:
+            rep._log("error", ERR, f"cannot read the repair ledger {ref.key}: {exc}", rep.plan.action)
+    mark = fr.retest_mark(max(recent, default=0) if recent else None, most, iso_utc(now))
+    reason = fr.clean_reason(rep.reason)
+    try:
+        rep._write_ours(mark)
+        if reason and reason != rep.reason:
+            rep.ctl.set_reason(rep.node, reason)
+    except DoorError as exc:
+        rep._log("error", WARNING, f"cannot mark it as waiting for the fabric re-test ({exc}); the "
+                                   f"next run validates it again", rep.plan.action)
+        return NodeAction("none", action.reason, detail=str(exc))
+    rep._set_outcome(refs, fr.FABRIC_RETEST)
+    rep._log("fabric_retest", NOTICE, f"{rep.plan.action} done and the check at --level "
+                                      f"{rep.validation_level()} passes, but this node's own checks "
+                                      f"cannot see its fabric: it stays drained until the next "
+                                      f"--fabric-sweep re-tests it with known-good partners "
+                                      f"(Comment: {mark})", rep.plan.action,
+             GPU_HEALTHCHECK_REPAIR_STATE=fr.FABRIC_RETEST)
+    return NodeAction("none", reason or action.reason, detail=action.detail)

@@ -172,6 +172,25 @@ class Scontrol:
         (24.11 exits 1, 22.05 ignores it)."""
         self._run(["reboot", f"reason={sanitise(reason)}", node])
 
+    def create_reservation(self, name: str, nodes: Sequence[str], users: str, flags: str) -> None:
+        """A reservation of `nodes` from now, Duration=UNLIMITED (slurmctld 22.05 makes that a
+        year: seen), for `users`.  The fabric sweep's re-test holds a node in one while it is
+        resumed for its partner jobs: no other job can start there, and a sweep killed mid-test
+        leaves it held, never in service."""
+        self._run(["create", "reservation", f"ReservationName={name}", f"Nodes={','.join(nodes)}",
+                   "StartTime=now", "Duration=UNLIMITED", f"Users={users}", f"Flags={flags}"])
+
+    def delete_reservation(self, name: str) -> None:
+        self._run(["delete", f"ReservationName={name}"])
+
+    def reservation_exists(self, name: str) -> bool:
+        """Whether slurmctld knows the reservation, from the list of them all (`show reservation
+        NAME` of an unknown one says so in words and exit statuses that differ between
+        versions; the list is "No reservations in the system" or one line each, on every one).
+        Raises ScontrolError when it does not answer."""
+        text = self._run(["-o", "show", "reservation"])
+        return any(line.startswith(f"ReservationName={name} ") for line in text.splitlines())
+
     def show_job(self, job_id: str) -> str:
         """`scontrol show job ID` (several lines: AdminComment gets a line of its own)."""
         return self._run(["show", "job", job_id])

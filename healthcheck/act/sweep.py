@@ -10,7 +10,9 @@ the idle nodes of that reservation), not claimed by the repair loop, with GPUs, 
 partition; decide/sweep.py plans the rounds and act/sweeprun.py runs them as exclusive jobs.
 A bad node is drained through the one scontrol door, within `drain.max_fraction` (decided
 before and held after, as every drain of ours), never over an admin's reason, and not at all
-under `drain.report_only` or without --act.  The sweep is recorded in the journal, in the
+under `drain.report_only` or without --act.  Nodes the repair loop rebooted for their fabric
+and marked for a re-test are held in reservations of their own, resumed, and re-tested in the
+partner rounds (act/fabricretest.py), with --act only.  The sweep is recorded in the journal, in the
 history file and in a node_exporter textfile beside `metrics_file` (`gpu_healthcheck_fabric.prom`).
 
 Exit status: 0 no bad node, 2 a bad node was found (drained with --act), 3 the sweep could not
@@ -24,7 +26,7 @@ import fcntl
 import os
 import re
 import time
-from typing import Any, Callable, Dict, List, Mapping, Optional, Sequence, TextIO, Tuple
+from typing import TYPE_CHECKING, Any, Callable, Dict, List, Mapping, Optional, Sequence, TextIO, Tuple
 
 from ..config import Config
 from ..decide.exitcodes import CONFIG_ERROR, fabric_exit
@@ -33,7 +35,12 @@ from ..decide.repair import parse_mark, reboot_flags
 from ..decide.sweep import BAD, UNKNOWN, NodeOutcome, SweepPlanner, SweepReport, Thresholds, fabric_reason  # noqa: F401  (SweepReport: re-exported)
 from ..model import CRIT, ERR, NOTICE, DoorError, LogEvent
 from ..records import NamedTuple
+from .fabricretest import Retester
+from .scontrol import parse_show_nodes
 from .sweeprun import JOB_NAME, Setup, SlurmRunner, SweepError
+
+if TYPE_CHECKING:
+    from ..decide.verdict import NodeState
 
 _PARTITIONS_RE = re.compile(r"\sPartitions=(\S+)")
 _COMMENT_ID_RE = re.compile(r"gpu-healthcheck sweep=(\S+)")
@@ -82,6 +89,33 @@ def candidates(show_nodes: str, wanted: Optional[Sequence[str]], partition: Opti
     for name in wanted or ():
         if name not in seen:
             why_not[name] = "not a node scontrol knows"
+    return chosen, why_not
+
+
+def retest_candidates(show_nodes: str, wanted: Optional[Sequence[str]],
+                      partition: Optional[str]) -> Tuple[List["NodeState"], Dict[str, str]]:
+    """(the nodes the repair loop rebooted for their fabric that this sweep re-tests, {a node
+    awaiting its re-test that is not re-tested now: why}) from `scontrol -o show nodes`
+    (decide.fabricretest.awaiting_retest)."""
+    from ..decide.fabricretest import awaiting_retest
+    from .scontrol import parse_node_line
+
+    chosen: List["NodeState"] = []
+    why_not: Dict[str, str] = {}
+    for line in show_nodes.splitlines():
+        node = parse_node_line(line)
+        if node is None or (wanted is not None and node.name not in wanted):
+            continue
+        why = awaiting_retest(node)
+        if why == "":
+            continue  # not awaiting a re-test
+        partitions = _PARTITIONS_RE.search(line)
+        if why is None and partition and (partitions is None or partition not in partitions.group(1).split(",")):
+            why = f"awaiting a fabric re-test, not in partition {partition}"
+        if why is None:
+            chosen.append(node)
+        else:
+            why_not[node.name] = why
     return chosen, why_not
 
 
@@ -156,6 +190,7 @@ def fabric_sweep(request: SweepRequest, config: Config, environ: Mapping[str, st
     door = SlurmJobs.from_config(fabric, environ)
     lock = _SweepLock(config.state_dir)
     events: List[LogEvent] = []
+    retester: Optional[Retester] = None
     try:
         holder = lock.take(sweep_id)
         other = holder or _running_sweep(door, sweep_id)
@@ -166,20 +201,33 @@ def fabric_sweep(request: SweepRequest, config: Config, environ: Mapping[str, st
         reservation = None
         if fabric.reservation:
             reservation = expand_hostlist(_reservation_nodes(ctl, fabric.reservation))
-        chosen, why_not = candidates(ctl.show_nodes_raw(), wanted, partition, reservation)
+        out_dir = os.path.join(fabric.output_dir or os.path.join(config.state_dir, "fabric"), sweep_id)
+        retester = Retester(ctl, config, sweep_id, fabric.collective, events, out_dir)
+        acting = request.act and not config.drain.report_only
+        shown = ctl.show_nodes_raw()
+        if acting and retester.recover(parse_show_nodes(shown)):
+            shown = ctl.show_nodes_raw()
+        chosen, why_not = candidates(shown, wanted, partition, reservation)
+        retest, waiting = retest_candidates(shown, wanted, partition)
+        why_not.update(waiting)
         if len(chosen) < 2:
             print(f"gpu-healthcheck: --fabric-sweep: {len(chosen)} idle candidate node(s), a sweep "
                   f"needs 2; " + "; ".join(f"{n}: {w}" for n, w in why_not.items()), file=err)
             return fabric_exit(False, could_run=False)
-        out_dir = os.path.join(fabric.output_dir or os.path.join(config.state_dir, "fabric"), sweep_id)
+        for this in retest:
+            why_not.pop(this.name, None)  # not idle (IDLE+DRAIN): said better below
+            why = retest_refused(request.act, config.drain.report_only, fabric.reservation) or retester.hold(this)
+            if why:
+                why_not[this.name] = why
         os.makedirs(out_dir, mode=0o755, exist_ok=True)
         setup = Setup(sweep_id, out_dir, partition, fabric.reservation,
                       queue_grace_s=max(60.0, fabric.time_limit_s))
         runner = SlurmRunner(door, _spec(config), setup)
+        runner.reservations = retester.reservations
         planner = SweepPlanner(chosen, Thresholds(fabric.busbw_floor_gbps, fabric.median_ratio_fail,
                                                   fabric.rail_floor_gbps),
                                partners=fabric.partners, group_size=fabric.group_size,
-                               first=_last_unknown(config.state_dir))
+                               first=_last_unknown(config.state_dir), retest=list(retester.held))
         try:
             while True:
                 jobs = planner.next_jobs()
@@ -188,19 +236,23 @@ def fabric_sweep(request: SweepRequest, config: Config, environ: Mapping[str, st
                 planner.record(runner.run(jobs))
         except (SweepError, MissingProgram) as exc:
             runner.cancel_all()
-            report = SweepReport(sweep_id, None, {}, why_not, error=str(exc))
+            retested = tuple(retester.held)
+            report = SweepReport(sweep_id, None, retester.abandon(f"the sweep stopped: {exc}"), why_not,
+                                 error=str(exc), retested=retested)
             events.append(LogEvent("error", ERR, f"fabric sweep {sweep_id} stopped: {exc}; nothing drained",
                                    {"GPU_HEALTHCHECK_SWEEP": sweep_id}))
             write_report(report, request.as_json, out)
             print(f"gpu-healthcheck: --fabric-sweep: {exc}; nothing drained", file=err)
             return fabric_exit(False, could_run=False)
         outcome = planner.outcome()
-        _keep_unknown(config.state_dir, sweep_id, outcome.of(UNKNOWN), err)
+        _keep_unknown(config.state_dir, sweep_id, [n for n in outcome.of(UNKNOWN) if n not in planner.retest], err)
         actions = {}
         for node in outcome.nodes:
-            if node.outcome == BAD:
+            if node.node in retester.held:
+                actions[node.node] = retester.finish(node, outcome.results)
+            elif node.outcome == BAD:
                 actions[node.node] = _drain(ctl, node, fabric.collective, config, request.act, events, sweep_id)
-        report = SweepReport(sweep_id, outcome, actions, why_not)
+        report = SweepReport(sweep_id, outcome, actions, why_not, retested=tuple(planner.retest))
         events.append(_summary_event(report))
         write_report(report, request.as_json, out)
         _record(config, report, events, err)
@@ -209,6 +261,8 @@ def fabric_sweep(request: SweepRequest, config: Config, environ: Mapping[str, st
         print(f"gpu-healthcheck: --fabric-sweep: {exc}; nothing drained", file=err)
         return fabric_exit(False, could_run=False)
     finally:
+        if retester is not None and retester.held:  # stopped before they were judged
+            retester.abandon("the sweep stopped before judging it")
         lock.close()
         if events and config.journal:
             from .journal import send_events
@@ -242,6 +296,19 @@ def _keep_unknown(state_dir: str, sweep_id: str, nodes: Sequence[str], err: Text
     except OSError as exc:
         print(f"gpu-healthcheck: --fabric-sweep: cannot keep the unknown nodes for the next sweep "
               f"in {state_dir}: {exc}", file=err)
+
+
+def retest_refused(act: bool, report_only: bool, reservation: Optional[str]) -> Optional[str]:
+    """Why a node awaiting its fabric re-test is not re-tested by this sweep (its re-test
+    resumes it into a reservation of its own), or None."""
+    if not act:
+        return "awaiting a fabric re-test: only --fabric-sweep --act re-tests it"
+    if report_only:
+        return "awaiting a fabric re-test: report_only: would re-test it"
+    if reservation:
+        return (f"awaiting a fabric re-test: not re-tested while the sweep runs in [fabric] "
+                f"reservation {reservation}")
+    return None
 
 
 def _running_sweep(door: "object", sweep_id: str) -> Optional[str]:
@@ -278,9 +345,10 @@ def _summary_event(report: SweepReport) -> LogEvent:
     outcome = report.outcome
     assert outcome is not None
     bad = outcome.of(BAD)
+    retested = [f"{n} {report.actions.get(n, ('-', None))[0]}" for n in report.retested]
     text = (f"fabric sweep {report.sweep_id}: {len(outcome.nodes)} nodes, {outcome.rounds} rounds, "
             f"{outcome.jobs} jobs, median busbw {outcome.median_gbps or 0:.1f} GB/s; "
-            f"bad: {','.join(bad) or 'none'}")
+            f"bad: {','.join(bad) or 'none'}" + (f"; re-tested: {', '.join(retested)}" if retested else ""))
     return LogEvent("summary", CRIT if bad else NOTICE, text, {"GPU_HEALTHCHECK_SWEEP": report.sweep_id,
                                                               "GPU_HEALTHCHECK_MODE": "fabric-sweep"})
 

@@ -28,18 +28,20 @@ def history_record(report: "SweepReport", events: Sequence["LogEvent"], now: flo
     outcome = report.outcome
     findings = []
     for node in outcome.nodes if outcome else ():
-        if node.outcome in (BAD, UNKNOWN, TRANSIENT):
-            findings.append({"check": "fabric.busbw", "severity": {BAD: "fail", UNKNOWN: "unknown",
-                                                                    TRANSIENT: "info"}[node.outcome],
+        if node.outcome in (BAD, UNKNOWN, TRANSIENT) or node.node in report.retested:
+            findings.append({"check": "fabric.busbw", "severity": {BAD: "fail", UNKNOWN: "unknown"}.get(
+                                 node.outcome, "info"), "retest": node.node in report.retested,
                              "gpu": None, "node": node.node, "value": node.busbw_gbps,
                              "message": f"{node.node}: {node.outcome}: {node.why}",
                              "partners": list(node.partners)})
-    drained = [(n, r) for n, (taken, r) in report.actions.items() if taken == "applied"]
+    # a drain of the sweep's ("applied"), or of a re-tested node's ("drained", "rma", "kept")
+    drained = [(n, r) for n, (taken, r) in report.actions.items() if taken in ("applied", "drained", "rma", "kept")]
+    resumed = [n for n, (taken, _) in report.actions.items() if taken == "resumed"]
     verdict = "unknown" if outcome is None else "fail" if outcome.of(BAD) else "pass"
     return {"time": iso_utc(now), "mode": "fabric-sweep", "sweep": report.sweep_id, "verdict": verdict,
             "findings": findings, "rounds": outcome.rounds if outcome else 0,
             "jobs": outcome.jobs if outcome else 0, "error": report.error,
-            "action": {"taken": "drain" if drained else "none",
+            "action": {"taken": "drain" if drained else "resume" if resumed else "none",
                        "reason": drained[0][1] if drained else None,
                        "dry_run": any(t == "report_only" for t, _ in report.actions.values())},
             "events": [{"kind": e.kind, "message": e.message[:500]} for e in events][:50]}

@@ -46,15 +46,18 @@ def minutes(time_limit_s: float) -> int:
     return int(math.ceil(time_limit_s / 60.0)) + 1
 
 
-def sbatch_args(setup: Setup, spec: JobSpec, job: Job, output: str) -> List[str]:
+def sbatch_args(setup: Setup, spec: JobSpec, job: Job, output: str,
+                reservation: Optional[str] = None) -> List[str]:
+    """`reservation`: the re-test reservation of a node of the job (act/fabricretest.py), in
+    place of `[fabric] reservation` (a sweep inside one re-tests no node)."""
     args = ["-J", JOB_NAME, f"--comment=gpu-healthcheck sweep={setup.sweep_id}",
             f"--nodes={len(job.nodes)}", "--exclusive", f"--nodelist={','.join(job.nodes)}",
             f"--time={minutes(spec.time_limit_s)}", f"--output={output}", "--no-requeue",
             f"--chdir={setup.out_dir}"]
     if setup.partition:
         args.append(f"--partition={setup.partition}")
-    if setup.reservation:
-        args.append(f"--reservation={setup.reservation}")
+    if reservation or setup.reservation:
+        args.append(f"--reservation={reservation or setup.reservation}")
     return args
 
 
@@ -65,6 +68,7 @@ class SlurmRunner:
         self.door, self.spec, self.setup = door, spec, setup
         self.clock, self.sleep = clock, sleep
         self.submitted: List[str] = []  # every job id of the sweep (cancelled if it is stopped)
+        self.reservations: Dict[str, str] = {}  # node -> the reservation its jobs must ask for
 
     def run(self, jobs: Sequence[Job]) -> List[JobResult]:
         placed: Dict[str, Job] = {}
@@ -76,7 +80,9 @@ class SlurmRunner:
             with open(stem + ".sh", "w") as script:
                 script.write(job_script(self.spec, job, self.setup.sweep_id))
             try:
-                job_id = self.door.submit(sbatch_args(self.setup, self.spec, job, stem + ".out"), stem + ".sh")
+                reservation = next((self.reservations[n] for n in job.nodes if n in self.reservations), None)
+                job_id = self.door.submit(sbatch_args(self.setup, self.spec, job, stem + ".out", reservation),
+                                          stem + ".sh")
             except JobsError as exc:
                 refusals.append(exc.problem)
                 results.append(JobResult(job, skipped=f"sbatch refused the job: {exc.problem}"))

@@ -32,6 +32,7 @@ from ..model import Action, Finding, GpuSnapshot, Severity
 from ..records import NamedTuple
 from .verdict import (PREFIX, REBOOT_HOLDS, NodeState, drain_budget, draining, gpu_nodes, is_ours,
                       is_rma, our_comment)
+from .fabricretest import FABRIC_RETEST, FABRIC_TESTING, fabric_trigger, stale_retest_mark, waiting_state
 # the ledgers' keys and counts live in decide.ledgers; the repair's callers read them here too
 from .ledgers import (BLOCKED, FUTURE_SLACK_S, KEY_PART_MAX, NODE_LEDGER, Attempt, LedgerRef,  # noqa: F401
                       counted, escape_key_part, finding_ledger, from_the_future, in_window, ledger_key,
@@ -56,10 +57,12 @@ REBOOT_TIMED_OUT_TEXT = "reboot timed out"
 PENDING, BOOTED, TIMED_OUT, CANCELLED = "pending", "booted", "timed_out", "cancelled"
 # A node's repair state, as --cluster shows it and the gpu_healthcheck_repair_state metric
 # exports it: in service; drained with no repair under way (a person's, a fault no repair
-# fixes, or waiting for the next check); the waits of decide_repair; a claim; rma.
+# fixes, or waiting for the next check); the waits of decide_repair; a claim; rma; a fabric
+# drain rebooted and waiting for the fabric sweep's re-test, or in it (decide.fabricretest).
 IN_SERVICE, DRAINED = "in_service", "drained"
 REPAIR_STATES = (IN_SERVICE, DRAINED, "waiting_for_idle", "cooldown", "waiting_for_budget",
-                 RESETTING, REBOOTING, VALIDATING, REBOOT_TIMED_OUT, "rma", BLOCKED)
+                 RESETTING, REBOOTING, VALIDATING, REBOOT_TIMED_OUT, "rma", BLOCKED,
+                 FABRIC_RETEST, FABRIC_TESTING)
 # Why a reset was blocked (never ran): the gpu_healthcheck_repairs_blocked_total label
 IN_USE, NO_NVIDIA_SMI = "in_use", "no_nvidia_smi"
 # nvidia-smi's words when a client holds the GPU (NVIDIA/NVSentinel#1690, verbatim)
@@ -254,9 +257,10 @@ def cluster_state(node: NodeState, cluster: Sequence[NodeState],
     a claim, a node someone else drained).  The cooldown lives in the node's own ledger, which
     slurmctld does not show: such a node reads "drained" here."""
     mark = parse_mark(node.comment)
-    # a blocked mark speaks only for a node still drained by us and not rma since
-    stale = mark is not None and mark["state"] == BLOCKED and (
-        not node.drained or not is_ours(node.reason) or is_rma(node.reason))
+    # a blocked mark speaks only for a node still drained by us and not rma since, a fabric
+    # re-test's only for a node still drained for its fabric
+    stale = mark is not None and ((mark["state"] == BLOCKED and (
+        not node.drained or not is_ours(node.reason) or is_rma(node.reason))) or stale_retest_mark(node))
     if mark and mark["state"] and not stale and (mark["state"] not in ACTIVE or active_claim(node, now)):
         return mark["state"]
     if not node.drained or not is_ours(node.reason):
@@ -339,6 +343,17 @@ def decide_repair(this: NodeState, cluster: Sequence[NodeState], findings: Seque
     if job_running(this):
         return RepairPlan(NONE, f"a job runs on it (state {this.state}): waiting for idle",
                           state="waiting_for_idle")
+    fabric = fabric_trigger(this.reason)
+    if fabric is not None:
+        # a fabric drain is rebooted like any drain, once: after the boot it waits for the
+        # fabric sweep's re-test (its Comment says so), unless its own checks find more
+        waiting = waiting_state(this)
+        if waiting and not draining(findings):
+            return RepairPlan(NONE, "rebooted for its fabric; waiting for the next --fabric-sweep "
+                                    "to re-test it with known-good partners", trigger=fabric,
+                              state=waiting)
+        if not waiting:
+            findings = [*findings, fabric]
     action, targets, trigger, why = repair_action(findings, gpus, nvswitch, excluded)
     if action == NONE:
         return RepairPlan(NONE, why, trigger=trigger)
@@ -401,7 +416,7 @@ STEP_STATES = {"claimed": "", "budget": "waiting_for_budget", "reset": VALIDATIN
                "rma": "rma",
                "would_reset": DRAINED, "would_reboot": DRAINED, "would_rma": DRAINED,
                "rebooting": REBOOTING, "booted": VALIDATING, "reboot_timed_out": REBOOT_TIMED_OUT,
-               "reboot_cancelled": DRAINED, "stale_claim": DRAINED}
+               "reboot_cancelled": DRAINED, "stale_claim": DRAINED, "fabric_retest": FABRIC_RETEST}
 
 
 def state_after(step: str, action: str, state_field: str) -> Optional[str]:

@@ -25,6 +25,10 @@ The rounds (the issue's design, each bounded by the jobs' time limit):
    on, at most log2(n) rounds, until a failing pair is left (its two nodes go to the partner
    round) or both halves pass (the failure needs the whole group: its nodes are unknown).
 
+Nodes the repair loop rebooted for their fabric (`retest`, decide/fabricretest.py) are no
+candidates: suspects from the start, they run only in the partner rounds, never partner another
+node, and pass (outcome pass) only with `partners` known-good nodes.
+
 So one bad node among N is found in 3 rounds (pairs, then two partners; with 5 candidates
 the 2 known-good nodes partner 3 suspects a job at a time: up to 5), and one that fails
 only at scale in 3 + ceil(log2 N); gcm's all-pairs mode runs N(N-1)/2 jobs instead.
@@ -37,9 +41,10 @@ from typing import Dict, List, Optional, Sequence, Set, Tuple
 
 from ..read.nccltests import NcclRun
 from ..records import NamedTuple
-from .verdict import FABRIC_PREFIX, is_fabric_reason, sanitise  # noqa: F401  (is_fabric_reason: re-exported)
+from .verdict import FABRIC_PREFIX, RMA_TOKEN, is_fabric_reason, sanitise  # noqa: F401  (is_fabric_reason: re-exported)
 
 BAD, TRANSIENT, UNKNOWN, PASS, SKIPPED = "bad", "transient", "unknown", "pass", "skipped"
+RETEST_WHY = "awaiting a fabric re-test after a reboot"  # a retest suspect before its partner jobs
 
 
 class Thresholds(NamedTuple):
@@ -94,9 +99,10 @@ class SweepReport(NamedTuple):
 
     sweep_id: str
     outcome: Optional[SweepOutcome]
-    actions: Dict[str, Tuple[str, str]]  # node -> (outcome of its drain, reason)
+    actions: Dict[str, Tuple[str, Optional[str]]]  # node -> (outcome of its drain, reason)
     not_candidates: Dict[str, str]  # --nodes that were not swept, and why
     error: Optional[str] = None
+    retested: Tuple[str, ...] = ()  # the nodes re-tested for the repair loop (decide.fabricretest)
 
 
 def judge_collective(run: NcclRun, exited: Optional[int], timed_out: bool) -> Tuple[Optional[float], Optional[str]]:
@@ -163,10 +169,12 @@ class SweepPlanner:
     runs anything, so the same planner drives the real sweep and the benchmark's simulation."""
 
     def __init__(self, candidates: Sequence[str], thresholds: Thresholds, partners: int = 2,
-                 group_size: int = 0, first: Sequence[str] = ()) -> None:
+                 group_size: int = 0, first: Sequence[str] = (), retest: Sequence[str] = ()) -> None:
         # `first` (the last sweep's unknown nodes) are tested first: each paired in the first
         # round with a node that is not one of them, so that a pair of two doubtful nodes
-        # cannot hide which one it is
+        # cannot hide which one it is.  `retest` (fabric drains the repair loop rebooted,
+        # decide.fabricretest) are no candidates: suspects from the start, they run only in the
+        # partner rounds, with known-good nodes, and pass only with `partners` of them.
         wanted = set(candidates)
         doubtful = list(dict.fromkeys(n for n in first if n in wanted))
         rest = [n for n in dict.fromkeys(candidates) if n not in set(doubtful)]
@@ -195,6 +203,10 @@ class SweepPlanner:
         self.failing_sets: List[Tuple[str, ...]] = []
         self.grouped = False  # the group round ran (bisection's suspects come back to partners)
         self.jobs = 0
+        self.retest = [n for n in dict.fromkeys(retest) if n not in wanted]
+        for node in self.retest:
+            self.suspects[node] = []
+            self.first_failure[node] = (RETEST_WHY, None)
 
     # --- planning ------------------------------------------------------------------------
 
@@ -322,10 +334,18 @@ class SweepPlanner:
             failed = [(p, w, f) for p, w, f in tried if w]
             if suspect in self.skipped:
                 self.settled[suspect] = NodeOutcome(suspect, SKIPPED, why=self.skipped[suspect])
+            elif suspect in self.retest and len(tried) >= self.partners and not failed:
+                self.settled[suspect] = NodeOutcome(suspect, PASS, min(f for _, _, f in tried if f is not None)
+                                                    if any(f is not None for _, _, f in tried) else None,
+                                                    partners, f"re-test passed with {','.join(partners)}")
             elif len(tried) >= self.partners and len(failed) == len(tried):
                 figures = [f for _, _, f in failed if f is not None]
                 worst = min(figures) if figures else None
                 self.settled[suspect] = NodeOutcome(suspect, BAD, worst, partners, failed[-1][1] or why)
+            elif suspect in self.retest and tried and not failed:
+                self.settled[suspect] = NodeOutcome(suspect, UNKNOWN, None, partners, (
+                    f"re-test passed with {','.join(partners)}, only {len(tried)} of {self.partners} "
+                    f"known-good partners"))
             elif tried and not failed and suspect in self.at_scale:
                 # its group failed, and it passes with every partner: the failure needs the group
                 self.settled[suspect] = NodeOutcome(suspect, UNKNOWN, figure, partners,
@@ -354,7 +374,7 @@ class SweepPlanner:
 
     def outcome(self) -> SweepOutcome:
         nodes = []
-        for node in self.candidates:
+        for node in self.candidates + self.retest:
             if node in self.settled:
                 nodes.append(self.settled[node])
             elif node in self.skipped:
@@ -378,11 +398,15 @@ def reason_token(why: str) -> str:
     return "nccl_error=" + "_".join(why.split())[:80]
 
 
-def fabric_reason(outcome: NodeOutcome, collective: str) -> str:
+def fabric_reason(outcome: NodeOutcome, collective: str, rma: bool = False) -> str:
     """The drain reason of a bad node, e.g.
-    `gpu-healthcheck: fabric busbw=41.2<100 partners=gpu-c,gpu-e all_reduce_perf sweep`."""
+    `gpu-healthcheck: fabric busbw=41.2<100 partners=gpu-c,gpu-e all_reduce_perf sweep`; with
+    `rma` (a re-test after the repair loop's last reboot failed) the token follows the figure,
+    as it follows `check=value` in every reason of ours (CONTRACTS §4)."""
     why = reason_token(outcome.why) if outcome.why else "failed"
-    return sanitise(f"{FABRIC_PREFIX}{why} partners={','.join(outcome.partners) or '-'} {collective} sweep")
+    token = f" {RMA_TOKEN}" if rma else ""
+    return sanitise(f"{FABRIC_PREFIX}{why}{token} partners={','.join(outcome.partners) or '-'} "
+                    f"{collective} sweep")
 
 
 def fabric_columns(reason: str) -> Optional[str]:

@@ -125,9 +125,14 @@ def is_ours(reason: Optional[str]) -> bool:
     return bool(reason) and reason.startswith(PREFIX)  # type: ignore[union-attr]
 
 
-# The fabric sweep's drains (decide/sweep.py fabric_reason): a node's own checks cannot see its
-# fabric, so passing them never resumes such a drain; an admin, once the link is mended, does.
+# The fabric sweep's drains (decide/sweep.py fabric_reason) and the gang check's: a node's own
+# checks cannot see its fabric, so passing them never resumes such a drain.  The repair loop
+# reboots it, and the next fabric sweep's re-test with known-good partners resumes it
+# (decide/fabricretest.py).
 FABRIC_PREFIX = PREFIX + " fabric "
+FABRIC_HOLD = ("drained for its fabric (the fabric sweep or the gang check): this node's own checks "
+               "cannot see its fabric; with [repair] enabled the repair loop reboots it, and the "
+               "next --fabric-sweep re-tests it with known-good partners and resumes it if it passes")
 
 
 def is_fabric_reason(reason: Optional[str]) -> bool:
@@ -311,6 +316,7 @@ def may_resume(this: NodeState, findings: Sequence[Finding], gpus: Sequence[GpuS
     and no pending remap, and the checks judged as the context that drained it (prolog,
     epilog: `context_findings`) no longer drain: the cause is gone, not just milder by hand.
     `level_short` (decide.levels.short_of): why this run's level cannot judge the drain.
+    Never a fabric drain: FABRIC_HOLD, once everything else passes.
     """
     if not this.drained:
         return "not drained"
@@ -318,9 +324,6 @@ def may_resume(this: NodeState, findings: Sequence[Finding], gpus: Sequence[GpuS
         return "drained by someone else"
     if is_rma(this.reason):
         return "drained for RMA: only an admin may resume it"
-    if is_fabric_reason(this.reason):
-        return ("drained by the fabric sweep: this node's own checks cannot see its fabric; "
-                "an admin resumes it once the link is mended")
     if (our_comment(this.comment) or "").startswith(REBOOT_HOLDS):
         return ("a reboot of ours is pending or did not come back (its Comment): the repair "
                 "step proves the node healthy after the boot")
@@ -344,4 +347,8 @@ def may_resume(this: NodeState, findings: Sequence[Finding], gpus: Sequence[GpuS
             return f"GPU {gpu.index} volatile uncorrected ECC count is not clean"
         if gpu.remap_pending or gpu.retired_pending:
             return f"GPU {gpu.index} has a pending remap or retirement"
+    if is_fabric_reason(this.reason):
+        # last: FABRIC_HOLD says the node's own checks passed (the repair step after a reboot
+        # then leaves it for the sweep's re-test, act.repairboot.await_retest)
+        return FABRIC_HOLD
     return None

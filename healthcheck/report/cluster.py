@@ -19,7 +19,9 @@ partners=gpu-c,gpu-e`), "-" for the other drains.
 REPAIR is the repair loop's state of the node (decide.repair.cluster_state: its Comment claim,
 reason and state flags): resetting, rebooting, validating, rma, waiting_for_idle,
 waiting_for_budget, blocked (a reset that could not run: a line below the table names what
-holds the GPU), drained (waiting for its next check), or "-" where the loop has no part.
+holds the GPU), fabric_retest (a fabric drain rebooted, waiting for the next fabric sweep's
+re-test), fabric_testing (in that re-test: resumed into its reservation, so listed while in
+service), drained (waiting for its next check), or "-" where the loop has no part.
 
 --json prints a list of objects with keys node, state, gpu, pci, serial, check, value, context,
 job, time, repair, fabric, ours, refused and raw_reason (ours first, then refused drains, then the
@@ -45,8 +47,9 @@ def rows_from_show_nodes(text: str, max_concurrent: Union[int, float] = 1) -> Li
     """Pure: one row per node drained by us or by someone else, ours first; max_concurrent is
     repair.max_concurrent (whether a drained node waits for the repair budget)."""
     from ..act.scontrol import parse_node_line, reason_time
+    from ..decide.fabricretest import FABRIC_TESTING, parse_retest_mark
     from ..decide.repair import BLOCKED, blocked_by, cluster_state
-    from ..decide.verdict import is_ours, refused_reason, refused_time
+    from ..decide.verdict import is_ours, our_comment, refused_reason, refused_time
 
     ours: List[Dict[str, Any]] = []
     refused: List[Dict[str, Any]] = []
@@ -63,6 +66,14 @@ def rows_from_show_nodes(text: str, max_concurrent: Union[int, float] = 1) -> Li
             row["time"] = refused_time(node.comment)
             row["refused"] = True
             refused.append(row)
+        if not node.drained and parse_retest_mark(node.comment) is not None \
+                and parse_retest_mark(node.comment).state == FABRIC_TESTING:  # type: ignore[union-attr]
+            # resumed into the fabric sweep's re-test reservation (or left there by a killed sweep)
+            row = dict.fromkeys(COLUMNS)
+            row.update(node=node.name, state=node.state, check="fabric", repair=FABRIC_TESTING,
+                       raw_reason=our_comment(node.comment), ours=True, refused=False)
+            ours.append(row)
+            continue
         if not node.reason or not node.drained:
             # a reason on a node in service is a note, or a leftover: Slurm 24.11 keeps the
             # last reason after State=RESUME (tested; 22.05 clears it)

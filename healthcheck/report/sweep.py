@@ -6,10 +6,11 @@
     sweep 20261203T090000-login-4242: 8 nodes, 3 rounds, 7 jobs, median busbw 380.0 GB/s
 
 JSON: {"schema": 1, "mode": "fabric-sweep", "sweep_id", "rounds", "jobs", "median_gbps",
-"nodes": [{"node", "outcome", "busbw_gbps", "partners", "why", "action", "reason"}],
+"nodes": [{"node", "outcome", "busbw_gbps", "partners", "why", "action", "reason", "retest"}],
 "not_swept": {node: why}, "jobs_run": [{"nodes", "kind", "round", "job_id", "busbw_gbps",
 "problem", "skipped", "rails"}], "error"}.  Nodes that passed are in "nodes" too; the table
-lists only the others.
+lists only the others, and the nodes re-tested after the repair loop's reboot ("retest": true,
+action resumed | drained | rma | kept, decide/fabricretest.py) whatever their outcome.
 """
 
 from __future__ import annotations
@@ -29,7 +30,8 @@ def document(report: "SweepReport") -> Dict[str, Any]:
     for n in outcome.nodes if outcome else ():
         taken, reason = report.actions.get(n.node, (None, None))
         nodes.append({"node": n.node, "outcome": n.outcome, "busbw_gbps": n.busbw_gbps,
-                      "partners": list(n.partners), "why": n.why, "action": taken, "reason": reason})
+                      "partners": list(n.partners), "why": n.why, "action": taken, "reason": reason,
+                      "retest": n.node in report.retested})
     jobs = [{"nodes": list(r.job.nodes), "kind": r.job.kind, "round": r.job.round, "job_id": r.job_id,
              "busbw_gbps": r.busbw_gbps, "problem": r.problem, "skipped": r.skipped,
              "rails": [{"node": x.node, "hca": x.hca, "gbps": x.gbps, "problem": x.problem} for x in r.rails]}
@@ -44,7 +46,7 @@ def table(report: "SweepReport") -> List[str]:
     doc = document(report)
     rows = [("NODE", "OUTCOME", "BUSBW", "PARTNERS", "ACTION", "WHY")]
     for n in doc["nodes"]:
-        if n["outcome"] == PASS:
+        if n["outcome"] == PASS and not n["retest"]:
             continue
         rows.append((n["node"], n["outcome"], "-" if n["busbw_gbps"] is None else f"{n['busbw_gbps']:.1f}",
                      ",".join(n["partners"]) or "-", n["action"] or "-", n["why"] or "-"))

@@ -27,9 +27,13 @@ class FakeDoor:
         self.admin_comments: Dict[str, str] = {}
         self.others_drain_during_ours: List[NodeState] = []  # concurrent drains, seen on re-read
         self._pids = listpids or {}
+        self.reservations: Dict[str, Tuple[str, ...]] = {}  # name -> its nodes
+        self.hang_from: Optional[str] = None  # the first verb ("delete", "update", ...) that hangs
 
     def _call(self, *argv: str) -> None:
         self.calls.append(argv)
+        if self.hang_from is not None and argv and argv[0] == self.hang_from:
+            self.hung = True
         if self.unanswered:
             raise ScontrolError(["scontrol", *argv], f"not called: {self.unanswered}")
         if self.hung:
@@ -66,6 +70,22 @@ class FakeDoor:
         self._call("reboot", f"reason={reason}", node)
         this = self.nodes[node]
         self.nodes[node] = this._replace(state=this.state + "+REBOOT_REQUESTED")
+
+    def create_reservation(self, name: str, nodes: List[str], users: str, flags: str) -> None:
+        self._call("create", "reservation", f"ReservationName={name}", f"Users={users}", f"Flags={flags}")
+        if name in self.reservations:
+            raise ScontrolError(["scontrol", "create"], "exit status 1: Error creating the reservation: "
+                                                        "Duplicate reservation name")
+        self.reservations[name] = tuple(nodes)
+
+    def delete_reservation(self, name: str) -> None:
+        self._call("delete", f"ReservationName={name}")
+        if self.reservations.pop(name, None) is None:
+            raise ScontrolError(["scontrol", "delete"], "exit status 1: Reservation not found")
+
+    def reservation_exists(self, name: str) -> bool:
+        self._call("show", "reservation", name)
+        return name in self.reservations
 
     def set_admin_comment(self, job_id: str, text: str) -> None:
         self._call("update", f"JobId={job_id}", "AdminComment=")
