@@ -26,7 +26,8 @@ from typing import Any, Collection, Dict, FrozenSet, List, Mapping, Optional, Tu
 
 from .configsections import (DEEP_FLOOR_METRICS, PORT_NAME_CHARS, ConfigError, DcgmConfig,  # noqa: F401  (re-exported)
                              DeepConfig, NetworkConfig, count_or_share, floor_entry, port_list)
-from .configsections import FABRIC_BOUNDS, FABRIC_COLLECTIVES, FABRIC_NON_NEGATIVE, FABRIC_UNSET_MEANS, FabricConfig
+from .configsections import (FABRIC_BOUNDS, FABRIC_COLLECTIVES, FABRIC_NON_NEGATIVE, FABRIC_UNSET_MEANS, FabricConfig,
+                             fabric_floors_problem)
 from .records import NamedTuple
 
 DEFAULT_CONFIG_PATH = "/etc/gpu-healthcheck/config.toml"
@@ -251,6 +252,10 @@ def _coerce(path: str, key: str, annotation: str, value: Any) -> Any:
             if not floor_entry(entry):
                 raise ConfigError(path, key, f"expected \"MODEL:METRIC=VALUE\" (METRIC one of "
                                              f"{', '.join(DEEP_FLOOR_METRICS)}, VALUE > 0), got {entry!r}")
+    if key == "fabric.floors" and isinstance(value, list):
+        floors_problem = fabric_floors_problem(value)
+        if floors_problem:
+            raise ConfigError(path, key, floors_problem)
     if base == "bool":
         ok = isinstance(value, bool)
     elif base == "int":

@@ -5,7 +5,8 @@ meaning and default are documented beside it, as in config.py."""
 from __future__ import annotations
 
 import math
-from typing import Any, Optional, Tuple, Union
+import re
+from typing import Any, Dict, Iterable, Optional, Tuple, Union
 
 from .records import NamedTuple
 
@@ -154,6 +155,10 @@ class FabricConfig(NamedTuple):
     rails: Tuple[str, ...] = ()  # HCAs to test with ib_write_bw --use_cuda, e.g. ["mlx5_0"]
     rail_floor_gbps: float = 0.0  # a rail below this fails its pair; 0 = no ib_write_bw floor
     busbw_floor_gbps: float = 0.0  # a pair below this (GB/s) fails; 0 = the median rule only
+    # per GPU model: "GRES_TYPE:busbw_gbps=GBPS", the type as Slurm's Gres=gpu:TYPE:N names it
+    # (decide/fabricfloor.py), e.g. ["h100:busbw_gbps=360"]; a job takes the lowest floor of
+    # its nodes, a model without an entry busbw_floor_gbps.  None built in: the site measures.
+    floors: Tuple[str, ...] = ()
     median_ratio_fail: float = 0.7  # a pair below this share of its round's median fails
     partners: int = 2  # known-good partners each suspect runs with
     group_size: int = 0  # nodes per group of the optional scale round; 0 = off
@@ -197,3 +202,41 @@ FABRIC_UNSET_MEANS = {
     "fabric.output_dir": "<state_dir>/fabric",
     "fabric.srun": "found on PATH, else /usr/bin/srun",
 }
+
+
+FABRIC_FLOOR_METRICS = ("busbw_gbps",)
+FABRIC_FLOOR_SHAPE = "\"GRES_TYPE:busbw_gbps=GBPS\" (e.g. \"h100:busbw_gbps=360\")"
+_GRES_TYPE_RE = re.compile(r"[A-Za-z0-9_.+-]+")
+
+
+def fabric_floor_problem(entry: object) -> Optional[str]:
+    """Why one `[fabric] floors` entry is not usable, or None (config.py names file and key)."""
+    if not isinstance(entry, str):
+        return f"expected {FABRIC_FLOOR_SHAPE}, got {entry!r}"
+    model, colon, rest = entry.partition(":")
+    metric, equals, number = rest.partition("=")
+    if not colon or not equals or not _GRES_TYPE_RE.fullmatch(model.strip()):
+        return f"expected {FABRIC_FLOOR_SHAPE}, got {entry!r}"
+    if metric.strip() not in FABRIC_FLOOR_METRICS:
+        return f"{entry!r}: unknown metric {metric.strip()!r} (known: {', '.join(FABRIC_FLOOR_METRICS)})"
+    try:
+        value = float(number)
+    except ValueError:
+        return f"{entry!r}: {number.strip()!r} is not a number of GB/s"
+    if not math.isfinite(value) or value <= 0:
+        return f"{entry!r}: the floor must be a number of GB/s above 0"
+    return None
+
+
+def fabric_floors_problem(entries: Iterable[object]) -> Optional[str]:
+    """The first unusable entry of the list, or a model named twice, or None."""
+    seen: Dict[str, str] = {}
+    for entry in entries:
+        problem = fabric_floor_problem(entry)
+        if problem:
+            return problem
+        model = str(entry).partition(":")[0].strip().lower()
+        if model in seen:
+            return f"{entry!r}: GPU type {model!r} already has a floor ({seen[model]!r})"
+        seen[model] = str(entry)
+    return None

@@ -36,7 +36,8 @@ from typing import TYPE_CHECKING, Callable, Dict, List, Mapping, Optional, Seque
 
 from ..config import Config
 from ..decide.exitcodes import CONFIG_ERROR, fabric_exit
-from ..decide.gang import FAILED, LINE, PASSED, SINGLE, GangPlan, GangResult, gang_reason, job_lines, parse_show_job
+from ..decide.gang import (FAILED, LINE, PASSED, SINGLE, GangPlan, GangResult, gang_reason, job_lines, parse_show_job,
+                           suspects)
 from ..decide.sweep import FABRIC_PREFIX, Job, JobResult, Thresholds, judge_collective
 from ..model import CRIT, ERR, NOTICE, DoorError, LogEvent, Outcome
 from ..records import NamedTuple
@@ -168,11 +169,19 @@ def gang(request: GangRequest, config: Config, environ: Mapping[str, str], out: 
         return fabric_exit(False, could_run=False)
     if request.act and len(job.nodes) > 1 and not _first_remeasure(config, job_id, job.restarts, err):
         return fabric_exit(False)
+    try:
+        thresholds = _thresholds(ctl, config, job.nodes)
+    except DoorError as exc:
+        print(f"{LINE} job {job_id}: could not run: cannot read the nodes' GPU models for "
+              f"[fabric] floors: {exc}; nothing drained", file=out)
+        if request.act:
+            events.append(LogEvent("error", ERR, f"gang check of job {job_id} could not run: {exc}", fields))
+            _record(config, job_id, None, {}, events, err, job.nodes)
+        return fabric_exit(False, could_run=False)
     started = time.monotonic()
     runner = GangRunner(find_tool("srun", fabric.srun, environ), job_id, config, environ,
                         started + fabric.gang_timeout_s)
-    plan = GangPlan(job.nodes, Thresholds(fabric.busbw_floor_gbps, fabric.median_ratio_fail),
-                    partners=fabric.partners)
+    plan = GangPlan(job.nodes, thresholds, partners=fabric.partners)
     try:
         jobs = plan.next_jobs()
         while jobs:
@@ -182,7 +191,7 @@ def gang(request: GangRequest, config: Config, environ: Mapping[str, str], out: 
         print(f"{LINE} job {job_id}: could not run: {exc}; nothing drained", file=out)
         if request.act:
             events.append(LogEvent("error", ERR, f"gang check of job {job_id} could not run: {exc}", fields))
-            _record(config, job_id, None, {}, events, err)
+            _record(config, job_id, None, {}, events, err, job.nodes, plan.recorded)
         return fabric_exit(False, could_run=False)
     result = plan.result()
     actions: Dict[str, str] = {}
@@ -202,7 +211,7 @@ def gang(request: GangRequest, config: Config, environ: Mapping[str, str], out: 
                                f"gang check of job {job_id} ({len(job.nodes)} nodes): {result.outcome}"
                                + (f"; bad: {','.join(n.node for n in result.bad)}" if result.bad else "")
                                + ("; requeuing the job" if requeue else ""), fields))
-        _record(config, job_id, result, actions, events, err)
+        _record(config, job_id, result, actions, events, err, job.nodes, plan.recorded)
     if requeue:
         # last: the requeue ends this job's steps, and this process with them
         try:
@@ -214,6 +223,18 @@ def gang(request: GangRequest, config: Config, environ: Mapping[str, str], out: 
 
                 send_events([LogEvent("error", ERR, f"cannot requeue job {job_id}: {exc}", fields)], "gang")
     return fabric_exit(result.outcome not in (PASSED, SINGLE))
+
+
+def _thresholds(ctl: "Scontrol", config: Config, nodes: Sequence[str]) -> Thresholds:
+    """[fabric]'s thresholds; with `[fabric] floors`, each node's per-model floor from its Gres=
+    (one `scontrol show nodes` of the job's nodes, only then)."""
+    from ..decide.sweep import fabric_thresholds
+    from .scontrol import parse_show_nodes
+
+    if not config.fabric.floors:
+        return fabric_thresholds(config.fabric, {})
+    shown = {n.name: n.gres for n in parse_show_nodes(ctl.show_nodes_raw(nodes))}
+    return fabric_thresholds(config.fabric, {n: shown.get(n) for n in nodes})
 
 
 def _first_remeasure(config: Config, job_id: str, restarts: int, err: TextIO) -> bool:
@@ -268,21 +289,28 @@ def _words(actions: Dict[str, str], requeue: bool, act: bool, requeueable: bool)
 def _document(result: GangResult, job_id: str, actions: Dict[str, str], requeue: bool,
               act: bool) -> Dict[str, object]:
     whole = result.whole
+    named = suspects(result)
     return {"schema": 1, "mode": "gang", "job_id": job_id, "act": act, "outcome": result.outcome,
             "why": result.why, "rounds": result.rounds, "jobs": result.jobs,
             "nodes": list(whole.job.nodes) if whole else [],
             "busbw_gbps": whole.busbw_gbps if whole else None,
             "bad": [{"node": n.node, "busbw_gbps": n.busbw_gbps, "partners": list(n.partners),
                      "why": n.why, "action": actions.get(n.node)} for n in result.bad],
+            "suspects": [{"node": n.node, "why": n.why} for n in result.others if n.node in named],
             "requeue": requeue}
 
 
 def _record(config: Config, job_id: str, result: Optional[GangResult], actions: Dict[str, str],
-            events: List[LogEvent], err: TextIO) -> None:
-    """The privileged side's history line and journal entries; a failure is said, never a crash."""
-    findings = [{"check": "fabric.gang", "severity": "fail", "gpu": None, "node": n.node,
+            events: List[LogEvent], err: TextIO, nodes: Sequence[str] = (),
+            runs: Sequence[JobResult] = ()) -> None:
+    """The privileged side's history line, journal entries and metrics textfile; a failure is
+    said, never a crash."""
+    named = suspects(result) if result else []
+    doubtful = [n for n in result.others if n.node in named] if result else []
+    findings = [{"check": "fabric.gang", "severity": severity, "gpu": None, "node": n.node,
                  "value": n.busbw_gbps, "partners": list(n.partners), "message": f"{n.node}: {n.why}"}
-                for n in (result.bad if result else ())]
+                for severity, group in (("fail", result.bad if result else ()), ("unknown", doubtful))
+                for n in group]
     drained = [n for n, t in actions.items() if t == Outcome.APPLIED.value]
     record = {"time": iso_utc(time.time()), "mode": "gang", "job_id": job_id,
               "verdict": "unknown" if result is None else "fail" if result.bad else
@@ -298,6 +326,15 @@ def _record(config: Config, job_id: str, result: Optional[GangResult], actions: 
         append_line(config.history_path(), encode(record), config.history_max_bytes)
     except OSError as exc:
         print(f"gpu-healthcheck: --gang: cannot write the history: {exc}", file=err)
+    if config.metrics_file:
+        from .gangrecord import FILE_NAME, metrics_text
+        from .metrics import write_textfile
+
+        path = os.path.join(os.path.dirname(os.path.abspath(config.metrics_file)), FILE_NAME)
+        try:
+            write_textfile(path, metrics_text(result, nodes, time.time(), runs))
+        except OSError as exc:
+            print(f"gpu-healthcheck: --gang: {exc}", file=err)
     if config.journal:
         from .journal import send_events
 

@@ -146,8 +146,9 @@ class Scontrol:
             raise ScontrolError(argv, f"exit status {ran.returncode}: {err[-1] if err else ''}")
         return ran.text()
 
-    def show_nodes_raw(self) -> str:
-        return self._run(["-o", "show", "nodes"])
+    def show_nodes_raw(self, nodes: Sequence[str] = ()) -> str:
+        """`scontrol -o show nodes`, of every node or only of `nodes` (one call either way)."""
+        return self._run(["-o", "show", "nodes", *([",".join(nodes)] if nodes else [])])
 
     def show_nodes(self) -> List[NodeState]:
         return parse_show_nodes(self.show_nodes_raw())

@@ -17,7 +17,8 @@ history file and in a node_exporter textfile beside `metrics_file` (`gpu_healthc
 
 Exit status: 0 no bad node, 2 a bad node was found (drained with --act), 3 the sweep could not
 run (another sweep is running, no candidates, sbatch refused every job, a program is missing,
-scontrol failed); then nothing is drained.
+scontrol failed, SIGTERM stopped it: its jobs are cancelled); then nothing is drained.  With
+`[fabric] floors` each node's GPU model (its Gres= type) gives its floor (decide/fabricfloor.py).
 """
 
 from __future__ import annotations
@@ -25,6 +26,7 @@ from __future__ import annotations
 import fcntl
 import os
 import re
+import signal
 import time
 from typing import TYPE_CHECKING, Any, Callable, Dict, List, Mapping, Optional, Sequence, TextIO, Tuple
 
@@ -167,7 +169,19 @@ def sweep_command(args: Any, load_config: Callable[[Optional[str]], Config]) -> 
         print(f"gpu-healthcheck: config error: {exc}", file=sys.stderr)
         return CONFIG_ERROR
     request = SweepRequest(args.nodes, args.partition, args.act, args.json)
-    return fabric_sweep(request, config, os.environ, sys.stdout, sys.stderr)
+    previous = signal.signal(signal.SIGTERM, _stop)
+    try:
+        return fabric_sweep(request, config, os.environ, sys.stdout, sys.stderr)
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+
+
+def _stop(signum: int, frame: object) -> None:
+    """SIGTERM (the idle-sweep timer's deadline, systemd stopping it, an admin's kill): stop as
+    a sweep that cannot go on does, cancelling its jobs and draining nothing.  (A Slurm call cut
+    short may leave one job unknown to us; its --time ends it.)"""
+    signal.signal(signal.SIGTERM, signal.SIG_IGN)  # a second one must not cut the cancel short
+    raise SweepError("stopped by SIGTERM")
 
 
 def fabric_sweep(request: SweepRequest, config: Config, environ: Mapping[str, str],
@@ -224,8 +238,7 @@ def fabric_sweep(request: SweepRequest, config: Config, environ: Mapping[str, st
                       queue_grace_s=max(60.0, fabric.time_limit_s))
         runner = SlurmRunner(door, _spec(config), setup)
         runner.reservations = retester.reservations
-        planner = SweepPlanner(chosen, Thresholds(fabric.busbw_floor_gbps, fabric.median_ratio_fail,
-                                                  fabric.rail_floor_gbps),
+        planner = SweepPlanner(chosen, _thresholds(config, shown),
                                partners=fabric.partners, group_size=fabric.group_size,
                                first=_last_unknown(config.state_dir), retest=list(retester.held))
         try:
@@ -257,7 +270,7 @@ def fabric_sweep(request: SweepRequest, config: Config, environ: Mapping[str, st
         write_report(report, request.as_json, out)
         _record(config, report, events, err)
         return fabric_exit(any(n.outcome == BAD for n in outcome.nodes))
-    except (DoorError, GresConfError, OSError) as exc:
+    except (DoorError, GresConfError, OSError, SweepError) as exc:
         print(f"gpu-healthcheck: --fabric-sweep: {exc}; nothing drained", file=err)
         return fabric_exit(False, could_run=False)
     finally:
@@ -268,6 +281,15 @@ def fabric_sweep(request: SweepRequest, config: Config, environ: Mapping[str, st
             from .journal import send_events
 
             send_events(events, "fabric-sweep")
+
+
+def _thresholds(config: Config, show_nodes: str) -> Thresholds:
+    """[fabric]'s thresholds, with each node's per-model floor from its Gres= (`[fabric] floors`)."""
+    from ..decide.sweep import fabric_thresholds
+    from .scontrol import parse_show_nodes
+
+    gres_of = {n.name: n.gres for n in parse_show_nodes(show_nodes)} if config.fabric.floors else {}
+    return fabric_thresholds(config.fabric, gres_of)
 
 
 UNKNOWN_FILE = "fabric-unknown.json"

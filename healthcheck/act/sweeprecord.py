@@ -57,6 +57,13 @@ def busbw_samples(report: "SweepReport") -> List[Tuple[Dict[str, str], float]]:
     return [({"node": n, "partner": p}, v) for (n, p), v in sorted(last.items())]
 
 
+def _value(value: float) -> str:
+    """A sample's value in full: "3", "41.2", "1795978862.5" (`:g` keeps six digits, which put
+    a time stamp up to 5,000 s off)."""
+    number = float(value)
+    return str(int(number)) if number.is_integer() and abs(number) < 2 ** 53 else repr(number)
+
+
 def _labels(labels: Dict[str, str]) -> str:
     inner = ",".join(f'{k}="{v.replace(chr(92), chr(92) * 2).replace(chr(34), chr(92) + chr(34))}"'
                      for k, v in sorted(labels.items()))
@@ -85,5 +92,5 @@ def metrics_text(report: "SweepReport", now: float) -> str:
         if not rows:
             continue
         lines += [f"# HELP {name} {text}", f"# TYPE {name} {kind}"]
-        lines += [f"{name}{_labels(labels)} {value:g}" for labels, value in rows]
+        lines += [f"{name}{_labels(labels)} {_value(value)}" for labels, value in rows]
     return "\n".join(lines) + "\n"

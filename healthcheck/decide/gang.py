@@ -19,19 +19,28 @@ The rounds:
    of the same job; a node failing with every partner is **bad**.  Nothing outside the job's
    allocation is ever run on.  A failure no pair reproduces (it needs the whole job) names no
    node: nothing is drained.
+3. **cross** (only when that left nodes unknown and named none bad, as when no pair passed:
+   three nodes whose one pair holds the bad node, the third odd one out): each node still in
+   doubt runs with the nodes of the job it has not run with, one job per node a round, at most
+   `partners` + 1 rounds.  Then every pair run is judged together (`judge_pairs`): a node of a
+   passing pair is known good, and a node that failed with `partners` different known-good
+   nodes is bad.  With gpu-a bad among gpu-a, gpu-b, gpu-c: (a,b) failed, then (a,c) fails
+   and (b,c) passes, so b and c are good and a failed with both.
 
 With one node there is nothing to check (`single`).  With two nodes a failing pair cannot tell
-which of its two is bad (no third node to partner with): both are unknown, nothing is drained.
+which of its two is bad (no third node to partner with): both are named as suspects, and
+nothing is drained; so is every node the evidence cannot tell about (every pair failed).
 """
 
 from __future__ import annotations
 
 import re
-from typing import Callable, Dict, List, Optional, Sequence, Tuple
+from typing import Callable, Dict, FrozenSet, List, Optional, Sequence, Set, Tuple
 
 from ..records import NamedTuple
-from .sweep import (BAD, FABRIC_PREFIX, Job, JobResult, NodeOutcome, SweepPlanner, Thresholds,
-                    failure, reason_token)
+from .sweep import (BAD, FABRIC_PREFIX, PASS, TRANSIENT, Job, JobResult, NodeOutcome, SweepPlanner,
+                    Thresholds, failure, reason_token)
+from .sweep import UNKNOWN as NODE_UNKNOWN
 from .verdict import sanitise
 
 PASSED, FAILED, SINGLE, UNKNOWN = "passed", "failed", "single", "unknown"
@@ -85,6 +94,43 @@ def parse_show_job(text: str, expand: Optional[Callable[[str], List[str]]] = Non
                    int(restarts) if restarts.isdigit() else 0, fields.get("Requeue", "1") != "0")
 
 
+def judge_pairs(nodes: Sequence[str], results: Sequence[JobResult], thresholds: Thresholds,
+                median: Optional[float], partners: int) -> Dict[str, NodeOutcome]:
+    """Every two-node run of the job judged together (pure).  A node of a passing pair is known
+    good (transient when it also failed a pair); a node that never passed is bad when it failed
+    with at least `partners` different known-good nodes, else unknown.  The order the runs came
+    in does not matter: a run's figure does not depend on what was known when it ran."""
+    runs = [(r.job.nodes, failure(r, thresholds, median), r.busbw_gbps) for r in results
+            if len(r.job.nodes) == 2 and not r.skipped]
+    good = {n for pair, why, _ in runs if why is None for n in pair}
+    judged: Dict[str, NodeOutcome] = {}
+    for node in nodes:
+        mine = [(pair[1] if pair[0] == node else pair[0], why, figure) for pair, why, figure in runs
+                if node in pair]
+        failed = [(p, why, figure) for p, why, figure in mine if why]
+        if node in good:
+            passed = ",".join(dict.fromkeys(p for p, why, _ in mine if why is None))
+            judged[node] = (NodeOutcome(node, TRANSIENT, failed[0][2], tuple(p for p, _, _ in failed),
+                                        f"{failed[0][1]}; passed with {passed}") if failed
+                            else NodeOutcome(node, PASS))
+            continue
+        with_good = [(p, why, figure) for p, why, figure in failed if p in good]
+        partners_seen = tuple(dict.fromkeys(p for p, _, _ in with_good))
+        figures = [f for _, _, f in with_good if f is not None]
+        if with_good and len(partners_seen) >= partners:
+            judged[node] = NodeOutcome(node, BAD, min(figures) if figures else None, partners_seen,
+                                       with_good[-1][1] or "failed")
+        elif failed:
+            others = ",".join(dict.fromkeys(p for p, _, _ in failed))
+            tell = (f"failed with {len(partners_seen)} known-good node(s) ({','.join(partners_seen)}), "
+                    f"{partners} needed" if partners_seen else "no known-good node to tell")
+            judged[node] = NodeOutcome(node, NODE_UNKNOWN, failed[0][2], (),
+                                       f"{failed[0][1]} with {others}; {tell}")
+        else:
+            judged[node] = NodeOutcome(node, NODE_UNKNOWN, None, (), "no pair ran with it")
+    return judged
+
+
 class GangPlan:
     """The whole-job collective, then (after a failure) the SweepPlanner's pairs and partners
     over the job's own nodes.  `first`: nodes to pair first (a claim to test early); it only
@@ -99,6 +145,9 @@ class GangPlan:
         self.whole: Optional[JobResult] = None
         self.whole_why: Optional[str] = None
         self.planner: Optional[SweepPlanner] = None
+        self.cross: Optional[List[JobResult]] = None  # the cross rounds' results, once begun
+        self.cross_rounds = 0
+        self.recorded: List[JobResult] = []  # every run, in order (the metrics' pair figures)
         self.rounds = 0
         self.jobs = 0
 
@@ -115,20 +164,65 @@ class GangPlan:
         if self.planner is None:
             self.planner = SweepPlanner(self.nodes, self.thresholds, partners=self.partners,
                                         group_size=0, first=self.first)
-        jobs = self.planner.next_jobs()
+        jobs = [] if self.cross is not None else self.planner.next_jobs()
+        if not jobs:
+            jobs = self._cross_jobs()
         if jobs:
             self.rounds += 1
             self.jobs += len(jobs)
             jobs = [j._replace(round=self.rounds) for j in jobs]
         return jobs
 
+    def _pair_results(self) -> List[JobResult]:
+        assert self.planner is not None
+        return [r for r in self.planner.results if len(r.job.nodes) == 2] + list(self.cross or ())
+
+    def _judged(self) -> Dict[str, NodeOutcome]:
+        assert self.planner is not None
+        return judge_pairs(self.nodes, self._pair_results(), self.thresholds, self.planner.median,
+                           self.partners)
+
+    def _cross_jobs(self) -> List[Job]:
+        """The next cross round (module docstring, 3.), or [] when there is none to run."""
+        assert self.planner is not None
+        if self.cross is None:
+            outcome = self.planner.outcome()
+            doubtful = [n.node for n in outcome.nodes if n.outcome == NODE_UNKNOWN]
+            if len(self.nodes) < 3 or not doubtful or any(n.outcome == BAD for n in outcome.nodes):
+                return []
+            self.cross = []
+        if self.cross_rounds > self.partners:
+            return []
+        judged = self._judged()
+        doubtful = [n for n in self.nodes if judged[n].outcome == NODE_UNKNOWN]
+        good = [n for n in self.nodes if judged[n].outcome in (PASS, TRANSIENT)]
+        tried: Set[FrozenSet[str]] = {frozenset(r.job.nodes) for r in self._pair_results()}
+        busy: Set[str] = set()
+        jobs = []
+        for node in doubtful:
+            if node in busy:
+                continue
+            # known-good partners first: one passing run of theirs settles nothing new
+            for other in good + [n for n in self.nodes if n not in good]:
+                if other != node and other not in busy and frozenset((node, other)) not in tried:
+                    busy.update((node, other))
+                    jobs.append(Job((node, other), "cross", 0))
+                    break
+        if jobs:
+            self.cross_rounds += 1
+        return jobs
+
     def record(self, results: Sequence[JobResult]) -> None:
+        self.recorded.extend(results)
         for result in results:
             if result.job.kind == "gang":
                 self.whole = result
                 # one run: no median to compare with; the floor and outright failures decide
                 self.whole_why = failure(result, self.thresholds, None)
-        rest = [r for r in results if r.job.kind != "gang"]
+        cross = [r for r in results if r.job.kind == "cross"]
+        if cross and self.cross is not None:
+            self.cross.extend(cross)
+        rest = [r for r in results if r.job.kind not in ("gang", "cross")]
         if rest and self.planner is not None:
             self.planner.record(rest)
 
@@ -143,13 +237,20 @@ class GangPlan:
         if self.planner is None:
             return GangResult(UNKNOWN, self.whole, why=f"{self.whole_why}; the nodes were not tested "
                               "in pairs", rounds=self.rounds, jobs=self.jobs)
-        outcome = self.planner.outcome()
-        bad = tuple(n for n in outcome.nodes if n.outcome == BAD)
-        others = tuple(n for n in outcome.nodes if n.outcome != BAD)
+        if self.cross:
+            judged = self._judged()
+            nodes = tuple(judged[n] for n in self.nodes)
+        else:
+            nodes = self.planner.outcome().nodes
+        bad = tuple(n for n in nodes if n.outcome == BAD)
+        others = tuple(n for n in nodes if n.outcome != BAD)
         if bad:
             return GangResult(FAILED, self.whole, bad, others, self.whole_why, self.rounds, self.jobs)
         if len(self.nodes) == 2:
             why = f"{self.whole_why}; with two nodes there is no third to tell which one it is"
+        elif any(n.outcome == NODE_UNKNOWN for n in others):
+            why = f"{self.whole_why}; the pairs cannot tell which node it is (no node failed with " \
+                  f"{self.partners} known-good partners)"
         else:
             why = f"{self.whole_why}; no node failed with every partner (the failure needs more nodes)"
         return GangResult(UNKNOWN, self.whole, (), others, why, self.rounds, self.jobs)
@@ -187,5 +288,12 @@ def job_lines(result: GangResult, job_id: str, nbytes: int, actions: Dict[str, s
                      f"({','.join(node.partners)}), busbw {_gbps(node.busbw_gbps)}; "
                      f"{actions.get(node.node, 'not drained')}")
     if result.outcome != FAILED:
-        lines.append(f"{LINE} no node named: {result.why}; nothing drained")
+        named = suspects(result)
+        lines.append(f"{LINE} no node named: {result.why}"
+                     + (f"; suspects: {','.join(named)}" if named else "") + "; nothing drained")
     return lines
+
+
+def suspects(result: GangResult) -> List[str]:
+    """The nodes the evidence could not clear nor blame (none drained for it)."""
+    return [n.node for n in result.others if n.outcome == NODE_UNKNOWN]

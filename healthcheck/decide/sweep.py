@@ -37,11 +37,15 @@ only at scale in 3 + ceil(log2 N); gcm's all-pairs mode runs N(N-1)/2 jobs inste
 from __future__ import annotations
 
 import statistics
-from typing import Dict, List, Optional, Sequence, Set, Tuple
+from typing import TYPE_CHECKING, Dict, List, Mapping, Optional, Sequence, Set, Tuple
 
 from ..read.nccltests import NcclRun
 from ..records import NamedTuple
+from .fabricfloor import floor_for, node_floors, parse_floors
 from .verdict import FABRIC_PREFIX, RMA_TOKEN, is_fabric_reason, sanitise  # noqa: F401  (is_fabric_reason: re-exported)
+
+if TYPE_CHECKING:
+    from ..configsections import FabricConfig
 
 BAD, TRANSIENT, UNKNOWN, PASS, SKIPPED = "bad", "transient", "unknown", "pass", "skipped"
 RETEST_WHY = "awaiting a fabric re-test after a reboot"  # a retest suspect before its partner jobs
@@ -51,6 +55,22 @@ class Thresholds(NamedTuple):
     floor_gbps: float = 0.0  # [fabric] busbw_floor_gbps; 0 = only the median rule
     median_ratio_fail: float = 0.7
     rail_floor_gbps: float = 0.0  # [fabric] rail_floor_gbps: ib_write_bw per rail; 0 = off
+    # (node, floor GB/s) of the nodes whose GPU model has a `[fabric] floors` entry
+    # (decide/fabricfloor.py); the others take floor_gbps
+    node_floors: Tuple[Tuple[str, float], ...] = ()
+
+    def floor_for(self, nodes: Sequence[str]) -> float:
+        """The bus-bandwidth floor of a job over `nodes`: the lowest of its nodes' floors."""
+        if not self.node_floors:
+            return self.floor_gbps
+        return floor_for(nodes, self.node_floors, self.floor_gbps)
+
+
+def fabric_thresholds(fabric: "FabricConfig", gres_of: Mapping[str, Optional[str]]) -> Thresholds:
+    """The thresholds of `[fabric]`, with the per-model floors of the nodes in `gres_of`
+    ({node: its Gres= as scontrol shows it})."""
+    return Thresholds(fabric.busbw_floor_gbps, fabric.median_ratio_fail, fabric.rail_floor_gbps,
+                      node_floors(gres_of, parse_floors(fabric.floors), fabric.busbw_floor_gbps))
 
 
 class Job(NamedTuple):
@@ -139,8 +159,9 @@ def failure(result: JobResult, thresholds: Thresholds, median: Optional[float]) 
     busbw = result.busbw_gbps
     if busbw is None:
         return "no bus bandwidth"
-    if thresholds.floor_gbps and busbw < thresholds.floor_gbps:
-        return f"busbw={busbw:.1f}<{thresholds.floor_gbps:g}"
+    floor = thresholds.floor_for(result.job.nodes)
+    if floor and busbw < floor:
+        return f"busbw={busbw:.1f}<{floor:g}"
     if median and busbw < thresholds.median_ratio_fail * median:
         return f"busbw={busbw:.1f}<{thresholds.median_ratio_fail:g}*median={median:.1f}"
     for rail in result.rails:

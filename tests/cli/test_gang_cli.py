@@ -123,13 +123,20 @@ def test_gang_cli_privileged_side_drains_names_the_job_and_requeues_last(tmp_pat
     bin_dir = stand_ins(tmp_path, "gpu-a,gpu-b,gpu-c,gpu-d")
     (bin_dir / "scontrol").write_text(SCONTROL)
     (tmp_path / "fabric.scenario").write_text("node.gpu-c.busbw_gbps = 41.2\n")
+    (tmp_path / "textfile").mkdir()
     config = Config(scontrol=str(bin_dir / "scontrol"), state_dir=str(tmp_path / "state"), journal=False,
                     history_file=str(tmp_path / "history.jsonl"), drain=DrainConfig(max_fraction=0.5),
+                    metrics_file=str(tmp_path / "textfile" / "gpu_healthcheck.prom"),
                     fabric=FabricConfig(srun=str(bin_dir / "srun"), nccl_tests=str(fakegpu),
                                         busbw_floor_gbps=100.0, gang_timeout_s=60.0))
     environ = {"SLURM_JOB_ID": "12", "FAKEGPU_FABRIC": str(tmp_path / "fabric.scenario"), "PATH": os.environ["PATH"]}
     out, err = io.StringIO(), io.StringIO()
     assert gang(GangRequest(act=True), config, environ, out, err) == 2, err.getvalue()
+    prom = (tmp_path / "textfile" / "gpu_healthcheck_gang.prom").read_text()
+    assert 'gpu_healthcheck_gang_outcome{outcome="failed"} 1' in prom
+    assert 'gpu_healthcheck_gang_node_outcome{node="gpu-c",outcome="bad"} 1' in prom
+    assert 'gpu_healthcheck_gang_busbw_gbps{node="gpu-c",partner="gpu-d"} 41.2' in prom
+    assert "gpu_healthcheck_gang_job_nodes 4" in prom
     calls = (bin_dir / "calls.log").read_text().splitlines()
     drains = [i for i, c in enumerate(calls) if c.startswith("update NodeName=gpu-c State=DRAIN")]
     comment = [i for i, c in enumerate(calls) if c.startswith("update JobId=12 AdminComment=gpu-healthcheck: gang: gpu-c ")]
@@ -142,3 +149,57 @@ def test_gang_cli_privileged_side_drains_names_the_job_and_requeues_last(tmp_pat
     # once per job run on a node: a second trigger measures nothing and drains nothing
     assert gang(GangRequest(act=True), config, environ, io.StringIO(), err) == 0
     assert "measured on this node already" in err.getvalue()
+
+
+@pytest.mark.parametrize("bad", ["gpu-a", "gpu-b", "gpu-c"])
+def test_gang_cli_three_nodes_name_the_slow_node_wherever_it_is(tmp_path, fakegpu, bad) -> None:
+    """Three nodes through the fake nccl-tests: the slow node in the only pair (gpu-a, gpu-b) is
+    found by running each with the odd one out; the odd one out by the pair's two nodes."""
+    code, out, _ = run(tmp_path, fakegpu, "gpu-a,gpu-b,gpu-c", f"node.{bad}.busbw_gbps = 41.2\n")
+    assert code == 2, out
+    assert f"gpu-healthcheck: gang: {bad} is bad: busbw=41.2<100 with every partner (" in out
+    assert out.count(" is bad: ") == 1
+
+
+def test_gang_cli_two_nodes_name_both_suspects_and_drain_nothing(tmp_path, fakegpu) -> None:
+    code, out, _ = run(tmp_path, fakegpu, "gpu-a,gpu-b", "node.gpu-b.busbw_gbps = 41.2\n", as_json=True)
+    doc = json.loads(out)
+    assert code == 2 and doc["outcome"] == "unknown" and doc["bad"] == []
+    assert [s["node"] for s in doc["suspects"]] == ["gpu-a", "gpu-b"]
+
+
+SCONTROL_MODELS = r"""#!/bin/sh
+case "$*" in
+  "show job 12") echo 'JobId=12 JobName=train UserId=alice(1001) JobState=RUNNING Requeue=1 Restarts=0 NodeList=gpu-a,gpu-b,gpu-c,gpu-d';;
+  "-o show nodes gpu-a,gpu-b,gpu-c,gpu-d")
+    for n in gpu-a gpu-b gpu-c gpu-d; do
+      echo "NodeName=$n Arch=x86_64 Gres=gpu:h100:8(S:0-1) State=ALLOCATED Partitions=gpu"
+    done;;
+  *) echo "unexpected: $*" >&2; exit 1;;
+esac
+"""
+
+
+def test_gang_cli_per_model_floor_from_the_job_nodes_gres(tmp_path, fakegpu) -> None:
+    """[fabric] floors for h100: one `scontrol -o show nodes` of the job's own nodes gives each
+    its model, and a node at 300 GB/s, above busbw_floor_gbps, fails the H100 floor."""
+    bin_dir = stand_ins(tmp_path, "gpu-a,gpu-b,gpu-c,gpu-d")
+    (bin_dir / "scontrol").write_text(SCONTROL_MODELS)
+    (tmp_path / "fabric.scenario").write_text("node.gpu-b.busbw_gbps = 300\n")
+    fabric = FabricConfig(srun=str(bin_dir / "srun"), nccl_tests=str(fakegpu), busbw_floor_gbps=100.0,
+                          floors=("H100:busbw_gbps=360",), gang_timeout_s=60.0)
+    config = Config(scontrol=str(bin_dir / "scontrol"), state_dir=str(tmp_path / "state"), journal=False,
+                    fabric=fabric)
+    environ = {"SLURM_JOB_ID": "12", "SLURM_PROCID": "0", "FAKEGPU_FABRIC": str(tmp_path / "fabric.scenario"),
+               "PATH": os.environ["PATH"]}
+    out, err = io.StringIO(), io.StringIO()
+    assert gang(GangRequest(), config, environ, out, err) == 2, (out.getvalue(), err.getvalue())
+    assert "gpu-healthcheck: gang: gpu-b is bad: busbw=300.0<360 with every partner" in out.getvalue()
+    # without the floors the same run passes: 300 is above busbw_floor_gbps, and no show nodes is called
+    out = io.StringIO()
+    assert gang(GangRequest(), config._replace(fabric=fabric._replace(floors=())), environ, out, err) == 0
+    # slurmctld not answering about the nodes: could not run, nothing judged
+    (bin_dir / "scontrol").write_text(SCONTROL_MODELS.replace('"-o show nodes gpu-a,gpu-b,gpu-c,gpu-d")', '"never")'))
+    out = io.StringIO()
+    assert gang(GangRequest(), config, environ, out, err) == 3
+    assert "cannot read the nodes' GPU models for [fabric] floors" in out.getvalue()

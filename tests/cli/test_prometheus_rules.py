@@ -66,3 +66,28 @@ def test_prometheus_repair_metrics_pass_promtool_check_metrics():
     assert "gpu_healthcheck_repair_state{" in text and "gpu_healthcheck_gpu_repairs{" in text
     done = promtool("check", "metrics", input=text)
     assert done.returncode == 0 and not done.stdout.strip(), done.stdout + done.stderr
+
+
+def test_prometheus_fabric_and_gang_metrics_pass_promtool_check_metrics():
+    """The fabric sweep's and the gang check's textfiles (act/sweeprecord.py, act/gangrecord.py)
+    as node_exporter would serve them: promtool's lint finds nothing, and each family is there."""
+    from healthcheck.act.gangrecord import metrics_text as gang_text
+    from healthcheck.act.sweeprecord import metrics_text as sweep_text
+    from healthcheck.decide.gang import GangPlan
+    from healthcheck.decide.sweep import (Job, JobResult, NodeOutcome, SweepOutcome, SweepReport,
+                                          Thresholds)
+
+    plan = GangPlan(["gpu-a", "gpu-b", "gpu-c"], Thresholds(100.0))
+    jobs = plan.next_jobs()
+    while jobs:
+        plan.record([JobResult(j, 41.2 if "gpu-a" in j.nodes else 380.0) for j in jobs])
+        jobs = plan.next_jobs()
+    gang = gang_text(plan.result(), ["gpu-a", "gpu-b", "gpu-c"], 1795978862.5, plan.recorded)
+    assert 'gpu_healthcheck_gang_node_outcome{node="gpu-a",outcome="bad"} 1' in gang
+    results = (JobResult(Job(("gpu-c", "gpu-d"), "pair", 1), 41.2),)
+    report = SweepReport("S1", SweepOutcome((NodeOutcome("gpu-c", "bad", 41.2, ("gpu-a",), "x"),), 3, 8,
+                                            380.0, results), {}, {})
+    for text, families in ((gang, 8), (sweep_text(report, 1795978862.5), 5)):
+        assert len(re.findall(r"^# TYPE ", text, re.M)) == families, text
+        done = promtool("check", "metrics", input=text)
+        assert done.returncode == 0 and not done.stdout.strip(), done.stdout + done.stderr

@@ -16,6 +16,7 @@ from tests.lib.gpucluster import GpuCluster, require_slurm
 pytestmark = pytest.mark.slurm
 
 NODES = [f"gpu-{c}" for c in "abcde"]
+GRES_TYPES = {"gpu-a": "h100", "gpu-b": "h100", "gpu-c": "a100", "gpu-d": "a100", "gpu-e": "a100"}
 FABRIC = ('[fabric]\nbusbw_floor_gbps = 100.0\ntasks_per_node = 2\ngang_timeout_s = 60\n'
           'gang_bytes = 268435456\n')
 SCRIPT = """#!/bin/sh
@@ -31,9 +32,11 @@ def gang_cluster(tmp_path_factory, fakegpu):
     wd = tmp_path_factory.mktemp("gang")
     # gpu-c (slow) is taken first, gpu-e (the spare) last: the 4-node job gets gpu-c, its
     # requeued run gpu-e in its place
+    # gpu-a and gpu-b are H100 nodes, the rest A100 (slurm.conf Gres=gpu:TYPE:8, gres.conf Type=):
+    # the per-model floors' case reads them back from slurmctld
     c = GpuCluster(wd, fakegpu, nodes=NODES, scripts=False, max_fraction=0.5,
                    weights={"gpu-a": 5, "gpu-b": 5, "gpu-c": 1, "gpu-d": 5, "gpu-e": 20},
-                   plugstack="run=report allow_gang=yes")
+                   plugstack="run=report allow_gang=yes", gres_types=GRES_TYPES)
     fabric = FABRIC + f'nccl_tests = "{fakegpu}"\n'  # root's config names the programs
     for node in NODES:
         path = wd / "config" / f"{node}.toml"
@@ -139,3 +142,55 @@ def test_gang_spank_option_checks_before_the_script_and_requeues_without_the_slo
     finally:
         if c.drained("gpu-c"):
             c.cluster.resume("gpu-c")
+
+
+def test_gang_three_nodes_with_the_slow_one_in_the_only_pair_drain_it(gang_cluster) -> None:
+    """A 3-node job of gpu-a, gpu-c (slow) and gpu-d: the pair (gpu-a, gpu-c) fails and gpu-d is
+    the odd one out, so no pair passed; each node in doubt then runs with gpu-d, and gpu-c, failing
+    with gpu-a and gpu-d, is drained (--no-requeue: the job then ends at `|| exit 1`; the
+    requeue is the 4-node case's)."""
+    c = gang_cluster
+    job = c.cluster.sbatch(["-N3", "-x", "gpu-b,gpu-e", "--no-requeue"],
+                           SCRIPT.format(gang=c.wd / "bin" / "gpu-healthcheck"))
+    try:
+        reason = _wait_drained(c, "gpu-c", job)
+        assert reason.startswith("gpu-healthcheck: fabric busbw=41.2<100 partners=gpu-a,gpu-d "), reason
+        info = c.cluster.wait_job(job, states=("FAILED", "COMPLETED"), timeout=90)
+        out = _output(c, job)
+        assert info["JobState"] == "FAILED" and info["NodeList"] == "gpu-a,gpu-c,gpu-d", (info, out)
+        assert "gpu-healthcheck: gang: gpu-c is bad: busbw=41.2<100 with every partner (gpu-a,gpu-d)" in out, out
+        assert "work done" not in out, out
+        assert [n for n in NODES if c.drained(n)] == ["gpu-c"]
+    finally:
+        if c.drained("gpu-c"):
+            c.cluster.resume("gpu-c")
+
+
+def test_gang_per_model_floors_come_from_the_jobs_nodes_gres(gang_cluster, tmp_path) -> None:
+    """The job's user sets [fabric] floors: h100 360, a100 30.  gpu-b runs at 300 GB/s: a job of
+    the two H100 nodes fails their floor (two nodes: no node named, nothing drained), a job of an
+    H100 and an A100 node is held to the A100's floor and passes."""
+    c = gang_cluster
+    user = c.wd / "user.toml"
+    floors = tmp_path / "floors.toml"
+    floors.write_text(user.read_text() + 'floors = ["h100:busbw_gbps=360", "A100:busbw_gbps=30"]\n')
+    floors.chmod(0o644)
+    os.chmod(tmp_path, 0o755)
+    scenario = c.wd / "fabric.scenario"
+    scenario.write_text(scenario.read_text() + "node.gpu-b.busbw_gbps = 300\n")
+    script = SCRIPT.format(gang=c.wd / "bin" / "gpu-healthcheck").replace(
+        "#!/bin/sh\n", f"#!/bin/sh\nexport GPU_HEALTHCHECK_CONFIG={floors}\n", 1)
+    try:
+        h100s = c.cluster.sbatch(["-N2", "-w", "gpu-a,gpu-b"], script)
+        mixed = c.cluster.sbatch(["-N2", "-w", "gpu-b,gpu-d"], script)
+        info = c.cluster.wait_job(h100s, states=("FAILED", "COMPLETED"), timeout=120)
+        out = _output(c, h100s)
+        assert info["JobState"] == "FAILED", (info, out)
+        assert f"gang: job {h100s}: 2 nodes failed: busbw=300.0<360" in out, out
+        assert "suspects: gpu-a,gpu-b; nothing drained" in out, out
+        info = c.cluster.wait_job(mixed, states=("FAILED", "COMPLETED"), timeout=120)
+        out = _output(c, mixed)
+        assert info["JobState"] == "COMPLETED" and f"gang: job {mixed}: 2 nodes passed, busbw 300.0 GB/s" in out, out
+        assert not any(c.drained(n) for n in NODES), [c.reason(n) for n in NODES]
+    finally:
+        scenario.write_text("node.gpu-c.busbw_gbps = 41.2\n")

@@ -40,6 +40,15 @@ def test_env_names_the_file(tmp_path):
     ("[checks]\ndisabled = 'xid'", "checks.disabled"),
     ("drain = 3", "drain"),
     ("[thresholds]\nretired_page = 3", "thresholds.retired_page"),
+    ("[fabric]\nfloors = 'h100:busbw_gbps=360'", "fabric.floors"),
+    ("[fabric]\nfloors = ['h100=360']", "fabric.floors"),
+    ("[fabric]\nfloors = ['h100:busbw=360']", "fabric.floors"),
+    ("[fabric]\nfloors = ['h100:busbw_gbps=fast']", "fabric.floors"),
+    ("[fabric]\nfloors = ['h100:busbw_gbps=0']", "fabric.floors"),
+    ("[fabric]\nfloors = ['h100:busbw_gbps=nan']", "fabric.floors"),
+    ("[fabric]\nfloors = ['gpu:h100:busbw_gbps=360']", "fabric.floors"),
+    ("[fabric]\nfloors = ['h100:busbw_gbps=360', 'H100:busbw_gbps=300']", "fabric.floors"),
+    ("[fabric]\nfloors = [360]", "fabric.floors"),
 ])
 def test_wrong_key_or_type_names_file_and_key(text, key):
     with pytest.raises(ConfigError) as err:

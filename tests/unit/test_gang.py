@@ -9,7 +9,7 @@ import pytest
 from hypothesis import given, settings, strategies as st
 
 from healthcheck.decide.gang import (FAILED, PASSED, SINGLE, UNKNOWN, GangPlan, gang_reason, job_lines,
-                                     parse_show_job, valid_job_id)
+                                     judge_pairs, parse_show_job, suspects, valid_job_id)
 from healthcheck.decide.sweep import BAD, Job, JobResult, NodeOutcome, Thresholds
 from healthcheck.read.slurmconf import expand_hostlist
 
@@ -60,18 +60,92 @@ def test_gang_one_node_runs_nothing() -> None:
     assert job_lines(result, "7", 1 << 28, {}) == ["gpu-healthcheck: gang: job 7 has one node: nothing to check"]
 
 
-def test_gang_three_nodes_with_the_bad_one_in_the_first_pair_names_no_node() -> None:
-    result, _ = run(["gpu-a", "gpu-b", "gpu-c"], slow({"gpu-a"}))
-    assert result.outcome == UNKNOWN and result.bad == ()  # no known-good node to partner with
-    result, _ = run(["gpu-a", "gpu-b", "gpu-c"], slow({"gpu-c"}))
-    assert [n.node for n in result.bad] == ["gpu-c"]
+def hang(bad: Set[str]) -> Callable[[Job], JobResult]:
+    return lambda job: (JobResult(job, None, "hang: ended by its time limit") if set(job.nodes) & bad
+                        else JobResult(job, HEALTHY))
 
 
-def test_gang_two_nodes_cannot_tell_which_and_drains_nothing() -> None:
-    result, _ = run(["gpu-a", "gpu-b"], slow({"gpu-b"}))
+@pytest.mark.parametrize("count,position", [(c, p) for c in (3, 4, 5) for p in range(c)])
+@pytest.mark.parametrize("fault", ["slow", "hang"])
+def test_gang_one_bad_node_is_named_in_every_position(count: int, position: int, fault: str) -> None:
+    """3, 4 and 5 nodes, the bad one first, in the middle, last or the odd one out: it alone is
+    named, with two known-good partners of the job, and no other node is blamed."""
+    nodes = [f"gpu-{c}" for c in "abcde"[:count]]
+    culprit = nodes[position]
+    result, ran = run(nodes, slow({culprit}) if fault == "slow" else hang({culprit}))
+    assert result.outcome == FAILED, result.why
+    [bad] = result.bad
+    assert bad.node == culprit and len(set(bad.partners)) == 2 and culprit not in bad.partners
+    assert bad.why == ("busbw=41.2<100" if fault == "slow" else "hang: ended by its time limit")
+    assert all(n.outcome in ("pass", "transient") for n in result.others), result.others
+    # the whole run, the pairs, then the partner (or cross) rounds
+    assert len(ran) <= (4 if count in (3, 4) else 6)
+    line = job_lines(result, "12", 256 << 20, {culprit: "drained"})[1]
+    assert line.startswith(f"gpu-healthcheck: gang: {culprit} is bad: ")
+
+
+def test_gang_three_nodes_bad_in_the_only_pair_is_found_through_the_odd_node() -> None:
+    """gpu-a bad: (a,b) fails and c was odd, so no pair passed; a then runs with c (fails) and
+    b with c (passes): b and c are good, and a failed with both."""
+    result, ran = run(["gpu-a", "gpu-b", "gpu-c"], slow({"gpu-a"}))
+    assert [n.node for n in result.bad] == ["gpu-a"] and set(result.bad[0].partners) == {"gpu-b", "gpu-c"}
+    assert [[j.nodes for j in r] for r in ran[1:]] == [[("gpu-a", "gpu-b")], [("gpu-a", "gpu-c")],
+                                                        [("gpu-b", "gpu-c")]]
+    assert [j.kind for r in ran[2:] for j in r] == ["cross", "cross"]
+    others = {n.node: n for n in result.others}
+    assert others["gpu-b"].outcome == "transient" and others["gpu-c"].outcome == "transient"
+
+
+@pytest.mark.parametrize("position", [0, 1])
+def test_gang_two_nodes_cannot_tell_which_names_both_suspects_and_drains_nothing(position: int) -> None:
+    nodes = ["gpu-a", "gpu-b"]
+    result, ran = run(nodes, slow({nodes[position]}))
     assert result.outcome == UNKNOWN and result.bad == ()
-    assert "two nodes" in result.why
-    assert job_lines(result, "7", 1 << 28, {})[-1].endswith("nothing drained")
+    assert "two nodes" in result.why and len(ran) == 2  # the whole run, the pair again: no third node
+    assert suspects(result) == nodes
+    assert job_lines(result, "13", 1 << 28, {}) == [  # as docs/network.md shows them
+        "gpu-healthcheck: gang: job 13: 2 nodes failed: busbw=41.2<100 (busbw 41.2 GB/s at 256 MiB)",
+        "gpu-healthcheck: gang: no node named: busbw=41.2<100; with two nodes there is no third to tell "
+        "which one it is; suspects: gpu-a,gpu-b; nothing drained"]
+
+
+def test_gang_three_nodes_two_bad_every_pair_fails_names_none_and_says_so() -> None:
+    """Every pair failing leaves no known-good node: the evidence cannot tell, so no node is
+    named (draining one would be a guess), and the job's output names the suspects."""
+    result, _ = run(["gpu-a", "gpu-b", "gpu-c"], slow({"gpu-a", "gpu-b"}))
+    assert result.outcome == UNKNOWN and result.bad == ()
+    assert suspects(result) == ["gpu-a", "gpu-b", "gpu-c"]
+    assert "cannot tell" in result.why
+    assert "suspects: gpu-a,gpu-b,gpu-c; nothing drained" in job_lines(result, "7", 1 << 28, {})[-1]
+
+
+def test_gang_three_nodes_a_failure_of_one_pair_only_drains_nothing() -> None:
+    """(a,b) fails together, yet each passes with c: a fault of the pair (their path), not of
+    a node: both are transient, none is drained."""
+    def pair_fault(job: Job) -> JobResult:
+        return JobResult(job, 41.2 if {"gpu-a", "gpu-b"} <= set(job.nodes) else HEALTHY)
+
+    result, _ = run(["gpu-a", "gpu-b", "gpu-c"], pair_fault)
+    assert result.bad == () and result.outcome == UNKNOWN
+    assert {n.node: n.outcome for n in result.others} == {"gpu-a": "transient", "gpu-b": "transient",
+                                                           "gpu-c": "pass"}
+
+
+def test_gang_judge_pairs_needs_known_good_partners() -> None:
+    """The evidence, judged together and in any order: a node is bad only after failing with
+    `partners` different nodes that passed a pair."""
+    def res(a: str, b: str, figure: float) -> JobResult:
+        return JobResult(Job((a, b), "cross", 1), figure)
+
+    runs = [res("a", "b", 41.2), res("a", "c", 41.2), res("b", "c", HEALTHY)]
+    for order in (runs, runs[::-1]):
+        judged = judge_pairs(["a", "b", "c"], order, FLOOR, None, 2)
+        assert judged["a"].outcome == "bad" and set(judged["a"].partners) == {"b", "c"}
+    judged = judge_pairs(["a", "b", "c"], runs, FLOOR, None, 3)
+    assert judged["a"].outcome == "unknown" and "2 known-good node(s) (b,c), 3 needed" in judged["a"].why
+    judged = judge_pairs(["a", "b", "c"], runs[:2], FLOOR, None, 2)
+    assert {n.outcome for n in judged.values()} == {"unknown"}
+    assert "no known-good node to tell" in judged["a"].why
 
 
 def test_gang_without_a_floor_a_slow_whole_run_passes_but_an_nccl_error_fails() -> None:
@@ -163,8 +237,24 @@ def test_gang_one_bad_node_is_named_alone_and_no_healthy_node_ever_is(n: int, ba
     nodes = [f"gpu-{i:02d}" for i in range(n)]
     culprit = nodes[bad % n]
     result, ran = run(nodes, slow({culprit}))
-    assert [b.node for b in result.bad] in ([culprit], [] if n == 3 else [culprit])
+    assert [b.node for b in result.bad] == [culprit]
     # whole, pairs, then partner rounds: two, or more where an odd node out waits for partners
-    assert len(ran) <= (4 if n % 2 == 0 else 6)
+    assert len(ran) <= (4 if n % 2 == 0 or n == 3 else 6)
     healthy, _ = run(nodes, slow(set()))
     assert healthy.outcome == PASSED and healthy.bad == ()
+
+
+@settings(max_examples=80, deadline=None)
+@given(n=st.integers(min_value=2, max_value=9), bad=st.sets(st.integers(min_value=0, max_value=8), max_size=3),
+       fault=st.sampled_from(["slow", "hang"]))
+def test_gang_never_names_a_healthy_node_whatever_is_bad(n: int, bad: Set[int], fault: str) -> None:
+    """Any number of bad nodes in any positions: every node named is one of them (no false
+    drain), and a single bad node among three or more is always named."""
+    nodes = [f"gpu-{i}" for i in range(n)]
+    culprits = {nodes[i] for i in bad if i < n}
+    result, _ = run(nodes, slow(culprits) if fault == "slow" else hang(culprits))
+    assert {b.node for b in result.bad} <= culprits
+    if len(culprits) == 1 and n >= 3:
+        assert [b.node for b in result.bad] == sorted(culprits)
+    if not culprits:
+        assert result.outcome == PASSED
