@@ -93,8 +93,10 @@ def test_fabric_sweep_pair_that_fails_once_drains_nothing(tmp_path: Path, fakegp
         assert done.returncode == 0, done.stdout + done.stderr
         # every job also ran ib_write_bw --use_cuda on each rail, client on its first node
         jobs = json.loads(done.stdout)["jobs_run"]
-        assert all([(r["node"], r["hca"], r["gbps"]) for r in j["rails"]] ==
-                   [(j["nodes"][0], "mlx5_0", 392.0), (j["nodes"][0], "mlx5_1", 392.0)] for j in jobs), jobs
+        assert all([(r["node"], r["hca"]) for r in j["rails"]] ==
+                   [(j["nodes"][0], "mlx5_0"), (j["nodes"][0], "mlx5_1")] for j in jobs), json.dumps(jobs)
+        # a rail run a loaded machine cut short says why; every other one measured 392 Gb/s
+        assert all(r["gbps"] == 392.0 for j in jobs for r in j["rails"] if not r.get("problem")), json.dumps(jobs)
         nodes = outcomes(done)
         assert {n for n, v in nodes.items() if v["outcome"] == "transient"} == {"gpu-e", "gpu-f"}
         assert nodes["gpu-e"]["why"].startswith("wrong=1; passed with ")

@@ -150,9 +150,14 @@ def test_gang_three_nodes_with_the_slow_one_in_the_only_pair_drain_it(gang_clust
     with gpu-a and gpu-d, is drained (--no-requeue: the job then ends at `|| exit 1`; the
     requeue is the 4-node case's)."""
     c = gang_cluster
+    if c.drained("gpu-c"):  # an earlier case's drain (its requeued job may have drained it again)
+        c.cluster.resume("gpu-c")
+    c.cluster.wait_node("gpu-c", lambda info: "DRAIN" not in info.get("State", ""), 30)
     job = c.cluster.sbatch(["-N3", "-x", "gpu-b,gpu-e", "--no-requeue"],
                            SCRIPT.format(gang=c.wd / "bin" / "gpu-healthcheck"))
     try:
+        # this job's drain, not an earlier case's
+        c.cluster.wait_node("gpu-c", lambda info: f" job={job}" in (info.get("Reason") or ""), 90)
         reason = _wait_drained(c, "gpu-c", job)
         assert reason.startswith("gpu-healthcheck: fabric busbw=41.2<100 partners=gpu-a,gpu-d "), reason
         info = c.cluster.wait_job(job, states=("FAILED", "COMPLETED"), timeout=90)

@@ -107,7 +107,10 @@ def test_a_hung_nvidia_smi_pm_1_cannot_keep_health_check_program_past_slurmds_ki
     left_off = [m for m in messages if "is left OFF" in m]
     assert left_off and "no answer within" in left_off[0], messages
     [attempt] = ledger(c, "gpu-a")
-    assert attempt["outcome"] in ("resumed", "passed", "reset") or attempt["outcome"].startswith("still_failing"), attempt
+    # the validation after the reset may be cut short by act_budget_s on a loaded machine: then
+    # it is unvalidated (never still_failing, never an RMA step), as trust.md says
+    assert (attempt["outcome"] in ("resumed", "passed", "reset")
+            or attempt["outcome"].startswith(("still_failing", "unvalidated"))), attempt
     assert comment(c, "gpu-a") == ""  # the claim released before the run ended
 
 

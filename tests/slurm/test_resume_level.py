@@ -116,7 +116,8 @@ def test_deep_drain_is_not_undone_by_the_health_check_programs_quick_pass(hc_clu
     _wait_health_checks(c, time.time(), 1)
     assert c.drained("gpu-a")
     doc = _deep_act(c)
-    assert doc["verdict"] == "pass" and doc["action"]["taken"] == "resume", doc["action"]
+    # a warn (a figure near its sibling's ratio on a loaded machine) resumes as a pass does
+    assert doc["verdict"] in ("pass", "warn") and doc["action"]["taken"] == "resume", (doc["action"], doc["findings"])
     assert not c.drained("gpu-a")
 
 
