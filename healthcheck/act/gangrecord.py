@@ -26,7 +26,7 @@ from typing import TYPE_CHECKING, Dict, List, Optional, Sequence, Tuple
 from ..decide.gang import FAILED, PASSED, SINGLE, UNKNOWN
 from ..decide.sweep import BAD, PASS, TRANSIENT
 from ..decide.sweep import UNKNOWN as NODE_UNKNOWN
-from .sweeprecord import _labels, _value
+from .sweeprecord import _labels, _value, pair_samples
 
 if TYPE_CHECKING:
     from ..decide.gang import GangResult
@@ -38,16 +38,6 @@ NODE_OUTCOMES = (BAD, TRANSIENT, NODE_UNKNOWN, PASS)
 FILE_NAME = "gpu_healthcheck_gang.prom"
 
 Samples = List[Tuple[Dict[str, str], float]]
-
-
-def pair_samples(results: Sequence["JobResult"]) -> Samples:
-    last: Dict[Tuple[str, str], float] = {}
-    for result in results:
-        if result.busbw_gbps is None or len(result.job.nodes) != 2 or result.job.kind == "gang":
-            continue
-        a, b = result.job.nodes
-        last[(a, b)] = last[(b, a)] = result.busbw_gbps
-    return [({"node": n, "partner": p}, v) for (n, p), v in sorted(last.items())]
 
 
 def metrics_text(result: Optional["GangResult"], nodes: Sequence[str], now: float,

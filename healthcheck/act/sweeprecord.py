@@ -21,7 +21,7 @@ from ..text import iso_utc
 
 if TYPE_CHECKING:
     from ..model import LogEvent
-    from ..decide.sweep import SweepReport
+    from ..decide.sweep import JobResult, SweepReport
 
 
 def history_record(report: "SweepReport", events: Sequence["LogEvent"], now: float) -> Dict[str, Any]:
@@ -48,9 +48,15 @@ def history_record(report: "SweepReport", events: Sequence["LogEvent"], now: flo
 
 
 def busbw_samples(report: "SweepReport") -> List[Tuple[Dict[str, str], float]]:
+    return pair_samples(report.outcome.results if report.outcome else ())
+
+
+def pair_samples(results: Sequence["JobResult"]) -> List[Tuple[Dict[str, str], float]]:
+    """The last bus bandwidth of each pair that ran (both ways round), for the sweep's textfile
+    and the gang check's."""
     last: Dict[Tuple[str, str], float] = {}
-    for result in report.outcome.results if report.outcome else ():
-        if result.busbw_gbps is None or len(result.job.nodes) != 2:
+    for result in results:
+        if result.busbw_gbps is None or len(result.job.nodes) != 2 or result.job.kind == "gang":
             continue
         a, b = result.job.nodes
         last[(a, b)] = last[(b, a)] = result.busbw_gbps
