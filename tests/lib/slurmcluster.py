@@ -331,6 +331,21 @@ def _proc_cwd(pid: int) -> str:
         return ""
 
 
+def _cwd_within(pid: int, workdir: Path) -> bool:
+    """Whether the process works in `workdir` or below it, on the same filesystem.  The path
+    alone is not enough: the Slurm matrix runs each version in a mount namespace of its own
+    with a fresh /tmp (tests/slurmroot/run), so two versions running the same test at once have
+    the same tmp_path, and /proc/PID/cwd shows the other root's slurmstepd under our path;
+    the device of the directory itself tells them apart."""
+    cwd = _proc_cwd(pid)
+    if not (cwd + "/").startswith(str(workdir) + "/"):
+        return False
+    try:
+        return os.stat("/proc/%d/cwd" % pid).st_dev == os.stat(workdir).st_dev
+    except OSError:
+        return False
+
+
 def _all_pids() -> List[int]:
     return [int(p) for p in os.listdir("/proc") if p.isdigit()]
 
@@ -871,14 +886,12 @@ class SlurmCluster:
         tag = ("%s=%s" % (TAG_VAR, self.cluster_id)).encode()
         me = os.getpid()
         roots = {p.pid for p in self.procs.values()} | set(self._known_pids)
-        workdir = str(self.workdir) + "/"
         for pid in _all_pids():
             if pid == me:
                 continue
             if tag in _proc_env(pid).split(b"\0"):
                 roots.add(pid)
-            elif (_proc_cmdline(pid).startswith("slurmstepd")
-                  and (_proc_cwd(pid) + "/").startswith(workdir)):
+            elif _proc_cmdline(pid).startswith("slurmstepd") and _cwd_within(pid, self.workdir):
                 # Slurm 24.11's slurmstepd shows an empty environment (its process title
                 # overwrites it) and is reparented to init; it keeps slurmd's cwd, our workdir.
                 roots.add(pid)

@@ -98,7 +98,7 @@ def test_fabric_sweep_pair_that_fails_once_drains_nothing(tmp_path: Path, fakegp
         # a rail run a loaded machine cut short says why; every other one measured 392 Gb/s
         assert all(r["gbps"] == 392.0 for j in jobs for r in j["rails"] if not r.get("problem")), json.dumps(jobs)
         nodes = outcomes(done)
-        assert {n for n, v in nodes.items() if v["outcome"] == "transient"} == {"gpu-e", "gpu-f"}
+        assert {n for n, v in nodes.items() if v["outcome"] == "transient"} == {"gpu-e", "gpu-f"}, done.stdout
         assert nodes["gpu-e"]["why"].startswith("wrong=1; passed with ")
         assert not [n for n in NODES if c.drained(n)]
         assert (tmp_path / "fabric.scenario.state").read_text() == "gpu-e,gpu-f\n"  # it did fail once

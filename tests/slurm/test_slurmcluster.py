@@ -12,6 +12,7 @@ junit properties: cluster start, requeue delay after a prolog failure.
 from __future__ import annotations
 
 import os
+import subprocess
 import time
 from pathlib import Path
 
@@ -376,3 +377,33 @@ def test_without_nohold_the_job_is_held(env):
     assert info["JobState"] == "PENDING"
     assert "held" in info["Reason"].lower() or info["Priority"] == "0"
     assert c.node_reason("gpu-a") == "Prolog error"
+
+
+@pytest.mark.slurm
+@pytest.mark.skipif(os.geteuid() != 0, reason="needs root, for a mount namespace of its own")
+def test_another_roots_slurmstepd_under_the_same_path_is_not_ours(tmp_path):
+    """The Slurm matrix runs each version in a mount namespace with a fresh /tmp, so two
+    versions running the same test at once share tmp_path; one's teardown once SIGKILLed the
+    other's job (26.05: RaisedSignal:9).  A slurmstepd whose cwd shows our workdir's path on
+    another filesystem is not ours; one in the workdir itself is."""
+    c = SlurmCluster(tmp_path / "cluster")
+    spool = c.workdir / "spool"
+    spool.mkdir(parents=True)
+    theirs = subprocess.Popen(
+        ["unshare", "-m", "--propagation", "private", "--", "bash", "-c",
+         f'mount -t tmpfs tmpfs "{c.workdir}" && mkdir "{spool}" && cd "{spool}" && '
+         'exec -a slurmstepd sleep 600'],
+        start_new_session=True)
+    ours = subprocess.Popen(["bash", "-c", "exec -a slurmstepd sleep 600"], cwd=str(spool),
+                            start_new_session=True)
+    try:
+        # both in their places: the path shows the same, the other one's tmpfs mounted
+        _wait(lambda: all(Path(f"/proc/{p.pid}/cmdline").read_bytes().startswith(b"slurmstepd")
+                          and os.readlink(f"/proc/{p.pid}/cwd") == str(spool) for p in (theirs, ours)),
+              30, "both slurmstepds in place")
+        found = c.our_processes()
+        assert ours.pid in found and theirs.pid not in found, found
+    finally:
+        for p in (theirs, ours):
+            p.kill()
+            p.wait(timeout=10)
