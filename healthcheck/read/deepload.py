@@ -11,7 +11,8 @@ calibration.  Every launch's output is compared on the device with its closed fo
 into that launch's own counter: the load never stops for a copy), so one wrong element in one
 launch is counted.  Every SAMPLE_S (100 ms) NVML gives the SM clock, power, temperature and
 the clocks event reasons: power and thermal throttling take seconds to show, and the trace
-says when each reason appeared.
+says when each reason appeared.  The trace keeps only readings taken while the GPU had work
+queued: one taken after a host stall let the queue run dry reads an idle GPU.
 """
 
 from __future__ import annotations
@@ -125,7 +126,12 @@ def sustained(d: Device, plan: Any, uuid: str, out: Dict[str, Any]) -> None:
             now = time.monotonic()
             if now >= next_sample:
                 reasons, clock, power, temp = nvml.sample_all()
-                trace.append([round(now - t0, 3), clock, power, temp, reasons])
+                # A reading counts only if the GPU was under load when it was taken: the newest
+                # launch queued before it has not ended since.  A host stall longer than the
+                # queue (DEPTH launches) lets the GPU idle, and an idle GPU's clocks (a few
+                # hundred MHz) and reasons say nothing of how it holds up under load.
+                if not d.ready(inflight[-1].end):
+                    trace.append([round(now - t0, 3), clock, power, temp, reasons])
                 next_sample = max(next_sample + SAMPLE_S, now)
             if d.ready(launch.end):
                 break

@@ -82,3 +82,24 @@ def test_wrong_answers_fail_only_that_gpu_with_action_rma(run):
     assert result.json["verdict"] == "fail"
     others = [r for r in result.json["deep"]["gpus"] if r["gpu"] != 4]
     assert all(r["wrong_elements"] == 0 for r in others)
+
+
+def test_a_reading_taken_after_a_host_stall_let_the_gpu_idle_is_not_counted_as_load(tmp_path, fakegpu):
+    """GPU 1's first SM clock read under load stalls on the host for 1 s (the fake's
+    nvml.clock_stall_s), longer than the queued work lasts, and answers for an idle GPU (345 MHz).
+    The trace keeps only readings taken while the GPU had work queued, so neither that reading nor
+    a warning from it counts: the sustained load ran at 1,980 MHz throughout."""
+    node = Node(tmp_path, fakegpu)
+    node.write_config("[deep]\nbandwidth_mib = 4\nduration_s = 2\n[dcgm]\nenabled = false\n")
+    result = node.run("--node", "--level", "deep", "--json", timeout=300,
+                      scenario="gpus = 2\ngpu.*.memory.total_mib = 24\ngpu.1.nvml.clock_stall_s = 1\n")
+    rows = {r["gpu"]: r for r in result.json["deep"]["gpus"]}
+    assert {s[1] for s in rows[1]["load_trace"]} == {1980}, rows[1]["load_trace"]
+    assert rows[1]["sm_clock_mhz"] == 1980 and rows[1]["load_s"] >= 2.0
+    # the stall is in the trace as a gap (from the load's start, where it comes first): a
+    # second without a reading
+    times = [0.0] + [s[0] for s in rows[1]["load_trace"]]
+    gaps = [b - a for a, b in zip(times, times[1:])]
+    assert max(gaps) >= 1.0, rows[1]["load_trace"]
+    assert not [f for f in result.json["findings"] if f["check"].startswith("deep.")], result.json["findings"]
+    assert result.rc == 0, result.stderr

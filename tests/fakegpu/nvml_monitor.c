@@ -157,6 +157,15 @@ nvmlReturn_t nvmlDeviceGetClockInfo(nvmlDevice_t device, nvmlClockType_t type, u
     /* running a kernel (the fake libcuda says so): graphics and SM clocks at their maximum,
      * or at half of it while gpu.N.perf.throttle_under_load holds them down */
     unsigned long long load = fg_load_reasons(idx);
+    /* gpu.N.nvml.clock_stall_s: the first SM clock read under load stalls on the host, as a
+     * caller descheduled that long would, and answers for the moment it returns (by then the
+     * work queued before it may have ended, and the GPU idles) */
+    static int stalled[FG_MAX_GPUS];
+    if (load && type == NVML_CLOCK_SM && g.nvml_clock_stall_s > 0 && idx < FG_MAX_GPUS &&
+        !__atomic_exchange_n(&stalled[idx], 1, __ATOMIC_SEQ_CST)) {
+        fg_sleep(g.nvml_clock_stall_s);
+        load = fg_load_reasons(idx);
+    }
     if (load && (type == NVML_CLOCK_GRAPHICS || type == NVML_CLOCK_SM) && g.clock_max_mhz[type] > 0)
         *clock = (unsigned int)g.clock_max_mhz[type] / ((load & ~(1ULL << 63)) ? 2 : 1);
     return NVML_SUCCESS;

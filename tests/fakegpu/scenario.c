@@ -581,6 +581,7 @@ static const gkey gpu_keys[] = {
     {"failing", K_UNSUP, G(failing), 0, 0, 0},
     {"failing.error", K_INT, G(failing_error), 0, 1, 999},
     {"nvml.hang_s", K_SECONDS, G(nvml_hang_s), 0, 0, 0},
+    {"nvml.clock_stall_s", K_SECONDS, G(nvml_clock_stall_s), 0, 0, 0},
     {"cuda.init_error", K_INT, G(cuda_init_error), 0, 0, INT_MAX},
     {"cuda.alloc_error", K_INT, G(cuda_alloc_error), 0, 0, INT_MAX},
     {"cuda.corrupt", K_BOOL, G(cuda_corrupt), 0, 0, 0},

@@ -98,6 +98,7 @@ typedef struct {
     uint64_t failing;                   /* same bits: these return failing_error */
     int failing_error;                  /* nvmlReturn_t; 0 = NVML_ERROR_TIMEOUT */
     double nvml_hang_s;
+    double nvml_clock_stall_s;          /* the first SM clock read under load blocks this long */
 
     int cuda_init_error, cuda_alloc_error, cuda_corrupt, cuda_crash;
     double cuda_hang_s;
