@@ -20,7 +20,7 @@ from __future__ import annotations
 import os
 import pwd
 import time
-from typing import Dict, List, Optional, Sequence, Tuple
+from typing import TYPE_CHECKING, Dict, List, Optional, Sequence, Tuple
 
 from ..config import Config
 from ..decide import fabricretest as fr
@@ -30,6 +30,9 @@ from ..decide.verdict import NodeState, is_fabric_reason, is_ours, with_our_comm
 from ..model import CRIT, ERR, NOTICE, WARNING, DoorError, LogEvent, Outcome
 from ..records import NamedTuple
 from ..text import iso_utc
+
+if TYPE_CHECKING:
+    from .scontrol import Scontrol
 
 # MAINT: slurmctld shows the node as in maintenance (sinfo `maint`) and accounts its time so;
 # FLEX: the partner jobs that ask for the reservation may also use the partners outside it
@@ -44,7 +47,7 @@ class Held(NamedTuple):
 
 
 class Retester:
-    def __init__(self, ctl: object, config: Config, sweep_id: str, collective: str,
+    def __init__(self, ctl: "Scontrol", config: Config, sweep_id: str, collective: str,
                  events: List[LogEvent], output_dir: str = "") -> None:
         self.ctl, self.config, self.sweep_id, self.collective = ctl, config, sweep_id, collective
         self.events, self.output_dir = events, output_dir
@@ -63,7 +66,7 @@ class Retester:
         self.events.append(LogEvent(kind, priority, f"fabric re-test of {node}: {message}", fields, outcome))
 
     def _node(self, name: str) -> Optional[NodeState]:
-        return next((n for n in self.ctl.show_nodes() if n.name == name), None)  # type: ignore[attr-defined]
+        return next((n for n in self.ctl.show_nodes() if n.name == name), None)
 
     # --- a killed sweep's leftovers -------------------------------------------------------
 
@@ -80,13 +83,13 @@ class Retester:
             found = True
             name = mark.reservation or fr.reservation_name(this.name)
             try:
-                plan = fr.recovery(this, self.ctl.reservation_exists(name))  # type: ignore[attr-defined]
+                plan = fr.recovery(this, self.ctl.reservation_exists(name))
                 if plan.drain:
-                    self.ctl.drain(this.name, fr.interrupted_reason(self.collective))  # type: ignore[attr-defined]
+                    self.ctl.drain(this.name, fr.interrupted_reason(self.collective))
                 if plan.mark:
                     self._mark(this, fr.waiting_mark(mark, iso_utc(time.time())) if plan.mark == "retest" else "")
                 if plan.delete_reservation:
-                    self.ctl.delete_reservation(name)  # type: ignore[attr-defined]
+                    self.ctl.delete_reservation(name)
             except DoorError as exc:
                 self._log("error", CRIT, this.name, f"the re-test sweep {mark.sweep or '?'} left it "
                                                     f"held ({name}), and it cannot be put back: {exc}")
@@ -99,7 +102,7 @@ class Retester:
         return found
 
     def _mark(self, this: NodeState, ours: str) -> None:
-        self.ctl.set_comment(this.name, with_our_comment(this.comment, ours))  # type: ignore[attr-defined]
+        self.ctl.set_comment(this.name, with_our_comment(this.comment, ours))
 
     # --- before the rounds ---------------------------------------------------------------
 
@@ -111,10 +114,10 @@ class Retester:
         assert mark is not None
         name = fr.reservation_name(this.name)
         try:
-            if self.ctl.reservation_exists(name):  # type: ignore[attr-defined]
+            if self.ctl.reservation_exists(name):
                 # one of ours an earlier sweep could not delete; the node is drained: it holds nothing
-                self.ctl.delete_reservation(name)  # type: ignore[attr-defined]
-            self.ctl.create_reservation(name, [this.name], self.user, FLAGS)  # type: ignore[attr-defined]
+                self.ctl.delete_reservation(name)
+            self.ctl.create_reservation(name, [this.name], self.user, FLAGS)
         except DoorError as exc:
             return f"awaiting a fabric re-test; its reservation {name} could not be made: {exc}"
         try:
@@ -123,14 +126,14 @@ class Retester:
             if now is None or not now.drained or job_running(now) \
                     or (now.reason, now.reason_time) != (this.reason, this.reason_time):
                 self._mark(this, fr.waiting_mark(mark, mark.at))
-                self.ctl.delete_reservation(name)  # type: ignore[attr-defined]
+                self.ctl.delete_reservation(name)
                 return f"changed since it was read (now: {now.state if now else 'gone'}, {now.reason if now else ''})"
         except DoorError as exc:
             # not resumed: drained as it was; a mark or reservation left behind is recovered
             return f"awaiting a fabric re-test; not held: {exc}"
         self.held[this.name] = Held(this.name, fr.clean_reason(this.reason), mark, name)
         try:
-            self.ctl.resume(this.name)  # type: ignore[attr-defined]
+            self.ctl.resume(this.name)
         except DoorError as exc:
             # maybe resumed (no answer): held either way; its jobs may not start, which the
             # partner round counts as no evidence
@@ -155,7 +158,7 @@ class Retester:
                 raise DoorError(f"{held.node} is not in scontrol's node list")
             if this.drained and not (is_ours(this.reason) and is_fabric_reason(this.reason)):
                 # drained meanwhile by a person, or by the node's own check: that drain stays
-                self.ctl.delete_reservation(held.reservation)  # type: ignore[attr-defined]
+                self.ctl.delete_reservation(held.reservation)
                 if fr.parse_retest_mark(this.comment):
                     self._mark(this, "")
                 self._log("drain", WARNING, held.node, f"drained meanwhile ({this.reason}): kept; the "
@@ -164,15 +167,15 @@ class Retester:
                 return Outcome.KEPT.value, this.reason
             if decision == fr.RESUME:
                 if this.drained:
-                    self.ctl.resume(held.node)  # type: ignore[attr-defined]
-                self.ctl.delete_reservation(held.reservation)  # type: ignore[attr-defined]
+                    self.ctl.resume(held.node)
+                self.ctl.delete_reservation(held.reservation)
             else:
                 assert reason is not None
-                self.ctl.drain(held.node, reason)  # type: ignore[attr-defined]
+                self.ctl.drain(held.node, reason)
             ours = fr.waiting_mark(held.mark, iso_utc(time.time())) if decision == fr.KEEP else ""
             self._mark(this, ours)
             if decision != fr.RESUME:
-                self.ctl.delete_reservation(held.reservation)  # type: ignore[attr-defined]
+                self.ctl.delete_reservation(held.reservation)
         except DoorError as exc:
             # the reservation is kept: the node stays held, and the next sweep drains it again
             self._log("error", CRIT, held.node, f"cannot {decision.replace('_', ' ')} it ({exc}); it "

@@ -21,12 +21,12 @@ Metrics (the last gang check measured on this node; gauges, replaced at every ch
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Dict, List, Optional, Sequence, Tuple
+from typing import TYPE_CHECKING, List, Optional, Sequence, Tuple
 
 from ..decide.gang import FAILED, PASSED, SINGLE, UNKNOWN
 from ..decide.sweep import BAD, PASS, TRANSIENT
 from ..decide.sweep import UNKNOWN as NODE_UNKNOWN
-from .sweeprecord import _labels, _value, pair_samples
+from .sweeprecord import Samples, pair_samples, render_families
 
 if TYPE_CHECKING:
     from ..decide.gang import GangResult
@@ -37,8 +37,6 @@ OUTCOMES = (PASSED, FAILED, UNKNOWN, SINGLE, COULD_NOT_RUN)
 NODE_OUTCOMES = (BAD, TRANSIENT, NODE_UNKNOWN, PASS)
 FILE_NAME = "gpu_healthcheck_gang.prom"
 
-Samples = List[Tuple[Dict[str, str], float]]
-
 
 def metrics_text(result: Optional["GangResult"], nodes: Sequence[str], now: float,
                  pair_results: Sequence["JobResult"] = ()) -> str:
@@ -46,31 +44,25 @@ def metrics_text(result: Optional["GangResult"], nodes: Sequence[str], now: floa
     outcome = COULD_NOT_RUN if result is None else result.outcome
     judged = [] if result is None else [*result.bad, *result.others]
     whole = result.whole if result is not None else None
-    families: List[Tuple[str, str, Samples]] = [
-        ("gpu_healthcheck_gang_outcome", "Outcome of the last gang check run on this node (1 for it).",
+    families: List[Tuple[str, str, str, Samples]] = [
+        ("gpu_healthcheck_gang_outcome", "gauge", "Outcome of the last gang check run on this node (1 for it).",
          [({"outcome": o}, 1.0 if o == outcome else 0.0) for o in OUTCOMES]),
-        ("gpu_healthcheck_gang_job_nodes", "Nodes of the job the last gang check measured.",
+        ("gpu_healthcheck_gang_job_nodes", "gauge", "Nodes of the job the last gang check measured.",
          [({}, float(len(nodes)))]),
-        ("gpu_healthcheck_gang_job_busbw_gbps", "Bus bandwidth of the last gang check's collective "
+        ("gpu_healthcheck_gang_job_busbw_gbps", "gauge", "Bus bandwidth of the last gang check's collective "
          "over all of the job's nodes (GB/s, nccl-tests busbw).",
          [({}, whole.busbw_gbps)] if whole is not None and whole.busbw_gbps is not None else []),
-        ("gpu_healthcheck_gang_node_outcome", "Outcome of each node of the last gang check's "
+        ("gpu_healthcheck_gang_node_outcome", "gauge", "Outcome of each node of the last gang check's "
          "search for the bad node (1 for it).",
          [({"node": n.node, "outcome": o}, 1.0 if o == n.outcome else 0.0)
           for n in sorted(judged, key=lambda n: n.node) for o in NODE_OUTCOMES]),
-        ("gpu_healthcheck_gang_busbw_gbps", "Bus bandwidth of the last pair a node of the last gang "
+        ("gpu_healthcheck_gang_busbw_gbps", "gauge", "Bus bandwidth of the last pair a node of the last gang "
          "check ran with a partner (GB/s).", pair_samples(pair_results)),
-        ("gpu_healthcheck_gang_rounds", "Rounds of the last gang check.",
+        ("gpu_healthcheck_gang_rounds", "gauge", "Rounds of the last gang check.",
          [({}, float(result.rounds if result else 0))]),
-        ("gpu_healthcheck_gang_collectives", "Collectives the last gang check ran.",
+        ("gpu_healthcheck_gang_collectives", "gauge", "Collectives the last gang check ran.",
          [({}, float(result.jobs if result else 0))]),
-        ("gpu_healthcheck_gang_last_run_timestamp_seconds", "When the last gang check on this node "
+        ("gpu_healthcheck_gang_last_run_timestamp_seconds", "gauge", "When the last gang check on this node "
          "ended (Unix time).", [({}, now)]),
     ]
-    lines = []
-    for name, text, rows in families:
-        if not rows:
-            continue
-        lines += [f"# HELP {name} {text}", f"# TYPE {name} gauge"]
-        lines += [f"{name}{_labels(labels)} {_value(value)}" for labels, value in rows]
-    return "\n".join(lines) + "\n"
+    return render_families(families)

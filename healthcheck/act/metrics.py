@@ -271,7 +271,7 @@ def _number(value: Any) -> str:
     return repr(float(value))
 
 
-def _labels(labels: Mapping[str, str]) -> str:
+def labels_text(labels: Mapping[str, str]) -> str:
     if not labels:
         return ""
     return "{" + ",".join(f'{k}="{_escape(str(v))}"' for k, v in sorted(labels.items())) + "}"
@@ -361,7 +361,7 @@ def render(state: Mapping[str, Any]) -> str:
         lines.append(f"# HELP {family.name} {family.help}")
         lines.append(f"# TYPE {family.name} {family.kind}")
         for labels, value in rows:
-            lines.append(f"{family.name}{_labels(labels)} {_number(value)}")
+            lines.append(f"{family.name}{labels_text(labels)} {_number(value)}")
     return "\n".join(lines) + "\n"
 
 

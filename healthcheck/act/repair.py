@@ -29,7 +29,7 @@ from typing import TYPE_CHECKING, Dict, List, Optional, Sequence
 
 from ..config import Config
 from ..decide import repair as rd
-from ..decide.verdict import FABRIC_HOLD, NodeState, drain_reason, is_ours, is_rma, our_comment
+from ..decide.verdict import FABRIC_HOLD, NodeState, drain_reason, our_comment
 from ..model import (CRIT, ERR, INFO, NOTICE, WARNING, DoorError, Finding, KernelLogPosition, LogEvent, Mode,
                      NodeAction, NodeSnapshot)
 from ..text import iso_utc
@@ -111,9 +111,7 @@ class Repairer(ClaimMixin):
                 return False
         elif mark and mark["state"] in rd.AFTER_REBOOT:
             return after_reboot(self, snapshot, this, mark, report_only)
-        if (mark and mark["state"] == rd.BLOCKED and not (this.drained and is_ours(this.reason)
-                                                          and not is_rma(this.reason))) \
-                or rd.stale_retest_mark(this):
+        if rd.stale_mark(this, mark):
             self.release()  # resumed, an admin's or rma since: the blocked (or re-test) mark is stale
         from ..decide.judge import as_drained
 

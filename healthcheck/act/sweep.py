@@ -71,10 +71,9 @@ def candidates(show_nodes: str, wanted: Optional[Sequence[str]], partition: Opti
         seen.add(node.name)
         if wanted is not None and node.name not in wanted:
             continue
-        partitions = _PARTITIONS_RE.search(line)
         flags = set(node.state.upper().replace("*", "+NOT_RESPONDING").split("+"))
         reason = None
-        if partition and (partitions is None or partition not in partitions.group(1).split(",")):
+        if not _in_partition(line, partition):
             reason = f"not in partition {partition}"
         elif reservation_nodes is not None and node.name not in reservation_nodes:
             reason = "not in the reservation"
@@ -94,6 +93,14 @@ def candidates(show_nodes: str, wanted: Optional[Sequence[str]], partition: Opti
     return chosen, why_not
 
 
+def _in_partition(show_node_line: str, partition: Optional[str]) -> bool:
+    """Whether the node of one `scontrol -o show nodes` line is in `partition` (None: any)."""
+    if not partition:
+        return True
+    partitions = _PARTITIONS_RE.search(show_node_line)
+    return partitions is not None and partition in partitions.group(1).split(",")
+
+
 def retest_candidates(show_nodes: str, wanted: Optional[Sequence[str]],
                       partition: Optional[str]) -> Tuple[List["NodeState"], Dict[str, str]]:
     """(the nodes the repair loop rebooted for their fabric that this sweep re-tests, {a node
@@ -111,8 +118,7 @@ def retest_candidates(show_nodes: str, wanted: Optional[Sequence[str]],
         why = awaiting_retest(node)
         if why == "":
             continue  # not awaiting a re-test
-        partitions = _PARTITIONS_RE.search(line)
-        if why is None and partition and (partitions is None or partition not in partitions.group(1).split(",")):
+        if why is None and not _in_partition(line, partition):
             why = f"awaiting a fabric re-test, not in partition {partition}"
         if why is None:
             chosen.append(node)
@@ -286,7 +292,6 @@ def fabric_sweep(request: SweepRequest, config: Config, environ: Mapping[str, st
 def _thresholds(config: Config, show_nodes: str) -> Thresholds:
     """[fabric]'s thresholds, with each node's per-model floor from its Gres= (`[fabric] floors`)."""
     from ..decide.sweep import fabric_thresholds
-    from .scontrol import parse_show_nodes
 
     gres_of = {n.name: n.gres for n in parse_show_nodes(show_nodes)} if config.fabric.floors else {}
     return fabric_thresholds(config.fabric, gres_of)

@@ -63,6 +63,9 @@ def pair_samples(results: Sequence["JobResult"]) -> List[Tuple[Dict[str, str], f
     return [({"node": n, "partner": p}, v) for (n, p), v in sorted(last.items())]
 
 
+Samples = List[Tuple[Dict[str, str], float]]
+
+
 def _value(value: float) -> str:
     """A sample's value in full: "3", "41.2", "1795978862.5" (`:g` keeps six digits, which put
     a time stamp up to 5,000 s off)."""
@@ -70,10 +73,18 @@ def _value(value: float) -> str:
     return str(int(number)) if number.is_integer() and abs(number) < 2 ** 53 else repr(number)
 
 
-def _labels(labels: Dict[str, str]) -> str:
-    inner = ",".join(f'{k}="{v.replace(chr(92), chr(92) * 2).replace(chr(34), chr(92) + chr(34))}"'
-                     for k, v in sorted(labels.items()))
-    return "{" + inner + "}" if inner else ""
+def render_families(families: Sequence[Tuple[str, str, str, Samples]]) -> str:
+    """(name, kind, help, samples) families in node_exporter's text format, HELP and TYPE for
+    each; a family without samples is left out (the sweep's textfile and the gang check's)."""
+    from .metrics import labels_text
+
+    lines: List[str] = []
+    for name, kind, text, rows in families:
+        if not rows:
+            continue
+        lines += [f"# HELP {name} {text}", f"# TYPE {name} {kind}"]
+        lines += [f"{name}{labels_text(labels)} {_value(value)}" for labels, value in rows]
+    return "\n".join(lines) + "\n"
 
 
 def metrics_text(report: "SweepReport", now: float) -> str:
@@ -81,7 +92,7 @@ def metrics_text(report: "SweepReport", now: float) -> str:
     counts = {o: 0 for o in (BAD, TRANSIENT, UNKNOWN, PASS, SKIPPED)}
     for node in outcome.nodes if outcome else ():
         counts[node.outcome] += 1
-    families: List[Tuple[str, str, str, List[Tuple[Dict[str, str], float]]]] = [
+    families: List[Tuple[str, str, str, Samples]] = [
         ("gpu_healthcheck_fabric_busbw_gbps", "gauge", "Bus bandwidth of the last sweep job a node "
          "ran with a partner (GB/s, nccl-tests busbw at the largest size).", busbw_samples(report)),
         ("gpu_healthcheck_fabric_sweep_nodes", "gauge", "Nodes of the last fabric sweep by outcome.",
@@ -93,10 +104,4 @@ def metrics_text(report: "SweepReport", now: float) -> str:
         ("gpu_healthcheck_fabric_sweep_last_run_timestamp_seconds", "gauge",
          "When the last fabric sweep ended (Unix time).", [({}, now)]),
     ]
-    lines = []
-    for name, kind, text, rows in families:
-        if not rows:
-            continue
-        lines += [f"# HELP {name} {text}", f"# TYPE {name} {kind}"]
-        lines += [f"{name}{_labels(labels)} {_value(value)}" for labels, value in rows]
-    return "\n".join(lines) + "\n"
+    return render_families(families)

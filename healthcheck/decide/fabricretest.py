@@ -79,16 +79,17 @@ def parse_retest_mark(comment: Optional[str]) -> Optional[RetestMark]:
                       m.group("sweep") or "", m.group("resv") or "")
 
 
+def _attempts(attempts: Optional[int], max_attempts: Optional[int]) -> str:
+    return f" attempts={attempts}/{max_attempts}" if attempts is not None and max_attempts else ""
+
+
 def retest_mark(attempts: Optional[int], max_attempts: Optional[int], at_iso: str) -> str:
-    counted = f" attempts={attempts}/{max_attempts}" if attempts is not None and max_attempts else ""
-    return f"{PREFIX} repair {FABRIC_RETEST} at={at_iso}{counted}"
+    return f"{PREFIX} repair {FABRIC_RETEST} at={at_iso}{_attempts(attempts, max_attempts)}"
 
 
 def testing_mark(mark: RetestMark, sweep_id: str, reservation: str, at_iso: str) -> str:
-    counted = (f" attempts={mark.attempts}/{mark.max_attempts}"
-               if mark.attempts is not None and mark.max_attempts else "")
-    return (f"{PREFIX} repair {FABRIC_TESTING} at={at_iso}{counted} sweep={_word(sweep_id)} "
-            f"resv={_word(reservation)}")
+    return (f"{PREFIX} repair {FABRIC_TESTING} at={at_iso}{_attempts(mark.attempts, mark.max_attempts)} "
+            f"sweep={_word(sweep_id)} resv={_word(reservation)}")
 
 
 def waiting_mark(mark: RetestMark, at_iso: str) -> str:

@@ -250,6 +250,15 @@ def busy_repairing(cluster: Sequence[NodeState], but: str = "",
     return [n.name for n in cluster if n.name != but and active_claim(n, now)]
 
 
+def stale_mark(node: NodeState, mark: Optional[Dict[str, str]]) -> bool:
+    """Whether the node's Comment mark no longer speaks for it: a blocked mark only speaks for a
+    node still drained by us and not rma since, a fabric re-test's only for a node still drained
+    for its fabric (the node's own run drops a stale one; --cluster does not show it)."""
+    blocked = mark is not None and mark["state"] == BLOCKED
+    return (blocked and not (node.drained and is_ours(node.reason) and not is_rma(node.reason))) \
+        or stale_retest_mark(node)
+
+
 def cluster_state(node: NodeState, cluster: Sequence[NodeState],
                   max_concurrent: Union[int, float], now: Optional[float] = None) -> Optional[str]:
     """--cluster's repair state of a node from what slurmctld shows (its reason, state flags
@@ -257,11 +266,8 @@ def cluster_state(node: NodeState, cluster: Sequence[NodeState],
     a claim, a node someone else drained).  The cooldown lives in the node's own ledger, which
     slurmctld does not show: such a node reads "drained" here."""
     mark = parse_mark(node.comment)
-    # a blocked mark speaks only for a node still drained by us and not rma since, a fabric
-    # re-test's only for a node still drained for its fabric
-    stale = mark is not None and ((mark["state"] == BLOCKED and (
-        not node.drained or not is_ours(node.reason) or is_rma(node.reason))) or stale_retest_mark(node))
-    if mark and mark["state"] and not stale and (mark["state"] not in ACTIVE or active_claim(node, now)):
+    if mark and mark["state"] and not stale_mark(node, mark) \
+            and (mark["state"] not in ACTIVE or active_claim(node, now)):
         return mark["state"]
     if not node.drained or not is_ours(node.reason):
         return None

@@ -66,8 +66,8 @@ def rows_from_show_nodes(text: str, max_concurrent: Union[int, float] = 1) -> Li
             row["time"] = refused_time(node.comment)
             row["refused"] = True
             refused.append(row)
-        if not node.drained and parse_retest_mark(node.comment) is not None \
-                and parse_retest_mark(node.comment).state == FABRIC_TESTING:  # type: ignore[union-attr]
+        retest = parse_retest_mark(node.comment)
+        if not node.drained and retest is not None and retest.state == FABRIC_TESTING:
             # resumed into the fabric sweep's re-test reservation (or left there by a killed sweep)
             row = dict.fromkeys(COLUMNS)
             row.update(node=node.name, state=node.state, check="fabric", repair=FABRIC_TESTING,
