@@ -28,6 +28,7 @@ from .configsections import (DEEP_FLOOR_METRICS, PORT_NAME_CHARS, ConfigError, D
                              DeepConfig, NetworkConfig, count_or_share, floor_entry, port_list)
 from .configsections import (FABRIC_BOUNDS, FABRIC_COLLECTIVES, FABRIC_NON_NEGATIVE, FABRIC_UNSET_MEANS, FabricConfig,
                              fabric_floors_problem)
+from .configsections import SUSPECTS_BOUNDS, SUSPECTS_FRACTIONS, SUSPECTS_UNSET_MEANS, SuspectsConfig
 from .records import NamedTuple
 
 DEFAULT_CONFIG_PATH = "/etc/gpu-healthcheck/config.toml"
@@ -155,6 +156,7 @@ class Config(NamedTuple):
     thresholds: Thresholds = Thresholds()
     network: NetworkConfig = NetworkConfig()
     fabric: FabricConfig = FabricConfig()
+    suspects: SuspectsConfig = SuspectsConfig()
     source: Optional[str] = None  # the file this came from, for messages
     warnings: Tuple[str, ...] = ()  # problems found while loading that did not stop us
 
@@ -167,7 +169,8 @@ class Config(NamedTuple):
 
 _SECTIONS: Dict[str, Any] = {"drain": DrainConfig, "probe": ProbeConfig, "deep": DeepConfig,
              "dcgm": DcgmConfig, "checks": ChecksConfig, "thresholds": Thresholds,
-             "network": NetworkConfig, "repair": RepairConfig, "fabric": FabricConfig}
+             "network": NetworkConfig, "repair": RepairConfig, "fabric": FabricConfig,
+             "suspects": SuspectsConfig}
 _NON_NEGATIVE = {"xid_window_s", "history_max_bytes", "expected_gpus", "boot_grace_s",
                  "ecc_volatile_corrected", "retired_pages",
                  "memory_leaked_mib", "thermal_margin_c", "pcie_width_min", "expected_nvlinks",
@@ -178,7 +181,7 @@ _NON_NEGATIVE = {"xid_window_s", "history_max_bytes", "expected_gpus", "boot_gra
 _CHOICES = {"gpudirect": ("auto", "true", "false"), "collective": FABRIC_COLLECTIVES}
 _ABSOLUTE = {"state_dir"}  # keys that must name an absolute path
 _FRACTIONS = {"max_fraction", "full_fraction", "sibling_ratio_warn", "sibling_ratio_fail",
-              "floor_fraction", "pcie_fraction", "median_ratio_fail"}
+              "floor_fraction", "pcie_fraction", "median_ratio_fail"} | SUSPECTS_FRACTIONS
 DCGM_ENABLED = ("auto", "true", "false")
 # The levels a job may ask for (cli.LEVELS; `job_levels`): what that list may hold.
 PROBE_LEVELS = ("quick", "full", "deep")
@@ -208,6 +211,7 @@ _BOUNDS: Dict[str, Tuple[float, float, str]] = {
     "bug_report_timeout_s": (1.0, 7200.0, "seconds"),
     "bug_report_max_bytes": (1024, 1 << 34, "bytes"),
     **FABRIC_BOUNDS,
+    **SUSPECTS_BOUNDS,
 }
 
 
@@ -457,6 +461,7 @@ UNSET_MEANS = {
     "repair.bug_report": "found on PATH, else /usr/bin/nvidia-bug-report.sh",
     "repair.systemd_run": "found on PATH, else /usr/bin/systemd-run; absent: a detached process",
     **FABRIC_UNSET_MEANS,
+    **SUSPECTS_UNSET_MEANS,
 }
 
 

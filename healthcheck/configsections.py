@@ -240,3 +240,51 @@ def fabric_floors_problem(entries: Iterable[object]) -> Optional[str]:
             return f"{entry!r}: GPU type {model!r} already has a floor ({seen[model]!r})"
         seen[model] = str(entry)
     return None
+
+
+class SuspectsConfig(NamedTuple):
+    """[suspects]: fleet memory, `--suspects` (decide/suspects.py; docs/suspects.md has each
+    rule and why its default)."""
+
+    act: bool = False  # --act sends suspects to verification only where this is also true
+    sacct: Optional[str] = None  # None: on PATH, else /usr/bin/sacct
+    sacct_timeout_s: float = 60.0  # deadline of one sacct call (one piece of the window)
+    sacct_max_bytes: int = 64 << 20  # output kept of one call; more splits the piece in two
+    sacct_piece_s: float = 86400.0  # the window is read in pieces this long
+    lookback_s: float = 14 * 86400.0  # --since's default: this long before --until
+    half_life_s: float = 14 * 86400.0  # a job's evidence halves every this long before --until
+    black_hole_s: float = 60.0  # a job that fails within this of its start feeds a black hole
+    black_hole_jobs: int = 5  # ... this many such jobs in one incident
+    black_hole_users: int = 3  # ... of at least this many users
+    black_hole_share: float = 0.8  # ... and at least this share of the jobs the node ran then
+    incident_gap_s: float = 3600.0  # failures closer than this on one node are one incident
+    lemon_fdr: float = 0.01  # false discovery rate across nodes (Benjamini-Hochberg)
+    lemon_users: int = 2  # a lemon's excess failures come from at least this many users
+    user_cap: float = 2.0  # one user's excess failures on one node count at most this much
+    lemon_min_excess: float = 3.0  # decayed failures above the fleet's expectation, at least
+    remediations: int = 5  # the lemon rule of our own history: this many resets/reboots ...
+    remediation_window_s: float = 7 * 86400.0  # ... in this long (NVSentinel's 5 in 7 days)
+    xid_repeat_window_s: float = 86400.0  # Xid 13 or 31 twice on one GPU within this
+    same_xid_reboots: int = 2  # the same Xid back after this many reboots (gpud's rule)
+
+
+SUSPECTS_BOUNDS = {
+    "sacct_timeout_s": (1.0, 3600.0, "seconds"),
+    "sacct_max_bytes": (1 << 16, 1 << 32, "bytes"),
+    "sacct_piece_s": (600.0, 366 * 86400.0, "seconds"),
+    "lookback_s": (3600.0, 3660 * 86400.0, "seconds"),
+    "half_life_s": (3600.0, 3660 * 86400.0, "seconds"),
+    "black_hole_s": (1.0, 86400.0, "seconds"),
+    "black_hole_jobs": (2, 100000, "jobs"),
+    "black_hole_users": (1, 10000, "users"),
+    "incident_gap_s": (1.0, 30 * 86400.0, "seconds"),
+    "lemon_users": (1, 10000, "users"),
+    "user_cap": (0.5, 1000.0, "failures"),
+    "lemon_min_excess": (0.0, 100000.0, "failures"),
+    "remediations": (2, 1000, "remediations"),
+    "remediation_window_s": (3600.0, 366 * 86400.0, "seconds"),
+    "xid_repeat_window_s": (60.0, 366 * 86400.0, "seconds"),
+    "same_xid_reboots": (1, 100, "reboots"),
+}
+SUSPECTS_FRACTIONS = {"black_hole_share", "lemon_fdr"}
+SUSPECTS_UNSET_MEANS = {"suspects.sacct": "found on PATH, else /usr/bin/sacct"}
