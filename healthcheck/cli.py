@@ -101,6 +101,11 @@ def build_parser() -> "argparse.ArgumentParser":
     what.add_argument("--gang", action="store_true", help="inside a multi-node job, one task per "
                       "node: a short collective over the job's nodes; on failure find the node "
                       "(drained and the job requeued by the SPANK plugin's privileged side)")
+    what.add_argument("--suspects", action="store_true", help="black holes and lemons from "
+                      "Slurm's accounting (sacct) and this host's history, each with its evidence; "
+                      "changes nothing (docs/suspects.md)")
+    what.add_argument("--replay-failures", metavar="FILE.csv", help="run a GPU failure history "
+                      "(time,node,serial,kind) through the repeat rules and the naive rule")
     what.add_argument("--version", action="store_true", help="print the version and exit")
     parser.add_argument("--json", action="store_true", help="print one JSON document")
     parser.add_argument("--act", action="store_true", help="with --node: drain on failure, "
@@ -112,6 +117,11 @@ def build_parser() -> "argparse.ArgumentParser":
     parser.add_argument("--nodes", metavar="HOSTLIST", help="with --fabric-sweep: only these nodes")
     parser.add_argument("--partition", metavar="P", help="with --fabric-sweep: the partition to "
                         "sweep and run the jobs in ([fabric] partition)")
+    parser.add_argument("--since", metavar="WHEN", help="with --suspects: from WHEN (ISO date or "
+                        "time, or a duration before now such as 14d; default [suspects] lookback_s)")
+    parser.add_argument("--until", metavar="WHEN", help="with --suspects: up to WHEN (default now)")
+    parser.add_argument("--sacct-file", metavar="FILE", help="with --suspects: read saved `sacct "
+                        "--parsable2` output instead of running sacct")
     parser.add_argument("--gpus", metavar="LIST", help="with --node: only these NVML indices, "
                         "e.g. 0,3")
     parser.add_argument("--level", choices=LEVELS, default=None,
@@ -208,15 +218,17 @@ def _refuse_meaningless(args: "argparse.Namespace") -> None:
     """--act, --gpus, --level and --gres where the mode does nothing with them: one line, exit 3
     (a `--history --act` that ran as if --act meant something would mislead)."""
     mode = next(m for m in ("node", "repair", "prolog", "epilog", "history", "cluster", "list_checks",
-                            "check_config", "job_report", "ack", "gang", "fabric_sweep", "version")
-                if getattr(args, m) not in (None, False))
-    takes = {"act": ("node", "repair", "gang", "fabric_sweep"), "gpus": ("node", "repair", "ack"),
+                            "check_config", "job_report", "ack", "gang", "fabric_sweep", "suspects",
+                            "replay_failures", "version")
+                if getattr(args, m, None) not in (None, False))
+    takes = {"act": ("node", "repair", "gang", "fabric_sweep", "suspects"), "gpus": ("node", "repair", "ack"),
              "level": ("node", "repair", "prolog", "epilog", "ack"), "gres": ("check_config",),
-             "nodes": ("fabric_sweep",), "partition": ("fabric_sweep",)}
+             "nodes": ("fabric_sweep",), "partition": ("fabric_sweep",), "since": ("suspects",),
+             "until": ("suspects",), "sacct_file": ("suspects",)}
     for option, modes in takes.items():
         if mode in ("prolog", "epilog") and option in ("act", "gpus"):
             continue  # refused below, with why (they act on the job's GPUs by themselves)
-        if getattr(args, option) not in (None, False) and mode not in modes:
+        if getattr(args, option, None) not in (None, False) and mode not in modes:
             raise UsageError(f"--{option} means nothing with --{mode.replace('_', '-')} "
                              f"(it goes with {', '.join('--' + m.replace('_', '-') for m in modes)})")
 
@@ -247,6 +259,10 @@ def _main(args_list: List[str], started: float) -> int:
         from .act.sweep import sweep_command
 
         return sweep_command(args, _load_config)
+    if getattr(args, "suspects", False) or getattr(args, "replay_failures", None):
+        from .commands.suspects import main as suspects_main
+
+        return suspects_main(args, _load_config)
     if args.gang:
         from .act.gang import cli_main
 

@@ -35,6 +35,7 @@ from collections import defaultdict
 from typing import TYPE_CHECKING, Any, DefaultDict, Dict, Iterable, List, Optional, Sequence, Set, Tuple
 
 from ..fleetmodel import FAILED_STATES, FleetEvent, Job, Suspect
+from ..text import iso_utc
 
 if TYPE_CHECKING:
     from ..configsections import SuspectsConfig
@@ -149,7 +150,7 @@ def black_holes(jobs: Sequence[Job], cfg: "SuspectsConfig",
         found.append(Suspect(node, "black_hole", float(len(failed)), {
             "failed_fast": len(failed), "users": len({j.user for j in failed}),
             "within_s": cfg.black_hole_s,
-            "incidents": [{"from": incident[0].start, "to": incident[-1].end, "jobs": len(incident),
+            "incidents": [{"from": iso_utc(incident[0].start), "to": iso_utc(incident[-1].end), "jobs": len(incident),
                            "users": len(users), "share": round(share, 3)}
                           for incident, users, share in hits],
             "jobs": [j.job_id for j in failed[:EVIDENCE_JOBS]]}))
@@ -286,7 +287,7 @@ def history_suspects(events: Sequence[FleetEvent], cfg: "SuspectsConfig") -> Lis
         count, at = _window_max(fixes, cfg.remediation_window_s)
         if count >= cfg.remediations:
             found.append(Suspect(node, "remediations", float(count), {
-                "remediations": count, "window_s": cfg.remediation_window_s, "last": at,
+                "remediations": count, "window_s": cfg.remediation_window_s, "last": iso_utc(at),
                 "serials": sorted({e.serial for e in evs if e.serial})}))
         found += _same_xid_after_reboots(node, evs, cfg)
     for serial, evs in sorted(by_serial.items()):
@@ -294,7 +295,7 @@ def history_suspects(events: Sequence[FleetEvent], cfg: "SuspectsConfig") -> Lis
         count, at = _window_max(fixes, cfg.remediation_window_s)
         if count >= cfg.remediations:
             found.append(Suspect(evs[-1].node, "serial_remediations", float(count), {
-                "remediations": count, "window_s": cfg.remediation_window_s, "last": at,
+                "remediations": count, "window_s": cfg.remediation_window_s, "last": iso_utc(at),
                 "nodes": sorted({e.node for e in evs})}, serial=serial))
         for code in ("xid:13", "xid:31"):
             times = [e.time for e in evs if e.kind == code]
@@ -320,7 +321,7 @@ def _same_xid_after_reboots(node: str, events: Sequence[FleetEvent], cfg: "Suspe
             rebooted_since[event.kind] = False
             if chain.get(event.kind, 0) >= cfg.same_xid_reboots:
                 out[event.kind] = Suspect(node, "same_xid_after_reboots", float(chain[event.kind]), {
-                    "xid": int(event.kind[4:]), "reboots": chain[event.kind], "last": event.time,
+                    "xid": int(event.kind[4:]), "reboots": chain[event.kind], "last": iso_utc(event.time),
                     "serial": event.serial})
     return list(out.values())
 
