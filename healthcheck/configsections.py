@@ -260,7 +260,9 @@ class SuspectsConfig(NamedTuple):
     incident_gap_s: float = 3600.0  # failures closer than this on one node are one incident
     lemon_fdr: float = 0.01  # false discovery rate across nodes (Benjamini-Hochberg)
     lemon_users: int = 2  # a lemon's excess failures come from at least this many users
-    user_cap: float = 2.0  # one user's excess failures on one node count at most this much
+    # the user with the largest excess of failures on a node counts at most this much more
+    # than the user with the next largest
+    user_cap: float = 2.0
     lemon_min_excess: float = 3.0  # decayed failures above the fleet's expectation, at least
     remediations: int = 5  # the lemon rule of our own history: this many resets/reboots ...
     remediation_window_s: float = 7 * 86400.0  # ... in this long (NVSentinel's 5 in 7 days)

@@ -12,12 +12,13 @@ The rules (docs/suspects.md has the why of each default):
   that started on the node meanwhile.  Bursts count as incidents, not lines.
 - **lemon**: a node whose jobs fail more than jobs of the same size elsewhere.  Each job is
   attributed 1/NNodes to each of its nodes and weighted by age (halving every `half_life_s`);
-  the fleet's own failure rate per size class (1, 2, 3-4, 5-8, ... nodes) gives the expected
-  failures E, the node's own give O, and P(Poisson(E) >= O) is its p-value.  Benjamini-Hochberg
-  keeps the false discoveries across all nodes at `lemon_fdr`.  One user's failures on one node
-  count at most `user_cap` above that user's own expectation there, bursts of one user count
-  once, and the excess must come from at least `lemon_users` users: one user cannot make a node
-  suspect on purpose.  Explaining away: nodes are confirmed in order of evidence, and a node's
+  the fleet's own failure rate per size class (1, 2, 3-4, 5-8, ... nodes; without the node's
+  own jobs) gives the expected failures E, the node's own give O, and P(Poisson(E) >= O) is its
+  p-value.  Benjamini-Hochberg keeps the false discoveries across all nodes at `lemon_fdr`.
+  A burst of one user's jobs on one node (starts closer than `incident_gap_s`) is one trial;
+  the user with the largest excess counts at most `user_cap` more than the next one; and the
+  excess must come from at least `lemon_users` users: one user cannot make a node suspect on
+  purpose.  Explaining away: nodes are confirmed in order of evidence, and a node's
   evidence is recounted without the jobs it shared with a node already named (a black hole or
   a lemon), so a bad node's partners are not blamed for its failures.
 - From our own history (FleetEvent): **remediations** (`remediations` resets or reboots of a
@@ -168,7 +169,7 @@ def index_by_node(jobs: Iterable[Job]) -> Dict[str, List[Job]]:
 # --- lemons ------------------------------------------------------------------------------
 
 class _Tally:
-    """One node's observed and expected failures, per user (decayed, attributed)."""
+    """One node's observed and expected failures, per user (decayed, attributed, in bursts)."""
 
     __slots__ = ("expected", "observed", "jobs", "failed")
 
@@ -179,47 +180,75 @@ class _Tally:
         self.failed: List[str] = []
 
 
-def _fleet_rates(jobs: Sequence[Job], weights: Sequence[float]) -> Dict[int, float]:
-    total: DefaultDict[int, float] = defaultdict(float)
-    bad: DefaultDict[int, float] = defaultdict(float)
-    for job, w in zip(jobs, weights):
-        cls = size_class(len(job.nodes))
-        total[cls] += w
-        if job.state in FAILED_STATES:
-            bad[cls] += w
-    return {cls: bad[cls] / total[cls] for cls in total if total[cls] > 0}
+class _Rates:
+    """The fleet's failure rate per size class, without one node's own jobs (leave-one-out: a
+    lemon on a small cluster must not raise the rate it is measured against)."""
+
+    def __init__(self, jobs: Sequence[Job], weights: Sequence[float]) -> None:
+        self.total: DefaultDict[int, float] = defaultdict(float)
+        self.bad: DefaultDict[int, float] = defaultdict(float)
+        for job, w in zip(jobs, weights):
+            cls = size_class(len(job.nodes))
+            self.total[cls] += w
+            if job.state in FAILED_STATES:
+                self.bad[cls] += w
+
+    def without(self, own: Sequence[Tuple[Job, float]]) -> Dict[int, float]:
+        total, bad = dict(self.total), dict(self.bad)
+        for job, w in own:
+            cls = size_class(len(job.nodes))
+            total[cls] -= w
+            if job.state in FAILED_STATES:
+                bad[cls] -= w
+        return {c: (max(0.0, bad[c]) / total[c] if total[c] > 1e-9 else self.bad[c] / self.total[c])
+                for c in total if self.total[c] > 0}
 
 
-def _tally(node: str, jobs: Sequence[Tuple[Job, float]], rates: Dict[int, float], gap_s: float,
+def _tally(jobs: Sequence[Tuple[Job, float]], rates: Dict[int, float], gap_s: float,
            named: Set[str]) -> _Tally:
+    """A user's jobs on the node that started within gap_s of each other are one burst, one
+    trial: observed 1 if any of them failed, expected the chance that any would have (an array
+    of forty failing in minutes is one piece of evidence, not forty)."""
     tally = _Tally()
-    last_failure: Dict[str, float] = {}
-    for job, w in sorted(jobs, key=lambda jw: jw[0].end):
+    burst: List[Tuple[Job, float]] = []
+
+    def close() -> None:
+        if not burst:
+            return
+        share = sum(w / len(j.nodes) for j, w in burst) / len(burst)
+        none_fail = 1.0
+        for j, _ in burst:
+            none_fail *= 1.0 - rates[size_class(len(j.nodes))]
+        user = burst[0][0].user
+        tally.expected[user] += share * (1.0 - none_fail)
+        failed = [j for j, _ in burst if j.state in FAILED_STATES]
+        if failed:
+            tally.observed[user] += share
+            tally.failed.append(failed[0].job_id)
+        tally.jobs += len(burst)
+        burst.clear()
+
+    for job, w in sorted(jobs, key=lambda jw: (jw[0].user, jw[0].start)):
         if not named.isdisjoint(job.nodes):
             continue  # explained by a node already named
-        share = w / len(job.nodes)
-        tally.jobs += 1
-        tally.expected[job.user] += share * rates[size_class(len(job.nodes))]
-        if job.state in FAILED_STATES:
-            # one user's burst on one node is one incident: it counts once
-            if job.end - last_failure.get(job.user, -math.inf) > gap_s:
-                tally.observed[job.user] += share
-                tally.failed.append(job.job_id)
-            last_failure[job.user] = job.end
+        if burst and (job.user != burst[-1][0].user or job.start - burst[-1][0].start > gap_s):
+            close()
+        burst.append((job, w))
+    close()
     return tally
 
 
 def _judge(tally: _Tally, cfg: "SuspectsConfig") -> Tuple[float, float, float, int]:
-    """(p-value, observed, expected, users with an excess), one user's excess capped."""
-    observed = expected = 0.0
-    users = 0
-    for user, e in tally.expected.items():
-        o = tally.observed.get(user, 0.0)
-        expected += e
-        observed += min(o, e + cfg.user_cap)
-        if o > e:
-            users += 1
-    return poisson_sf(observed, expected), observed, expected, users
+    """(p-value, observed, expected, users with an excess).  The user with the largest excess
+    counts at most `user_cap` more than the next one: no single user carries a node."""
+    expected = sum(tally.expected.values())
+    excess = sorted((tally.observed.get(u, 0.0) - e for u, e in tally.expected.items()), reverse=True)
+    positive = [x for x in excess if x > 0]
+    if positive:
+        second = positive[1] if len(positive) > 1 else 0.0
+        excess[0] = min(excess[0], second + cfg.user_cap)
+    observed = expected + sum(excess)
+    return poisson_sf(observed, expected), observed, expected, len(positive)
 
 
 def lemons(jobs: Sequence[Job], cfg: "SuspectsConfig", until: float,
@@ -229,25 +258,26 @@ def lemons(jobs: Sequence[Job], cfg: "SuspectsConfig", until: float,
     if not jobs:
         return []
     weights = [0.5 ** (max(0.0, until - j.end) / cfg.half_life_s) for j in jobs]
-    rates = _fleet_rates(jobs, weights)
+    fleet = _Rates(jobs, weights)
     weight_of = {id(j): w for j, w in zip(jobs, weights)}
     by_node = by_node if by_node is not None else index_by_node(jobs)
     first_named = set(named)
     judged: Dict[str, Tuple[float, float, float, int]] = {}
+    own: Dict[str, Dict[int, float]] = {}
     for node, node_jobs in by_node.items():
         if node in first_named:
             continue
         pairs = [(j, weight_of[id(j)]) for j in node_jobs]
-        judged[node] = _judge(_tally(node, pairs, rates, cfg.incident_gap_s, first_named), cfg)
-    tested = max(1, len(judged))
-    cutoff = bh_cutoff([v[0] for v in judged.values()], cfg.lemon_fdr, tested)
+        own[node] = fleet.without(pairs)
+        judged[node] = _judge(_tally(pairs, own[node], cfg.incident_gap_s, first_named), cfg)
+    cutoff = bh_cutoff([v[0] for v in judged.values()], cfg.lemon_fdr, max(1, len(judged)))
     if cutoff < 0:
         return []
     found: List[Suspect] = []
     names = set(first_named)
     for node in sorted((n for n, v in judged.items() if v[0] <= cutoff), key=lambda n: judged[n][0]):
         pairs = [(j, weight_of[id(j)]) for j in by_node[node]]
-        tally = _tally(node, pairs, rates, cfg.incident_gap_s, names)  # recounted: explaining away
+        tally = _tally(pairs, own[node], cfg.incident_gap_s, names)  # recounted: explaining away
         p, observed, expected, users = _judge(tally, cfg)
         if p > cutoff or observed - expected < cfg.lemon_min_excess or users < cfg.lemon_users:
             continue
@@ -341,6 +371,8 @@ def history_events(records: Iterable[Dict[str, Any]]) -> List[FleetEvent]:
     reboot, and the Xid, uncorrectable ECC and remap findings, each with its GPU serial."""
     out: List[FleetEvent] = []
     for rec in records:
+        if not isinstance(rec, dict):
+            continue  # read_history gives objects only; a caller may not
         epoch, node = rec.get("epoch"), rec.get("node") or rec.get("host")
         if not isinstance(epoch, (int, float)) or not isinstance(node, str):
             continue
