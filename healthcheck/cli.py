@@ -101,10 +101,9 @@ def build_parser() -> "argparse.ArgumentParser":
     what.add_argument("--gang", action="store_true", help="inside a multi-node job, one task per "
                       "node: a short collective over the job's nodes; on failure find the node "
                       "(drained and the job requeued by the SPANK plugin's privileged side)")
-    what.add_argument("--suspects", action="store_true", help="black holes and lemons from "
-                      "Slurm's accounting (sacct) and this host's history, each with its evidence; "
-                      "changes nothing (docs/suspects.md)")
-    what.add_argument("--replay-failures", metavar="FILE.csv", help="run a GPU failure history "
+    what.add_argument("--suspects", action="store_true", help="black holes and lemons from sacct "
+                      "and this host's history, with evidence; changes nothing (docs/suspects.md)")
+    what.add_argument("--replay-failures", metavar="FILE.csv", help="a GPU failure history "
                       "(time,node,serial,kind) through the repeat rules and the naive rule")
     what.add_argument("--version", action="store_true", help="print the version and exit")
     parser.add_argument("--json", action="store_true", help="print one JSON document")
@@ -118,10 +117,9 @@ def build_parser() -> "argparse.ArgumentParser":
     parser.add_argument("--partition", metavar="P", help="with --fabric-sweep: the partition to "
                         "sweep and run the jobs in ([fabric] partition)")
     parser.add_argument("--since", metavar="WHEN", help="with --suspects: from WHEN (ISO date or "
-                        "time, or a duration before now such as 14d; default [suspects] lookback_s)")
+                        "time, or a duration before now: 14d; default [suspects] lookback_s)")
     parser.add_argument("--until", metavar="WHEN", help="with --suspects: up to WHEN (default now)")
-    parser.add_argument("--sacct-file", metavar="FILE", help="with --suspects: read saved `sacct "
-                        "--parsable2` output instead of running sacct")
+    parser.add_argument("--sacct-file", metavar="FILE", help="with --suspects: saved `sacct --parsable2`")
     parser.add_argument("--gpus", metavar="LIST", help="with --node: only these NVML indices, "
                         "e.g. 0,3")
     parser.add_argument("--level", choices=LEVELS, default=None,
@@ -259,10 +257,9 @@ def _main(args_list: List[str], started: float) -> int:
         from .act.sweep import sweep_command
 
         return sweep_command(args, _load_config)
-    if getattr(args, "suspects", False) or getattr(args, "replay_failures", None):
-        from .commands.suspects import main as suspects_main
-
-        return suspects_main(args, _load_config)
+    if getattr(args, "suspects", False) or getattr(args, "replay_failures", None):  # not in _fast_args
+        from .commands import suspects
+        return suspects.main(args, _load_config)
     if args.gang:
         from .act.gang import cli_main
 
