@@ -179,7 +179,8 @@ def replay_command(path: str, config: "Config", as_json: bool, out: TextIO, err:
         out.write("\n")
         return int(exitcodes.done_exit(True))
     cols = ("name", "default", "flags", "hits", "precision", "recall", "suspect_node_days")
-    rows = [("RULE", "DEFAULT", "FLAGS", "HITS", "PRECISION", "RECALL", "SUSPECT NODE-DAYS")]
+    rows: List[Tuple[str, ...]] = [("RULE", "DEFAULT", "FLAGS", "HITS", "PRECISION", "RECALL",
+                                    "SUSPECT NODE-DAYS")]
     for r in result["rules"] + [result["naive"]]:
         rows.append(tuple("-" if r[c] is None else "yes" if r[c] is True else "no" if r[c] is False
                           else str(r[c]) for c in cols))

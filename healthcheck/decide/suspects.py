@@ -376,8 +376,9 @@ def history_events(records: Iterable[Dict[str, Any]]) -> List[FleetEvent]:
         epoch, node = rec.get("epoch"), rec.get("node") or rec.get("host")
         if not isinstance(epoch, (int, float)) or not isinstance(node, str):
             continue
-        serials = sorted({f.get("serial") for f in rec.get("findings") or ()
-                          if isinstance(f, dict) and f.get("severity") == "fail" and f.get("serial")})
+        serials: Sequence[Optional[str]] = sorted({str(f["serial"]) for f in rec.get("findings") or ()
+                                               if isinstance(f, dict) and f.get("severity") == "fail"
+                                               and f.get("serial")})
         for f in rec.get("findings") or ():
             if not isinstance(f, dict) or f.get("severity") not in ("fail", "warn"):
                 continue
@@ -390,7 +391,7 @@ def history_events(records: Iterable[Dict[str, Any]]) -> List[FleetEvent]:
             message = str(e.get("message") or "")
             kind = "reset" if ": reset GPU(s)" in message else "reboot" if "asked Slurm to reboot" in message else None
             if kind:
-                for serial in serials or [None]:
+                for serial in serials or (None,):
                     out.append(FleetEvent(float(epoch), node, serial, kind))
     return out
 
