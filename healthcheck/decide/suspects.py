@@ -13,8 +13,8 @@ The rules (docs/suspects.md has the why of each default):
 - **lemon**: a node whose jobs fail more than jobs of the same size elsewhere.  Each job is
   attributed 1/NNodes to each of its nodes and weighted by age (halving every `half_life_s`);
   the fleet's own failure rate per size class (1, 2, 3-4, 5-8, ... nodes; without the node's
-  own jobs) gives the expected failures E, the node's own give O, and P(Poisson(E) >= O) is its
-  p-value.  Benjamini-Hochberg keeps the false discoveries across all nodes at `lemon_fdr`.
+  own jobs) gives the expected failures E, the node's own give O, and P(Poisson(E) >= O), on
+  counts scaled to the variance of attributed shares, is its p-value.  Benjamini-Hochberg keeps the false discoveries across all nodes at `lemon_fdr`.
   A burst of one user's jobs on one node (starts closer than `incident_gap_s`) is one trial;
   the user with the largest excess counts at most `user_cap` more than the next one; and the
   excess must come from at least `lemon_users` users: one user cannot make a node suspect on
@@ -171,11 +171,12 @@ def index_by_node(jobs: Iterable[Job]) -> Dict[str, List[Job]]:
 class _Tally:
     """One node's observed and expected failures, per user (decayed, attributed, in bursts)."""
 
-    __slots__ = ("expected", "observed", "jobs", "failed")
+    __slots__ = ("expected", "observed", "variance", "jobs", "failed")
 
     def __init__(self) -> None:
         self.expected: DefaultDict[str, float] = defaultdict(float)
         self.observed: DefaultDict[str, float] = defaultdict(float)
+        self.variance = 0.0  # of the observed sum, were the node like the fleet
         self.jobs = 0
         self.failed: List[str] = []
 
@@ -216,11 +217,13 @@ def _tally(jobs: Sequence[Tuple[Job, float]], rates: Dict[int, float], gap_s: fl
         if not burst:
             return
         share = sum(w / len(j.nodes) for j, w in burst) / len(burst)
+        part = sum(1.0 / len(j.nodes) for j, _ in burst) / len(burst)
         none_fail = 1.0
         for j, _ in burst:
             none_fail *= 1.0 - rates[size_class(len(j.nodes))]
         user = burst[0][0].user
         tally.expected[user] += share * (1.0 - none_fail)
+        tally.variance += share * part * (1.0 - none_fail) * none_fail
         failed = [j for j, _ in burst if j.state in FAILED_STATES]
         if failed:
             tally.observed[user] += share
@@ -248,7 +251,11 @@ def _judge(tally: _Tally, cfg: "SuspectsConfig") -> Tuple[float, float, float, i
         second = positive[1] if len(positive) > 1 else 0.0
         excess[0] = min(excess[0], second + cfg.user_cap)
     observed = expected + sum(excess)
-    return poisson_sf(observed, expected), observed, expected, len(positive)
+    # Attributed counts (a 4-node job's failure is 1/4 here) vary less than whole ones: the test
+    # runs on counts scaled to the variance they would have (moment matching), so that many
+    # small shares are evidence too; the decay's weights scale both alike and still fade.
+    scale = min(1000.0, max(1.0, expected / tally.variance)) if tally.variance > 0 else 1.0
+    return poisson_sf(observed * scale, expected * scale), observed, expected, len(positive)
 
 
 def lemons(jobs: Sequence[Job], cfg: "SuspectsConfig", until: float,
