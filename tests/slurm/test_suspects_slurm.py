@@ -1,0 +1,127 @@
+"""--suspects on a real Slurm cluster with real accounting: slurmdbd on a MariaDB of its own
+(tests/lib/slurmdbd.py), jobs of ordinary users made with useradd (as tests/slurm/test_trust.py).
+
+The broken node is a node on which every job fails at once (its script exits 1 there: what a
+job on a node with a lost GPU does); the spiteful user pins failing jobs to a healthy node.
+The tests run in this order: the last one stops slurmdbd.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+import uuid
+from pathlib import Path
+from typing import Dict, Iterator, List
+
+import pytest
+
+from tests.lib.slurmcluster import SlurmCluster, _wait_until, requires_slurm
+from tests.lib.slurmdbd import accounting_missing_reason, stop_slurmdbd
+
+ROOT = Path(__file__).resolve().parents[2]
+NODES = ["gpu-a", "gpu-b", "gpu-c", "gpu-d"]
+SCRIPT = '#!/bin/sh\n[ "$SLURMD_NODENAME" = gpu-b ] && exit 1\nsleep 1\n'
+SPITE = "#!/bin/sh\nexit 1\n"
+
+
+@pytest.fixture(scope="module")
+def users(isolation) -> Iterator[Dict[str, int]]:
+    """Four real unprivileged accounts (the session's /etc is private: tests/lib/hermetic.py)."""
+    names = [f"hc37{uuid.uuid4().hex[:6]}{i}" for i in range(4)]
+    made: Dict[str, int] = {}
+    try:
+        for name in names:
+            subprocess.run(["useradd", "-l", "--no-create-home", "--shell", "/usr/sbin/nologin", name], check=True)
+            with open("/etc/passwd") as handle:
+                [entry] = [line.split(":") for line in handle if line.startswith(name + ":")]
+            made[name] = int(entry[2])
+        yield made
+    finally:
+        for name in names:
+            subprocess.run(["userdel", name], check=False)
+
+
+@pytest.fixture(scope="module")
+def cluster(users) -> Iterator[SlurmCluster]:
+    reason = accounting_missing_reason()
+    if reason:
+        if os.environ.get("CI"):
+            pytest.fail(reason)
+        pytest.skip(reason)
+    wd = Path(tempfile.mkdtemp(prefix="hc-suspects-"))
+    wd.chmod(0o755)  # the users' sbatch reads slurm.conf and reaches munged's socket
+    c = SlurmCluster(wd, nodes=NODES, gpus_per_node=1, cpus_per_node=4, accounting=True)
+    try:
+        with c:
+            (wd / "etc").chmod(0o755)
+            c.conf_path.chmod(0o644)
+            yield c
+    finally:
+        shutil.rmtree(wd, ignore_errors=True)
+
+
+def _submit(c: SlurmCluster, uid: int, node: str, script: str) -> str:
+    done = subprocess.run(["sbatch", "--parsable", "-w", node, "-n", "1", "--chdir=/tmp", "--output=/dev/null",
+                           "--wrap", script.split("\n", 1)[1].replace("\n", "; ").rstrip("; ")],
+                          user=uid, group=uid, extra_groups=[], capture_output=True, text=True, timeout=30,
+                          env={"PATH": "/usr/bin:/bin", "SLURM_CONF": str(c.conf_path)})
+    assert done.returncode == 0, done.stderr
+    return done.stdout.strip().split(";")[0]
+
+
+def _ended_in_accounting(c: SlurmCluster, jobs: List[str]) -> bool:
+    out = c.run(["sacct", "-a", "-X", "-n", "-P", "-j", ",".join(jobs), "--format=JobIDRaw,State,End"]).stdout
+    ended = {line.split("|")[0] for line in out.splitlines() if line.count("|") == 2
+             and line.split("|")[2] not in ("Unknown", "")}
+    return set(jobs) <= ended
+
+
+def _suspects(c: SlurmCluster, tmp: Path) -> "subprocess.CompletedProcess[str]":
+    config = tmp / "config.toml"
+    config.write_text(f'state_dir = "{tmp / "state"}"\n[suspects]\nsacct_timeout_s = 30.0\n')
+    env = dict(c.env, PYTHONPATH=str(ROOT))
+    return subprocess.run([sys.executable, "-m", "healthcheck.cli", "--suspects", "--since", "3h", "--json",
+                           "--config", str(config)], capture_output=True, text=True, timeout=120, env=env)
+
+
+@requires_slurm()
+@pytest.mark.slurm
+def test_suspects_a_black_hole_is_named_after_a_few_failures_and_a_spiteful_user_names_nothing(
+        cluster, users, tmp_path) -> None:
+    uids = list(users.values())
+    jobs = []
+    for round_ in range(2):  # three users' jobs land on gpu-b and fail at once; the others run
+        for uid in uids[:3]:
+            jobs.append(_submit(cluster, uid, "gpu-b", SCRIPT))
+            jobs.append(_submit(cluster, uid, NODES[2 * (round_ % 2)], SCRIPT))
+    for _ in range(8):  # one user pins failing jobs to the healthy gpu-d
+        jobs.append(_submit(cluster, uids[3], "gpu-d", SPITE))
+    _wait_until(lambda: _ended_in_accounting(cluster, jobs), 240, 1.0, "the jobs' ends in slurmdbd")
+    done = _suspects(cluster, tmp_path)
+    assert done.returncode == 1, done.stderr
+    doc = json.loads(done.stdout)
+    assert doc["accounting"]["unknown"] is None and doc["accounting"]["jobs"] >= len(jobs)
+    assert [(s["node"], s["kind"]) for s in doc["suspects"]] == [("gpu-b", "black_hole")], doc["suspects"]
+    evidence = doc["suspects"][0]["evidence"]
+    assert evidence["failed_fast"] == 6 and evidence["users"] == 3
+    assert not [n for n, state in cluster.node_states().items() if "drain" in state]
+
+
+@requires_slurm()
+@pytest.mark.slurm
+def test_suspects_accounting_down_is_unknown_and_nothing_is_drained(cluster, tmp_path) -> None:
+    stop_slurmdbd(cluster)
+    started = time.monotonic()
+    done = _suspects(cluster, tmp_path)
+    assert done.returncode == 3, (done.stdout, done.stderr)
+    doc = json.loads(done.stdout)
+    assert doc["suspects"] == [] and doc["accounting"]["unknown"].startswith("accounting unknown: ")
+    assert "no node is named" in done.stderr
+    assert time.monotonic() - started < 100  # the deadline held
+    assert not [n for n, state in cluster.node_states().items() if "drain" in state]
