@@ -15,7 +15,6 @@ slurmctld, which reports to slurmdbd).
 
 from __future__ import annotations
 
-import os
 import shutil
 import subprocess
 from pathlib import Path
@@ -97,7 +96,7 @@ def start_accounting(cluster: "SlurmCluster") -> None:
         return "hc-test" in listed.stdout.split()
 
     try:
-        _wait_until_or_die(cluster, registered, int(os.environ.get("HC_DBD_WAIT", "120")),
+        _wait_until_or_die(cluster, registered, 120,
                            "slurmdbd to answer sacctmgr")
     except SlurmClusterError as exc:
         raise SlurmClusterError("sacctmgr said: %s\n%s\n%s" % (" / ".join(last), dbd_log(cluster), exc)) from None
@@ -116,3 +115,16 @@ def stop_slurmdbd(cluster: "SlurmCluster", timeout: float = 15) -> None:
 def dbd_log(cluster: "SlurmCluster") -> str:
     path = Path(cluster.log_dir / "slurmdbd.log")
     return path.read_text(errors="replace")[-3000:] if path.exists() else ""
+
+
+def wait_registered(cluster: "SlurmCluster", timeout: float = 120) -> None:
+    """After start: slurmctld has registered with slurmdbd (sacctmgr shows its control port).
+    Jobs that end before that reach the database as bare "allocation" records of uid 0, with no
+    eligible time, which a window query (`sacct -S`) never returns."""
+    from tests.lib.slurmcluster import _wait_until_or_die
+
+    def registered() -> bool:
+        out = _sacctmgr(cluster, "-n", "-P", "list", "cluster", "hc-test", "format=ControlPort").stdout.split()
+        return bool(out) and out[0] not in ("", "0")
+
+    _wait_until_or_die(cluster, registered, timeout, "slurmctld to register with slurmdbd")

@@ -22,12 +22,16 @@ from typing import Dict, Iterator, List
 import pytest
 
 from tests.lib.slurmcluster import SlurmCluster, _wait_until, requires_slurm
-from tests.lib.slurmdbd import accounting_missing_reason, stop_slurmdbd
+from tests.lib.slurmdbd import accounting_missing_reason, stop_slurmdbd, wait_registered
 
 ROOT = Path(__file__).resolve().parents[2]
-NODES = ["gpu-a", "gpu-b", "gpu-c", "gpu-d"]
-SCRIPT = '#!/bin/sh\n[ "$SLURMD_NODENAME" = gpu-b ] && exit 1\nsleep 1\n'
-SPITE = "#!/bin/sh\nexit 1\n"
+NODES = ["gpu-a", "gpu-b", "gpu-c", "gpu-d", "gpu-e", "gpu-f", "gpu-g", "gpu-h", "gpu-i", "gpu-j"]
+EIGHT = [n for n in NODES if n not in ("gpu-b", "gpu-d")]  # the lemon test's nodes
+LEMON = "gpu-f"
+# Each job lives 2 s at least: a job that ends within a second of its start can reach slurmdbd
+# (22.05) before its start record, as a bare "allocation" of uid 0 with no eligible time.
+SCRIPT = '#!/bin/sh\nsleep 2\n[ "$SLURMD_NODENAME" = gpu-b ] && exit 1\nsleep 1\n'
+SPITE = "#!/bin/sh\nsleep 2\nexit 1\n"
 
 
 @pytest.fixture(scope="module")
@@ -61,13 +65,16 @@ def cluster(users) -> Iterator[SlurmCluster]:
         with c:
             (wd / "etc").chmod(0o755)
             c.conf_path.chmod(0o644)
+            wait_registered(c)
             yield c
     finally:
         shutil.rmtree(wd, ignore_errors=True)
 
 
 def _submit(c: SlurmCluster, uid: int, node: str, script: str) -> str:
-    done = subprocess.run(["sbatch", "--parsable", "-w", node, "-n", "1", "--chdir=/tmp", "--output=/dev/null",
+    nodes = node.split(",")
+    done = subprocess.run(["sbatch", "--parsable", "-w", node, "-N", str(len(nodes)), "-n", str(len(nodes)),
+                           "--chdir=/tmp", "--output=/dev/null",
                            "--wrap", script.split("\n", 1)[1].replace("\n", "; ").rstrip("; ")],
                           user=uid, group=uid, extra_groups=[], capture_output=True, text=True, timeout=30,
                           env={"PATH": "/usr/bin:/bin", "SLURM_CONF": str(c.conf_path)})
@@ -82,9 +89,9 @@ def _ended_in_accounting(c: SlurmCluster, jobs: List[str]) -> bool:
     return set(jobs) <= ended
 
 
-def _suspects(c: SlurmCluster, tmp: Path) -> "subprocess.CompletedProcess[str]":
+def _suspects(c: SlurmCluster, tmp: Path, extra: str = "") -> "subprocess.CompletedProcess[str]":
     config = tmp / "config.toml"
-    config.write_text(f'state_dir = "{tmp / "state"}"\n[suspects]\nsacct_timeout_s = 30.0\n')
+    config.write_text(f'state_dir = "{tmp / "state"}"\n[suspects]\nsacct_timeout_s = 30.0\n{extra}')
     env = dict(c.env, PYTHONPATH=str(ROOT))
     return subprocess.run([sys.executable, "-m", "healthcheck.cli", "--suspects", "--since", "3h", "--json",
                            "--config", str(config)], capture_output=True, text=True, timeout=120, env=env)
@@ -110,6 +117,33 @@ def test_suspects_a_black_hole_is_named_after_a_few_failures_and_a_spiteful_user
     assert [(s["node"], s["kind"]) for s in doc["suspects"]] == [("gpu-b", "black_hole")], doc["suspects"]
     evidence = doc["suspects"][0]["evidence"]
     assert evidence["failed_fast"] == 6 and evidence["users"] == 3
+    assert not [n for n, state in cluster.node_states().items() if "drain" in state]
+
+
+@requires_slurm()
+@pytest.mark.slurm
+def test_suspects_a_lemon_among_eight_nodes_is_found_from_2_and_4_node_jobs_without_its_partners(
+        cluster, users, tmp_path) -> None:
+    """Jobs of 2 and 4 nodes on sets drawn from eight nodes, by three users: a job with the lemon
+    in it fails 4 times in 5, any other 1 in 8 (the users' own failures).  The jobs come seconds
+    apart, so each is its own trial here (incident_gap_s = 1; a site's hour would make each
+    user's jobs on a node one burst)."""
+    import random
+
+    rng = random.Random(37)
+    uids = list(users.values())[:3]
+    jobs = []
+    for i in range(64):
+        where = sorted(rng.sample(EIGHT, rng.choice((2, 4))))
+        fails = rng.random() < (0.8 if LEMON in where else 0.125)
+        jobs.append(_submit(cluster, uids[i % 3], ",".join(where), "#!/bin/sh\nsleep 2\n" + ("exit 1" if fails else "true")))
+    _wait_until(lambda: _ended_in_accounting(cluster, jobs), 480, 1.0, "the jobs' ends in slurmdbd")
+    done = _suspects(cluster, tmp_path, "incident_gap_s = 1.0\n")
+    doc = json.loads(done.stdout)
+    lemons = [s["node"] for s in doc["suspects"] if s["kind"] == "lemon"]
+    assert lemons == [LEMON], doc["suspects"]
+    evidence = [s for s in doc["suspects"] if s["kind"] == "lemon"][0]["evidence"]
+    assert evidence["users_in_excess"] >= 2 and evidence["p_value"] < 0.001
     assert not [n for n, state in cluster.node_states().items() if "drain" in state]
 
 
