@@ -201,7 +201,9 @@ class _Rates:
             total[cls] -= w
             if job.state in FAILED_STATES:
                 bad[cls] -= w
-        return {c: (max(0.0, bad[c]) / total[c] if total[c] > 1e-9 else self.bad[c] / self.total[c])
+        # a class no other node ran (or none of whose jobs failed) keeps the fleet's own rate
+        return {c: (max(0.0, bad.get(c, 0.0)) / total[c] if total[c] > 1e-9
+                    else self.bad.get(c, 0.0) / self.total[c])
                 for c in total if self.total[c] > 0}
 
 

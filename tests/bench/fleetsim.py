@@ -89,7 +89,7 @@ class Fleet:
                 out.append(Job(str(n := n + 1), f"user{rng.randrange(300):03d}", "FAILED", "1:0",
                                start, start + 2.0, (node,)))
         for k in range(200):
-            start = T0 + DAY + k * 5400.0 % (self.days * DAY - 2 * DAY)
+            start = T0 + self.days * DAY / 8 + (k * 5400.0) % (self.days * DAY * 0.75)
             out.append(Job(str(n := n + 1), "spite", "FAILED", "1:0", start, start + 5.0, (self.spite,)))
         return out
 

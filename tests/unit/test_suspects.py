@@ -146,6 +146,12 @@ def test_lemon_its_fixed_partner_is_explained_away() -> None:
         assert [s.node for s in lemons(_paired(seed), CFG, UNTIL)] == ["gpu-005"], seed
 
 
+def test_lemon_a_job_size_that_never_failed_is_a_rate_of_zero_not_a_crash() -> None:
+    jobs = _fleet(random.Random(4), NODES, 600, 0.3)
+    jobs += [_job(5000 + i, f"u{i}", "COMPLETED", T0 + i * 60.0, 600.0, NODES[i:i + 2]) for i in range(10)]
+    assert lemons(jobs, CFG, UNTIL) == []
+
+
 def test_lemon_one_user_pinning_failing_jobs_counts_once() -> None:
     rng = random.Random(11)
     jobs = _fleet(rng, NODES, 6000, 0.3)
