@@ -260,6 +260,36 @@ def _judge(tally: _Tally, cfg: "SuspectsConfig") -> Tuple[float, float, float, i
     return poisson_sf(observed * scale, expected * scale), observed, expected, len(positive)
 
 
+# Above this many nodes, one plain pass (every job at the fleet's rate per size class, no bursts,
+# no per-user cap) screens the nodes, and only those at or below SCREEN_P get the full count.
+# The full count only lowers a node's evidence, except through leaving the node's own jobs out
+# of its baseline, which matters on a small cluster: below SCREEN_ABOVE every node is counted
+# in full.  The false discovery rate is still taken over every node.
+SCREEN_ABOVE = 500
+SCREEN_P = 0.05
+
+
+def _screen(jobs: Sequence[Job], weights: Sequence[float], rates: Dict[int, float]) -> Dict[str, float]:
+    acc: Dict[str, List[float]] = {}
+    for job, w in zip(jobs, weights):
+        share = 1.0 / len(job.nodes)
+        q = rates[size_class(len(job.nodes))]
+        e, v, o = w * share * q, w * share * share * q * (1.0 - q), (w * share if job.state in FAILED_STATES else 0.0)
+        for node in job.nodes:
+            got = acc.get(node)
+            if got is None:
+                acc[node] = [e, v, o]
+            else:
+                got[0] += e
+                got[1] += v
+                got[2] += o
+    out = {}
+    for node, (e, v, o) in acc.items():
+        scale = min(1000.0, max(1.0, e / v)) if v > 0 else 1.0
+        out[node] = poisson_sf(o * scale, e * scale)
+    return out
+
+
 def lemons(jobs: Sequence[Job], cfg: "SuspectsConfig", until: float,
            named: Iterable[str] = (), by_node: Optional[Dict[str, List[Job]]] = None) -> List[Suspect]:
     """The lemon rule (module docstring).  `named`: nodes already suspect (black holes): the
@@ -271,15 +301,21 @@ def lemons(jobs: Sequence[Job], cfg: "SuspectsConfig", until: float,
     weight_of = {id(j): w for j, w in zip(jobs, weights)}
     by_node = by_node if by_node is not None else index_by_node(jobs)
     first_named = set(named)
+    tested = [n for n in by_node if n not in first_named]
+    if len(tested) > SCREEN_ABOVE:
+        fleet_rates = fleet.without(())
+        screen = _screen(jobs, weights, fleet_rates)
+        tested_in_full = [n for n in tested if screen.get(n, 1.0) <= SCREEN_P]
+    else:
+        tested_in_full = tested
     judged: Dict[str, Tuple[float, float, float, int]] = {}
     own: Dict[str, Dict[int, float]] = {}
-    for node, node_jobs in by_node.items():
-        if node in first_named:
-            continue
-        pairs = [(j, weight_of[id(j)]) for j in node_jobs]
+    for node in tested_in_full:
+        pairs = [(j, weight_of[id(j)]) for j in by_node[node]]
         own[node] = fleet.without(pairs)
         judged[node] = _judge(_tally(pairs, own[node], cfg.incident_gap_s, first_named), cfg)
-    cutoff = bh_cutoff([v[0] for v in judged.values()], cfg.lemon_fdr, max(1, len(judged)))
+    # the nodes the screen passed over count as tested, and as no discovery
+    cutoff = bh_cutoff([v[0] for v in judged.values()], cfg.lemon_fdr, max(1, len(tested)))
     if cutoff < 0:
         return []
     found: List[Suspect] = []

@@ -43,10 +43,21 @@ class SacctFormatError(ValueError):
     """The text is not `sacct --parsable2` output with the columns we need (names the source)."""
 
 
-def _time(text: str) -> Optional[float]:
-    """sacct's local time (`2026-12-04T10:00:03`) as epoch seconds; None where it has none."""
+def _time(text: str, hours: Dict[str, float]) -> Optional[float]:
+    """sacct's local time (`2026-12-04T10:00:03`) as epoch seconds; None where it has none.
+    `hours` caches each hour's start (a million lines have a few hundred hours; zone and DST
+    changes fall on whole hours)."""
     if text in _NOT_A_TIME:
         return None
+    if len(text) == 19 and text[13] == ":" and text[16] == ":" and text[14:16].isdigit() and text[17:].isdigit():
+        hour = hours.get(text[:13])
+        if hour is None:
+            try:
+                hour = datetime.datetime.fromisoformat(text[:13] + ":00:00").timestamp()
+            except ValueError:
+                return None
+            hours[text[:13]] = hour
+        return hour + int(text[14:16]) * 60 + int(text[17:19])
     try:
         return datetime.datetime.fromisoformat(text).timestamp()
     except ValueError:
@@ -99,6 +110,7 @@ def parse_sacct(text: str, source: str, hosts: Optional[_Hosts] = None) -> Tuple
                                f"{'|'.join(COLUMNS)}; got {lines[0][:200]!r})")
     idx = [where[c] for c in COLUMNS]
     width = len(header)
+    hours: Dict[str, float] = {}
     jobs: List[Job] = []
     notes: List[str] = []
     for number, line in enumerate(lines[1:], 2):
@@ -113,7 +125,7 @@ def parse_sacct(text: str, source: str, hosts: Optional[_Hosts] = None) -> Tuple
         job_id, user, state, exit_code, start_s, end_s, _nnodes, nodelist = (fields[i] for i in idx)
         if "." in job_id:
             continue  # a step; -X leaves them out, a file may hold them
-        start, end = _time(start_s), _time(end_s)
+        start, end = _time(start_s, hours), _time(end_s, hours)
         if start is None or end is None:
             continue  # pending, running, or cancelled before it started
         try:

@@ -248,3 +248,15 @@ def test_history_events_read_from_history_lines() -> None:
     ]
     got = sorted((e.kind, e.serial) for e in history_events(records))  # type: ignore[arg-type]
     assert got == [("dbe", "SN1"), ("reboot", None), ("reset", "SN1"), ("reset", "SN2"), ("xid:79", "SN2")]
+
+
+def test_lemon_found_among_more_nodes_than_the_screen_s_threshold() -> None:
+    """Above SCREEN_ABOVE nodes a plain pass screens the nodes first: the lemon still passes it,
+    and the false discovery rate is still taken over every node."""
+    from healthcheck.decide.suspects import SCREEN_ABOVE
+
+    many = [f"n{i:04d}" for i in range(SCREEN_ABOVE + 100)]
+    jobs = _fleet(random.Random(21), many, 60 * len(many), 0.3, users=200, bad=("n0077",), bad_rate=0.8)
+    assert [s.node for s in lemons(jobs, CFG, UNTIL)] == ["n0077"]
+    healthy = _fleet(random.Random(22), many, 60 * len(many), 0.3, users=200)
+    assert lemons(healthy, CFG, UNTIL) == []
