@@ -25,7 +25,8 @@ header.  Unknown never makes a node a suspect and never reads as "no failures".
 from __future__ import annotations
 
 import datetime
-from typing import TYPE_CHECKING, Dict, Iterable, List, Mapping, Optional, Tuple
+import sys
+from typing import TYPE_CHECKING, Dict, Iterable, Iterator, List, Mapping, Optional, Tuple
 
 from ..fleetmodel import Accounting, Job
 from ..outside import run_bounded
@@ -98,22 +99,30 @@ def parse_sacct(text: str, source: str, hosts: Optional[_Hosts] = None) -> Tuple
     Raises:
         SacctFormatError: no header, or the header lacks one of COLUMNS.
     """
+    return parse_sacct_lines(iter(text.splitlines()), source, hosts)
+
+
+def parse_sacct_lines(lines: Iterator[str], source: str,
+                      hosts: Optional[_Hosts] = None) -> Tuple[List[Job], List[str]]:
+    """parse_sacct over lines as they are read (a file: its text is never held whole)."""
     hosts = hosts or _Hosts()
-    lines = text.splitlines()
-    if not lines or not lines[0].strip():
+    first = next(lines, "").rstrip("\r\n")
+    if not first.strip():
         raise SacctFormatError(f"{source}: empty; expected sacct --parsable2 output with a header")
-    header = lines[0].rstrip("|").split("|")
+    header = first.rstrip("|").split("|")
     where = {name: i for i, name in enumerate(header)}
     missing = [c for c in COLUMNS if c not in where]
     if missing:
         raise SacctFormatError(f"{source}: the header lacks {', '.join(missing)} (it needs "
-                               f"{'|'.join(COLUMNS)}; got {lines[0][:200]!r})")
+                               f"{'|'.join(COLUMNS)}; got {first[:200]!r})")
     idx = [where[c] for c in COLUMNS]
     width = len(header)
     hours: Dict[str, float] = {}
     jobs: List[Job] = []
     notes: List[str] = []
-    for number, line in enumerate(lines[1:], 2):
+    intern = sys.intern  # a million jobs name a few hundred users, a few states and exit codes
+    for number, line in enumerate(lines, 2):
+        line = line.rstrip("\r\n")
         if not line:
             continue
         fields = line.split("|")
@@ -135,7 +144,7 @@ def parse_sacct(text: str, source: str, hosts: Optional[_Hosts] = None) -> Tuple
             continue
         if not nodes:
             continue
-        jobs.append(Job(job_id, user, state.split(" ", 1)[0], exit_code, start, end, nodes))
+        jobs.append(Job(job_id, intern(user), intern(state.split(" ", 1)[0]), intern(exit_code), start, end, nodes))
     return jobs, notes
 
 
@@ -191,12 +200,10 @@ def read_sacct_file(path: str) -> Accounting:
     """--sacct-file: saved `sacct --parsable2` output.  A file that cannot be read or has no
     usable header is unknown, naming the file."""
     try:
-        with open(path, encoding="utf-8", errors="replace") as f:
-            text = f.read()
+        with open(path, encoding="utf-8", errors="replace", newline="") as f:
+            jobs, notes = parse_sacct_lines(iter(f), path)
     except OSError as exc:
         return Accounting(unknown=f"accounting unknown: cannot read {path}: {exc.strerror or exc}")
-    try:
-        jobs, notes = parse_sacct(text, path)
     except SacctFormatError as exc:
         return Accounting(unknown=f"accounting unknown: {exc}")
     unique = {j.job_id: j for j in jobs}
