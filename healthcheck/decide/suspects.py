@@ -298,7 +298,9 @@ def lemons(jobs: Sequence[Job], cfg: "SuspectsConfig", until: float,
         return []
     weights = [0.5 ** (max(0.0, until - j.end) / cfg.half_life_s) for j in jobs]
     fleet = _Rates(jobs, weights)
-    weight_of = {id(j): w for j, w in zip(jobs, weights)}
+    def weighed(node_jobs: Sequence[Job]) -> List[Tuple[Job, float]]:
+        return [(j, 0.5 ** (max(0.0, until - j.end) / cfg.half_life_s)) for j in node_jobs]
+
     by_node = by_node if by_node is not None else index_by_node(jobs)
     first_named = set(named)
     tested = [n for n in by_node if n not in first_named]
@@ -311,7 +313,7 @@ def lemons(jobs: Sequence[Job], cfg: "SuspectsConfig", until: float,
     judged: Dict[str, Tuple[float, float, float, int]] = {}
     own: Dict[str, Dict[int, float]] = {}
     for node in tested_in_full:
-        pairs = [(j, weight_of[id(j)]) for j in by_node[node]]
+        pairs = weighed(by_node[node])
         own[node] = fleet.without(pairs)
         judged[node] = _judge(_tally(pairs, own[node], cfg.incident_gap_s, first_named), cfg)
     # the nodes the screen passed over count as tested, and as no discovery
@@ -321,7 +323,7 @@ def lemons(jobs: Sequence[Job], cfg: "SuspectsConfig", until: float,
     found: List[Suspect] = []
     names = set(first_named)
     for node in sorted((n for n, v in judged.items() if v[0] <= cutoff), key=lambda n: judged[n][0]):
-        pairs = [(j, weight_of[id(j)]) for j in by_node[node]]
+        pairs = weighed(by_node[node])
         tally = _tally(pairs, own[node], cfg.incident_gap_s, names)  # recounted: explaining away
         p, observed, expected, users = _judge(tally, cfg)
         if p > cutoff or observed - expected < cfg.lemon_min_excess or users < cfg.lemon_users:
