@@ -51,12 +51,12 @@ class Key(NamedTuple):
 
 
 _S = "seconds"
-_SHARE = "a share"
+_SHARE = ""  # a fraction: its bounds say it
 _ON_PATH = "found on PATH, else /usr/bin/"
 
 # The sections, in the order --check-config lists them, and what each is for.
 SECTIONS: Dict[str, str] = {
-    "": "top level",
+    "": "keys outside any section",
     "drain": "how much of the cluster may be drained",
     "probe": "the CUDA allocation probe (--level quick and full)",
     "deep": "--level deep: on-device memory, bandwidth and compute tests",
@@ -102,7 +102,8 @@ KEYS: Dict[str, Key] = {
                       unset="ECC off is info on RTX, Quadro, GeForce and TITAN boards, "
                             "a warning on data-centre GPUs"),
     "exclude_gpus": Key("list", (), "GPUs taken out of service (serials, GPU- UUIDs or PCI ids): "
-                        "still read and reported, but every finding on them is info, never a drain."),
+                        "still read and reported, but every finding on them is info, never a drain.  In a prolog or "
+                        "epilog a GPU in no gres.conf record is out of service the same way."),
     "dcgmi": Key("str", None, "DCGM's command line, for the DCGM bridge.",
                  unset=_ON_PATH + "dcgmi", see="deep.md#dcgm"),
     "nvidia_smi": Key("str", None, "NVIDIA's nvidia-smi, for the repair loop's GPU reset and -pm.",
@@ -111,7 +112,8 @@ KEYS: Dict[str, Key] = {
                                 "most a fifth of act_budget_s.", 1.0, 3600.0, _S,
                                 "a GPU reset takes seconds"),
     "act_budget_s": Key("float", 50.0, "`--node --act` (HealthCheckProgram) ends within this; the "
-                        "NVML, probe, scontrol and nvidia-smi deadlines shrink to fit.", 5.0, 3600.0,
+                        "NVML, probe, scontrol and nvidia-smi deadlines shrink to fit (NVML and scontrol 15 % "
+                        "each, the probe what is left).", 5.0, 3600.0,
                         _S, "keep it below Slurm's 60 s HealthCheckProgram limit"),
     "boot_grace_s": Key("float", 300.0, "After the driver loads, fabric, NVLink and persistence "
                         "state are not judged for this long (unknown, never a drain).", 0.0, DAY, _S),
@@ -121,7 +123,8 @@ KEYS: Dict[str, Key] = {
                               "many times escalates to RMA.", 1, 1000, "acknowledgements"),
     "job_levels": Key("list", ("quick",), "The probe levels a job may ask for with "
                       "--gpu-healthcheck= (any user can set that ask); another ask is logged and "
-                      "runs the default level.", choices=PROBE_LEVELS),
+                      "runs the default level.  The SPANK plugin's own prolog passes --level, bounded by its "
+                      "allow_full= and allow_deep=.", choices=PROBE_LEVELS),
     "history_file": Key("str", None, "One JSON line per run, rotated at history_max_bytes.",
                         unset="<state_dir>/history.jsonl"),
     "history_max_bytes": Key("int", 1 << 20, "The size at which the history file is rotated.", 0,
@@ -133,9 +136,10 @@ KEYS: Dict[str, Key] = {
 
     "drain.max_fraction": Key("float", 0.1, "Share of the cluster's GPU nodes this tool may hold "
                               "drained at once (at least one node); past it, drains are refused "
-                              "and logged as critical.", 0.0, 1.0, _SHARE),
+                              "and noted in the node's Comment (--cluster lists them).", 0.0, 1.0, _SHARE),
     "drain.report_only": Key("bool", False, "Never drain or resume, never fail a job, never "
-                             "repair: log and report what would have been done (a first rollout)."),
+                             "repair: log and report what would have been done (a first rollout).",
+                             see="../README.md#3-roll-out-with-report_only-first"),
 
     "probe.enabled": Key("bool", True, "Run the CUDA probe: allocate, write a pattern and read it "
                          "back on each GPU under test."),
@@ -210,20 +214,20 @@ KEYS: Dict[str, Key] = {
 
     "thresholds.ecc_volatile_corrected": Key("int", 1000, "Corrected (single-bit) ECC errors since "
                                              "the driver loaded above which a GPU warns.", 0,
-                                             unit="errors"),
+                                             unit="errors", see="checks.md#the-checks"),
     "thresholds.retired_pages": Key("int", 60, "Retired pages at which a GPU is sent to RMA "
-                                    "(NVIDIA's criterion, pre-Ampere).", 0, unit="pages"),
+                                    "(NVIDIA's criterion, pre-Ampere).", 0, unit="pages", see="checks.md#the-checks"),
     "thresholds.memory_leaked_mib": Key("int", 2048, "Memory in use with no process on the GPU "
-                                        "that is called leaked.", 0, unit="MiB"),
+                                        "that is called leaked.", 0, unit="MiB", see="checks.md#the-checks"),
     "thresholds.pcie_width_min": Key("int", 0, "PCIe link width below which a GPU warns (0: off; "
-                                     "narrower than its max is then info).", 0, unit="lanes"),
+                                     "narrower than its max is then info).", 0, unit="lanes", see="checks.md#the-checks"),
     "thresholds.thermal_margin_c": Key("int", 0, "Degrees below the slowdown threshold at which a "
-                                       "GPU warns that it is about to throttle.", 0, unit="degrees C"),
+                                       "GPU warns that it is about to throttle.", 0, unit="degrees C", see="checks.md#the-checks"),
     "thresholds.nvlink_errors_per_job": Key("int", 100, "NVLink CRC and replay errors (each) new "
                                             "during one job above which the epilog warns.", 0,
-                                            unit="errors"),
+                                            unit="errors", see="checks.md#the-checks"),
     "thresholds.pcie_replay_per_job": Key("int", 100, "PCIe replays new during one job above which "
-                                          "the epilog warns.", 0, unit="replays"),
+                                          "the epilog warns.", 0, unit="replays", see="checks.md#the-checks"),
 
     "network.expected_ports": Key("ports", None, "The RDMA ports that must be up: a count, or names "
                                   "like [\"mlx5_0:1\"].", unset="a port that is down warns; one up "
