@@ -26,7 +26,7 @@ import os
 import stat
 from typing import Any, Collection, Dict, FrozenSet, List, Mapping, Optional, Tuple
 
-from .configschema import DEFAULTS as _D, KEYS, SECTIONS, Key
+from .configschema import ALIASES, DEFAULTS as _D, KEYS, SECTIONS, Key
 from .configschema import MAX_GPU_MIB, PROBE_LEVELS  # noqa: F401  (re-exported)
 from .configsections import (DEEP_FLOOR_METRICS, FABRIC_COLLECTIVES, PORT_NAME_CHARS,  # noqa: F401  (re-exported)
                              SHAPES, ChecksConfig, ConfigError, DcgmConfig, DeepConfig, DrainConfig,
@@ -178,24 +178,36 @@ def _known(section: str) -> List[str]:
     return names + ([s for s in SECTIONS if s] if not section else [])
 
 
-def _build(path: str, table: Mapping[str, Any], section: str,
-           errors: Optional[List[ConfigError]] = None) -> Dict[str, Any]:
-    """The values of one table (the top level, or a [section]) by field name.  errors: where
-    each wrong key's ConfigError goes, the key left at its default, so one pass finds every
-    error; None: raise the first."""
+def _build(path: str, table: Mapping[str, Any], section: str, errors: Optional[List[ConfigError]],
+           aliases: Mapping[str, str], shown: str = "") -> Dict[str, Any]:
+    """The values of one table (the top level, or a [section]) by field name.
+
+    errors: where each wrong key's ConfigError goes, the key left at its default, so one pass
+    finds every error; None: raise the first.  aliases: old dotted names (a section or a key)
+    read as the names they were given since (configschema.ALIASES).  shown: the table's name
+    as the file spells it, for errors.
+    """
     values: Dict[str, Any] = {}
+    written: Dict[str, str] = {}  # field name -> the dotted name the file gave it
     prefix = section + "." if section else ""
-    for name, value in table.items():
-        dotted = prefix + name
+    for spelled, value in table.items():
+        dotted_as_written = (shown or section) + "." + spelled if section else spelled
+        dotted = aliases.get(prefix + spelled, prefix + spelled)
+        name = dotted.rpartition(".")[2]
         try:
+            if name in written:  # the old name and the new: which one is meant?
+                raise ConfigError(path, dotted_as_written, f"set twice, here and as {written[name]} "
+                                                           f"(one is the old name of the other)")
+            written[name] = dotted_as_written
             if not section and name in SECTIONS:
                 if not isinstance(value, dict):
-                    raise ConfigError(path, dotted, f"expected a [{name}] table, got {value!r}")
-                values[name] = _RECORDS[name](**_build(path, value, name, errors))
+                    raise ConfigError(path, dotted_as_written, f"expected a [{spelled}] table, got {value!r}")
+                values[name] = _RECORDS[name](**_build(path, value, name, errors, aliases, spelled))
             elif dotted in KEYS:
-                values[name] = check_value(path, dotted, KEYS[dotted], value)
+                values[name] = check_value(path, dotted_as_written, KEYS[dotted], value)
             else:
-                raise ConfigError(path, dotted, f"unknown key (known: {', '.join(sorted(_known(section)))})")
+                raise ConfigError(path, dotted_as_written,
+                                  f"unknown key (known: {', '.join(sorted(_known(section)))})")
         except ConfigError as exc:
             if errors is None:
                 raise
@@ -219,12 +231,14 @@ def _load_toml(text: str, path: str) -> Dict[str, Any]:
     return table
 
 
-def keys_set(text: str, path: str = "<config>") -> FrozenSet[str]:
-    """The dotted keys a config text sets, e.g. {"state_dir", "thresholds.retired_pages"}."""
+def keys_set(text: str, path: str = "<config>", aliases: Mapping[str, str] = ALIASES) -> FrozenSet[str]:
+    """The dotted keys a config text sets, e.g. {"state_dir", "thresholds.retired_pages"}, by
+    their names now (an old name, aliases, counts as the key it names)."""
     keys: set = set()
     for key, value in _load_toml(text, path).items():
+        key = aliases.get(key, key)
         if key in SECTIONS and isinstance(value, dict):
-            keys.update(f"{key}.{sub}" for sub in value)
+            keys.update(aliases.get(f"{key}.{sub}", f"{key}.{sub}") for sub in value)
         else:
             keys.add(key)
     return frozenset(keys)
@@ -232,16 +246,18 @@ def keys_set(text: str, path: str = "<config>") -> FrozenSet[str]:
 
 def parse_config(text: str, path: str = "<config>",
                  known_checks: Optional[Collection[str]] = None,
-                 errors: Optional[List[ConfigError]] = None) -> Config:
+                 errors: Optional[List[ConfigError]] = None,
+                 aliases: Mapping[str, str] = ALIASES) -> Config:
     """Parse TOML text into a Config (pure: no file access).
 
     `known_checks`: the check ids `[checks] disabled` may name (the registry's catalogue,
     checks.CATALOGUE, which every caller that runs or lists checks passes).  The config imports
     no check: it is a leaf every module may use.  None leaves the ids to the caller (the crash
     logger, which needs only the paths).  `errors`: collect every ConfigError there (each
-    wrong key keeps its default; --check-config) instead of raising the first.
+    wrong key keeps its default; --check-config) instead of raising the first.  `aliases`: the
+    old names still read (configschema.ALIASES).
     """
-    config = Config(**_build(path, _load_toml(text, path), "", errors))
+    config = Config(**_build(path, _load_toml(text, path), "", errors, aliases))
     if known_checks is not None:
         unknown_checks = [c for c in config.checks.disabled if c not in known_checks]
         if unknown_checks:

@@ -12,10 +12,10 @@ schema.  Nothing on a node's path imports this module.
 from __future__ import annotations
 
 import json
-from typing import Any, List, NamedTuple
+from typing import Any, List, Mapping, NamedTuple
 
 from .config import type_name
-from .configschema import KEYS, SECTIONS, Key, section_of
+from .configschema import ALIASES, KEYS, SECTIONS, Key, section_of
 
 BEGIN = "<!-- BEGIN key reference: generated from healthcheck/configschema.py by docs/make-configdoc -->"
 END = "<!-- END key reference -->"
@@ -71,8 +71,8 @@ def _cell(text: str) -> str:
     return text.replace("|", "\\|")
 
 
-def markdown_reference() -> str:
-    """One table per section, in the schema's order."""
+def markdown_reference(aliases: Mapping[str, str] = ALIASES) -> str:
+    """One table per section, in the schema's order, then the old names still read."""
     out: List[str] = []
     rows = reference_rows()
     for section, what in SECTIONS.items():
@@ -86,6 +86,11 @@ def markdown_reference() -> str:
             default = f"`{row.default}`" if not row.default.startswith("unset") else row.default
             out.append(f"| `{row.key}` | {_cell(row.type)} | {_cell(default)} | "
                        f"{_cell(row.bounds)} | {_cell(doc)} |")
+        out.append("")
+    if aliases:
+        out += ["### Old names", "", "Still read as the names they have now; deprecated: use the new name.", "",
+                "| old name | name now |", "|---|---|"]
+        out += [f"| `{old}` | `{new}` |" for old, new in sorted(aliases.items())]
         out.append("")
     return "\n".join(out)
 

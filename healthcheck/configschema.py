@@ -17,14 +17,13 @@ count, or a list of "hca:port" names), nodes (a count of nodes or a share of the
 None means the key is unset by default; `unset` says what that means.  Bounds are inclusive;
 `why` is said with the bound in an error.
 
-Kept to data and one small record: the prolog imports it (python -X importtime).
+Kept to data and one small class: the prolog imports it (python -X importtime).
 """
 
 from __future__ import annotations
 
 from typing import Any, Dict, Optional, Tuple
 
-from .records import NamedTuple
 
 MAX_GPU_MIB = 288 * 1024  # the largest GPU memory shipping (B300: 288 GB)
 MAX_NODES = 100000
@@ -36,18 +35,30 @@ AUTO_TRUE_FALSE = ("auto", "true", "false")
 DAY = 86400.0
 
 
-class Key(NamedTuple):
-    type: str
-    default: Any
-    doc: str  # one or two sentences: what the key does
-    low: Optional[float] = None  # inclusive bounds of a number
-    high: Optional[float] = None
-    unit: str = ""
-    why: str = ""  # why the bound is where it is, said in the error
-    choices: Tuple[str, ...] = ()
-    unset: str = ""  # what a key left unset (default None) means
-    shape: str = ""  # an entry validator (configsections.SHAPES)
-    see: str = ""  # the page of docs/ that says more, e.g. "deep.md#dcgm"
+class Key:
+    """One key's entry.  A plain class rather than a record: the ~100 entries are built at every
+    import of the config, and a namedtuple class costs more to make than the entries."""
+
+    __slots__ = ("type", "default", "doc", "low", "high", "unit", "why", "choices", "unset", "shape", "see")
+
+    def __init__(self, type: str, default: Any, doc: str,  # noqa: A002  (the schema's word)
+                 low: Optional[float] = None, high: Optional[float] = None, unit: str = "",
+                 why: str = "", choices: Tuple[str, ...] = (), unset: str = "", shape: str = "",
+                 see: str = "") -> None:
+        self.type = type
+        self.default = default
+        self.doc = doc  # one or two sentences: what the key does
+        self.low = low  # inclusive bounds of a number
+        self.high = high
+        self.unit = unit
+        self.why = why  # why the bound is where it is, said in the error
+        self.choices = choices
+        self.unset = unset  # what a key left unset (default None) means
+        self.shape = shape  # an entry validator (configsections.SHAPES)
+        self.see = see  # the page of docs/ that says more, e.g. "deep.md#dcgm"
+
+    def __repr__(self) -> str:
+        return f"Key({', '.join(f'{name}={getattr(self, name)!r}' for name in self.__slots__)})"
 
 
 _S = "seconds"
@@ -305,6 +316,11 @@ KEYS: Dict[str, Key] = {
     "fabric.srun": Key("str", None, "--gang: the srun that runs the collective inside the job's "
                        "own allocation (--overlap).", unset=_ON_PATH + "srun"),
 }
+
+# Old names still read: an old dotted name (a section, or a key) -> the name it has now.  A file
+# that uses one loads as if it used the new name; the docs list it as deprecated.  Setting both
+# is an error.  A key's alias stays in its section (a section's alias carries its keys along).
+ALIASES: Dict[str, str] = {}
 
 DEFAULTS: Dict[str, Any] = {path: key.default for path, key in KEYS.items()}
 

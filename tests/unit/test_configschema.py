@@ -251,3 +251,27 @@ def test_the_shipped_config_names_every_key_in_its_section():
             named.add(f"{section}.{found.group(1)}" if section else found.group(1))
     assert set(KEYS) - named == set()
     assert named - set(KEYS) == set()
+
+
+# What the multi-node checks' rename will look like (configschema.ALIASES holds none yet).
+RENAMED = {"gang": "fabric", "fabric.gang_deadline_s": "fabric.gang_timeout_s"}
+
+
+def test_an_old_section_or_key_name_reads_as_the_name_it_has_now():
+    config = parse_config("[gang]\npartners = 3\ngang_deadline_s = 60\n", PATH, CATALOGUE, aliases=RENAMED)
+    assert config.fabric.partners == 3 and config.fabric.gang_timeout_s == 60.0
+    assert parse_config("[fabric]\ngang_deadline_s = 60\n", aliases=RENAMED).fabric.gang_timeout_s == 60.0
+    # an error names the key as the file spells it, with the bound of the key it reads as
+    err = _refused_with("[gang]\ngang_deadline_s = 1\n")
+    assert err.key == "gang.gang_deadline_s" and "between 5 and 3600" in err.problem
+    err = _refused_with("[gang]\npartners = 3\n[fabric]\npartners = 2\n")
+    assert err.key == "fabric" and err.problem.startswith("set twice, here and as gang ")
+    from healthcheck.config import keys_set
+    assert keys_set("[gang]\ngang_deadline_s = 60\n", aliases=RENAMED) == {"fabric.gang_timeout_s"}
+    assert "| `gang` | `fabric` |" in markdown_reference(RENAMED)
+
+
+def _refused_with(text: str) -> ConfigError:
+    with pytest.raises(ConfigError) as err:
+        parse_config(text, PATH, CATALOGUE, aliases=RENAMED)
+    return err.value
