@@ -109,9 +109,9 @@ KEYS: Dict[str, Key] = {
     "nvml_timeout_s": Key("float", 10.0, "Deadline for the whole NVML read of every GPU.", 0.1,
                           600.0, _S, "0 would call every GPU lost"),
     "expect_ecc": Key("bool", None, "Whether this site runs its GPUs with ECC on: false makes ECC "
-                      "off info on every GPU, true a warning on every GPU.",
-                      unset="ECC off is info on RTX, Quadro, GeForce and TITAN boards, "
-                            "a warning on data-centre GPUs"),
+                      "off info on every GPU, true a warning on every GPU; unset, workstation boards (RTX, "
+                      "Quadro, GeForce, TITAN: they ship with ECC off) are told apart.",
+                      unset="ECC off: info on workstation boards, a warning on data-centre GPUs"),
     "exclude_gpus": Key("list", (), "GPUs taken out of service (serials, GPU- UUIDs or PCI ids): "
                         "still read and reported, but every finding on them is info, never a drain.  In a prolog or "
                         "epilog a GPU in no gres.conf record is out of service the same way."),
@@ -241,8 +241,7 @@ KEYS: Dict[str, Key] = {
                                           "the epilog warns.", 0, unit="replays", see="checks.md#the-checks"),
 
     "network.expected_ports": Key("ports", None, "The RDMA ports that must be up: a count, or names "
-                                  "like [\"mlx5_0:1\"].", unset="a port that is down warns; one up "
-                                  "at the prolog and down at the epilog fails",
+                                  "like [\"mlx5_0:1\"].", unset="a down port warns; up at the prolog, down at the epilog fails",
                                   see="network.md#keys"),
     "network.min_rate_gbps": Key("float", 0.0, "A port slower than this warns (0: off; the "
                                  "comparison with the node's fastest port of the same HCA model "
