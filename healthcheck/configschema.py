@@ -64,6 +64,7 @@ class Key:
 _S = "seconds"
 _SHARE = ""  # a fraction: its bounds say it
 _ON_PATH = "found on PATH, else /usr/bin/"
+_CHECKS = "checks.md#the-checks"
 
 # The sections, in the order --check-config lists them, and what each is for.
 SECTIONS: Dict[str, str] = {
@@ -113,8 +114,9 @@ KEYS: Dict[str, Key] = {
                       "Quadro, GeForce, TITAN: they ship with ECC off) are told apart.",
                       unset="ECC off: info on workstation boards, a warning on data-centre GPUs"),
     "exclude_gpus": Key("list", (), "GPUs taken out of service (serials, GPU- UUIDs or PCI ids): "
-                        "still read and reported, but every finding on them is info, never a drain.  In a prolog or "
-                        "epilog a GPU in no gres.conf record is out of service the same way."),
+                        "still read and reported, but every finding on them is info, never a drain.  "
+                        "In a prolog or epilog a GPU in no gres.conf record is out of service the same "
+                        "way."),
     "dcgmi": Key("str", None, "DCGM's command line, for the DCGM bridge.",
                  unset=_ON_PATH + "dcgmi", see="deep.md#dcgm"),
     "nvidia_smi": Key("str", None, "NVIDIA's nvidia-smi, for the repair loop's GPU reset and -pm.",
@@ -190,9 +192,10 @@ KEYS: Dict[str, Key] = {
                         see="deep.md#dcgm"),
     "dcgm.level": Key("int", 2, "The run level of dcgmi diag -r N at --level deep.", 1, 4,
                       "dcgmi diag run levels"),
-    # NVIDIA's dcgmi diag reference puts -r 3 at about 15 minutes and -r 4 at "extended,
-    # longer-running"; DCGM's user guide gives one to two hours for it.  Four hours leaves a
-    # slow node room; a day would hide a hang.
+    # NVIDIA's dcgmi diag reference (docs.nvidia.com/datacenter/dcgm/latest/reference/
+    # command-line-reference/dcgmi/dcgmi-diag.html) puts -r 2 at about two minutes, -r 3 at about
+    # 15 and -r 4 at "extended, longer-running"; DCGM's user guide's table of run levels gives it
+    # one to two hours.  Four hours leaves a slow node room; a day would hide a hang.
     "dcgm.timeout_s": Key("float", 1800.0, "Deadline of dcgmi diag: -r 2 takes minutes, -r 3 "
                           "about 15 minutes, -r 4 one to two hours.", 0.1, 4 * 3600.0, _S,
                           "0 fails every diag; -r 4 runs for hours"),
@@ -221,27 +224,29 @@ KEYS: Dict[str, Key] = {
                               unset=_ON_PATH + "systemd-run; absent: a detached process"),
 
     "checks.disabled": Key("list", (), "Check ids to skip (`gpu-healthcheck --list-checks` lists "
-                           "them).", see="checks.md#the-checks"),
+                           "them).", see=_CHECKS),
 
     "thresholds.ecc_volatile_corrected": Key("int", 1000, "Corrected (single-bit) ECC errors since "
                                              "the driver loaded above which a GPU warns.", 0,
-                                             unit="errors", see="checks.md#the-checks"),
+                                             unit="errors", see=_CHECKS),
     "thresholds.retired_pages": Key("int", 60, "Retired pages at which a GPU is sent to RMA "
-                                    "(NVIDIA's criterion, pre-Ampere).", 0, unit="pages", see="checks.md#the-checks"),
+                                    "(NVIDIA's criterion, pre-Ampere).", 0, unit="pages", see=_CHECKS),
     "thresholds.memory_leaked_mib": Key("int", 2048, "Memory in use with no process on the GPU "
-                                        "that is called leaked.", 0, unit="MiB", see="checks.md#the-checks"),
+                                        "that is called leaked.", 0, unit="MiB", see=_CHECKS),
     "thresholds.pcie_width_min": Key("int", 0, "PCIe link width below which a GPU warns (0: off; "
-                                     "narrower than its max is then info).", 0, unit="lanes", see="checks.md#the-checks"),
+                                     "narrower than its max is then info).", 0, unit="lanes", see=_CHECKS),
     "thresholds.thermal_margin_c": Key("int", 0, "Degrees below the slowdown threshold at which a "
-                                       "GPU warns that it is about to throttle.", 0, unit="degrees C", see="checks.md#the-checks"),
+                                       "GPU warns that it is about to throttle.", 0,
+                                       unit="degrees C", see=_CHECKS),
     "thresholds.nvlink_errors_per_job": Key("int", 100, "NVLink CRC and replay errors (each) new "
                                             "during one job above which the epilog warns.", 0,
-                                            unit="errors", see="checks.md#the-checks"),
+                                            unit="errors", see=_CHECKS),
     "thresholds.pcie_replay_per_job": Key("int", 100, "PCIe replays new during one job above which "
-                                          "the epilog warns.", 0, unit="replays", see="checks.md#the-checks"),
+                                          "the epilog warns.", 0, unit="replays", see=_CHECKS),
 
     "network.expected_ports": Key("ports", None, "The RDMA ports that must be up: a count, or names "
-                                  "like [\"mlx5_0:1\"].", unset="a down port warns; up at the prolog, down at the epilog fails",
+                                  "like [\"mlx5_0:1\"].",
+                                  unset="a down port warns; up at the prolog, down at the epilog fails",
                                   see="network.md#keys"),
     "network.min_rate_gbps": Key("float", 0.0, "A port slower than this warns (0: off; the "
                                  "comparison with the node's fastest port of the same HCA model "

@@ -13,7 +13,8 @@ import math
 import re
 from typing import Any, Callable, Dict, Iterable, Optional, Tuple, Union
 
-from .configschema import DEEP_FLOOR_METRICS, DEFAULTS as _D, FABRIC_COLLECTIVES, MAX_NODES  # noqa: F401  (re-exported)
+from .configschema import DEFAULTS as _D
+from .configschema import DEEP_FLOOR_METRICS, FABRIC_COLLECTIVES, MAX_NODES  # noqa: F401  (re-exported)
 from .records import NamedTuple
 
 
@@ -49,7 +50,8 @@ class DeepConfig(NamedTuple):
 
 
 class DcgmConfig(NamedTuple):
-    """[dcgm]: the DCGM bridge (read/dcgm.py): `dcgmi diag` at --level deep, `dcgmi health` on --node."""
+    """[dcgm]: the DCGM bridge (read/dcgm.py): `dcgmi diag` at --level deep, `dcgmi health`
+    on --node."""
 
     enabled: str = _D["dcgm.enabled"]
     level: int = _D["dcgm.level"]
@@ -90,7 +92,8 @@ class Thresholds(NamedTuple):
 
 
 class NetworkConfig(NamedTuple):
-    """[network]: the RDMA ports (checks/network.py; docs/network.md gives each default's source)."""
+    """[network]: the RDMA ports (checks/network.py; docs/network.md gives each default's
+    source)."""
 
     expected_ports: Optional[Union[int, Tuple[str, ...]]] = _D["network.expected_ports"]
     min_rate_gbps: float = _D["network.min_rate_gbps"]
@@ -104,7 +107,8 @@ class NetworkConfig(NamedTuple):
 
 
 class FabricConfig(NamedTuple):
-    """[fabric]: the multi-node sweep (`--fabric-sweep`) and the gang check (`--gang`); docs/network.md gives each default's source."""
+    """[fabric]: the multi-node sweep (`--fabric-sweep`) and the gang check (`--gang`);
+    docs/network.md gives each default's source."""
 
     partition: Optional[str] = _D["fabric.partition"]
     reservation: Optional[str] = _D["fabric.reservation"]
