@@ -7,6 +7,7 @@
     run.warnings            # the text after each "NCCL WARN"
     run.errors              # "Test NCCL failure common.cu:777 'unhandled system error'", ...
     run.hosts               # the hosts of the "#  Rank  N ... on HOST device ..." lines
+    run.ranks, run.rank_lines  # distinct ranks, and rank lines (a rank printed twice: two runs)
     run.complete            # the summary was printed: the run was not cut off
 
 What it reads, from nccl-tests' src/common.cu as real runs print it (tests/fixtures/fabric):
@@ -82,7 +83,8 @@ class NcclRun(NamedTuple):
     warnings: Tuple[str, ...] = ()
     errors: Tuple[str, ...] = ()
     hosts: Tuple[str, ...] = ()  # in rank order, each host once
-    ranks: int = 0
+    ranks: int = 0  # distinct rank numbers of the "#  Rank N ... on HOST" lines
+    rank_lines: int = 0  # those lines: more than `ranks` when several runs each printed rank 0
 
     @property
     def complete(self) -> bool:
@@ -167,6 +169,7 @@ def parse_nccl_tests(text: str) -> NcclRun:
     errors: List[str] = []
     hosts: List[str] = []
     ranks = set()
+    rank_lines = 0
     avg: Optional[float] = None
     oob: Optional[int] = None
     failed = False
@@ -185,6 +188,7 @@ def parse_nccl_tests(text: str) -> NcclRun:
         m = _RANK_RE.match(line)
         if m:
             ranks.add(int(m.group(1)))
+            rank_lines += 1
             if m.group(2) not in hosts:
                 hosts.append(m.group(2))
             continue
@@ -205,4 +209,4 @@ def parse_nccl_tests(text: str) -> NcclRun:
         if row is not None:
             rows.append(row)
     return NcclRun(tuple(rows), avg, oob, failed, tuple(warnings), tuple(errors), tuple(hosts),
-                   len(ranks))
+                   len(ranks), rank_lines)
