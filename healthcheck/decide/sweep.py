@@ -128,15 +128,18 @@ class SweepReport(NamedTuple):
 def judge_collective(run: NcclRun, exited: Optional[int], timed_out: bool) -> Tuple[Optional[float], Optional[str]]:
     """A collective's output -> (bus bandwidth GB/s, why it failed outright or None).  A run
     that hung, printed an NCCL error, counted wrong elements or never reached its summary fails
-    whatever its figure; the error is named."""
+    whatever its figure; the error is named.  Wrong elements lead (silent data corruption must
+    not read like a crash): nccl-tests 2.17 prints "Test failure common.cu:1189" after every
+    failed validation."""
     if timed_out:
         return run.busbw_gbps, "hang: ended by its time limit"
+    if run.oob_failed or run.wrong:
+        said = f"NCCL WARN {run.warnings[0]}" if run.warnings else run.errors[0] if run.errors else ""
+        return run.busbw_gbps, f"wrong={run.wrong}" + (f" ({said})" if said else "")
     if run.warnings:
         return run.busbw_gbps, f"NCCL WARN {run.warnings[0]}"
     if run.errors:
         return run.busbw_gbps, run.errors[0]
-    if run.oob_failed or run.wrong:
-        return run.busbw_gbps, f"wrong={run.wrong}"
     if not run.complete or run.busbw_gbps is None:
         why = "no result table" if not run.rows else "cut off before its summary"
         return run.busbw_gbps, why + (f" (exit status {exited})" if exited else "")

@@ -210,6 +210,7 @@ def iter_events(lines: Iterable[str], year: Optional[int] = None) -> Iterator[Op
     # (pci, line number, times) of the last "The NVIDIA GPU X" line: newer drivers print the
     # fallen-off-the-bus message over three lines and only the first carries the time
     recent_gpu: Optional[Tuple[str, int, Optional[float], Optional[float], Optional[int]]] = None
+    said: List[str] = []  # the NVRM lines since that line: the message is quoted as logged
     for number, raw in enumerate(lines):
         if "NVRM" not in raw:
             continue
@@ -236,11 +237,13 @@ def iter_events(lines: Iterable[str], year: Optional[int] = None) -> Iterator[Op
                            monotonic_s=mono, wallclock=wall, seq=seq)
         gpu = pats.gpu_at.search(msg)
         if gpu:
-            recent_gpu = (kernel_form(gpu["pci"]), number, mono, wall, seq)
+            recent_gpu, said = (kernel_form(gpu["pci"]), number, mono, wall, seq), []
+        said = (said + [_clean(msg)])[-(FALLEN_LOOKBACK + 1):]
         if OFF_BUS in msg and recent_gpu and number - recent_gpu[1] <= FALLEN_LOOKBACK:
             _, _, g_mono, g_wall, g_seq = recent_gpu
-            yield XidEvent(pci=recent_gpu[0], xid=None,
-                           message="GPU has fallen off the bus and is not responding",
+            # the driver's own words, one line ("GPU 0000:a1:00.0: GPU has fallen off the bus.")
+            # or the three of newer drivers joined: never words the log does not hold
+            yield XidEvent(pci=recent_gpu[0], xid=None, message=printable(" ".join(said), 512),
                            monotonic_s=mono if mono is not None else g_mono,
                            wallclock=wall if wall is not None else g_wall,
                            seq=seq if seq is not None else g_seq)
