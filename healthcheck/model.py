@@ -32,6 +32,12 @@ class UsageError(Exception):
     line on stderr and exit 3 (unknown), never 1 or 2, which mean warn and fail (CONTRACTS §1)."""
 
 
+class Terminated(BaseException):
+    """SIGTERM (slurmd's PrologEpilogTimeout, a timer's deadline, systemd): cli.py's guard raises
+    it in the running command, so that probe children get killed and a fabric sweep cancels
+    its jobs; str() is "stopped by SIGTERM"."""
+
+
 class DoorError(Exception):
     """An outside system (scontrol, ...) could not do what we asked: missing, failed, or past its
     deadline.  Each door raises its own subclass (act.scontrol.ScontrolError)."""
