@@ -37,9 +37,8 @@ from ..act.sweeprun import JOB_NAME, Setup, SlurmRunner, SweepError
 from ..config import Config
 from ..decide.exitcodes import CONFIG_ERROR, fabric_exit
 from ..decide.fabricjob import JobSpec, MissingProgram
-from ..decide.fabricretest import retest_candidates
-from ..decide.sweep import (BAD, UNKNOWN, NodeOutcome, SweepPlanner, SweepReport, Thresholds, candidates,
-                            fabric_reason, retest_refused)
+from ..decide.sweep import BAD, UNKNOWN, NodeOutcome, SweepPlanner, SweepReport, Thresholds, fabric_reason
+from ..decide.sweepnodes import candidates, retest_candidates, retest_refused
 from ..model import CRIT, ERR, NOTICE, DoorError, LogEvent, Terminated, UsageError
 from ..records import NamedTuple
 

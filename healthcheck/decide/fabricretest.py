@@ -36,7 +36,7 @@ A fabric drain's life (docs/network.md, docs/repair.md):
 from __future__ import annotations
 
 import re
-from typing import Any, Dict, List, Optional, Sequence, Tuple
+from typing import Any, Dict, List, Optional, Sequence
 
 from ..model import Action, Finding, Severity
 from ..records import NamedTuple
@@ -224,25 +224,3 @@ def evidence_bundle(outcome: NodeOutcome, results: Sequence[JobResult], sweep_id
             "max_attempts": mark.max_attempts if mark else None,
             "job_ids": [j["job_id"] for j in jobs if j["job_id"]], "jobs": jobs,
             "output_dir": output_dir}
-
-
-def retest_candidates(nodes: Sequence[NodeState], wanted: Optional[Sequence[str]],
-                      partition: Optional[str]) -> Tuple[List[NodeState], Dict[str, str]]:
-    """(the nodes the repair loop rebooted for their fabric that this sweep re-tests, {a node
-    awaiting its re-test that is not re-tested now: why}) of the nodes `scontrol -o show nodes`
-    shows (awaiting_retest)."""
-    chosen: List[NodeState] = []
-    why_not: Dict[str, str] = {}
-    for node in nodes:
-        if wanted is not None and node.name not in wanted:
-            continue
-        why = awaiting_retest(node)
-        if why == "":
-            continue  # not awaiting a re-test
-        if why is None and not node.in_partition(partition):
-            why = f"awaiting a fabric re-test, not in partition {partition}"
-        if why is None:
-            chosen.append(node)
-        else:
-            why_not[node.name] = why
-    return chosen, why_not

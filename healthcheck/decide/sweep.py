@@ -39,14 +39,13 @@ from __future__ import annotations
 import statistics
 from typing import TYPE_CHECKING, Dict, List, Mapping, Optional, Sequence, Set, Tuple
 
-from ..read.nccltests import NcclRun
+from ..netmodel import NcclRun
 from ..records import NamedTuple
 from .fabricfloor import floor_for, node_floors, parse_floors
 from .verdict import FABRIC_PREFIX, RMA_TOKEN, is_fabric_reason, sanitise  # noqa: F401  (is_fabric_reason: re-exported)
 
 if TYPE_CHECKING:
     from ..configsections import FabricConfig
-    from .verdict import NodeState
 
 BAD, TRANSIENT, UNKNOWN, PASS, SKIPPED = "bad", "transient", "unknown", "pass", "skipped"
 RETEST_WHY = "awaiting a fabric re-test after a reboot"  # a retest suspect before its partner jobs
@@ -437,53 +436,3 @@ def fabric_columns(reason: str) -> Optional[str]:
         return None
     words = reason[len(FABRIC_PREFIX):].split()
     return " ".join(w for w in words if not w.endswith("_perf") and w != "sweep") or None
-
-
-def candidates(nodes: Sequence["NodeState"], wanted: Optional[Sequence[str]], partition: Optional[str],
-               reservation_nodes: Optional[Sequence[str]]) -> Tuple[List[str], Dict[str, str]]:
-    """(the nodes to sweep, {a node of --nodes left out: why}) of the nodes `scontrol -o show
-    nodes` shows: plainly idle (or reserved in [fabric] reservation), in the partition, not
-    claimed by the repair loop, with GPUs."""
-    from .repair import parse_mark, reboot_flags
-
-    chosen: List[str] = []
-    why_not: Dict[str, str] = {}
-    seen = set()
-    allowed = {"IDLE"} | ({"RESERVED", "MAINT"} if reservation_nodes is not None else set())
-    for node in nodes:
-        seen.add(node.name)
-        if wanted is not None and node.name not in wanted:
-            continue
-        flags = set(node.state.upper().replace("*", "+NOT_RESPONDING").split("+"))
-        reason = None
-        if not node.in_partition(partition):
-            reason = f"not in partition {partition}"
-        elif reservation_nodes is not None and node.name not in reservation_nodes:
-            reason = "not in the reservation"
-        elif "IDLE" not in flags or not flags <= allowed or node.drained or reboot_flags(node.state):
-            reason = f"not idle ({node.state})"
-        elif parse_mark(node.comment):
-            reason = f"claimed by the repair loop ({node.comment})"
-        elif not node.has_gpus:
-            reason = "no GPUs"
-        if reason is None:
-            chosen.append(node.name)
-        elif wanted is not None:
-            why_not[node.name] = reason
-    for name in wanted or ():
-        if name not in seen:
-            why_not[name] = "not a node scontrol knows"
-    return chosen, why_not
-
-
-def retest_refused(act: bool, report_only: bool, reservation: Optional[str]) -> Optional[str]:
-    """Why a node awaiting its fabric re-test is not re-tested by this sweep (its re-test
-    resumes it into a reservation of its own), or None."""
-    if not act:
-        return "awaiting a fabric re-test: only --fabric-sweep --act re-tests it"
-    if report_only:
-        return "awaiting a fabric re-test: report_only: would re-test it"
-    if reservation:
-        return (f"awaiting a fabric re-test: not re-tested while the sweep runs in [fabric] "
-                f"reservation {reservation}")
-    return None

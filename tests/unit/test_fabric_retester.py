@@ -142,8 +142,7 @@ def test_fabric_retester_no_reservation_no_resume(tmp_path):
 
 def test_fabric_retest_candidates_are_our_idle_marked_fabric_drains_and_only_with_act():
     from healthcheck.act.scontrol import parse_show_nodes
-    from healthcheck.decide.fabricretest import retest_candidates
-    from healthcheck.decide.sweep import candidates, retest_refused
+    from healthcheck.decide.sweepnodes import candidates, retest_candidates, retest_refused
     from tests.lib.shownodes import node_line
 
     mark = " Comment=gpu-healthcheck: repair fabric_retest at=2027-01-15T08:00:00+00:00 attempts=1/2"
