@@ -4,6 +4,7 @@
     chosen, why_not = candidates(nodes, wanted=None, partition="gpu", reservation_nodes=None)
     retest, waiting = retest_candidates(nodes, wanted=None, partition="gpu")
     why = retest_refused(act, report_only, reservation)     # None: re-test them
+    idle = idle_nodes(nodes, "gpu-healthcheck-sweep", already=["gpu-c"])   # the idle sweep's
 
 A candidate is plainly idle (no DRAIN, DOWN, RESERVED, MAINT, REBOOT or other flag; with
 `[fabric] reservation` the idle nodes of that reservation), not claimed by the repair loop, with
@@ -13,7 +14,7 @@ re-tested in the partner rounds (decide/fabricretest.py).
 
 from __future__ import annotations
 
-from typing import Dict, List, Optional, Sequence, Tuple
+from typing import Dict, Iterable, List, Optional, Sequence, Tuple
 
 from .fabricretest import awaiting_retest
 from .repair import parse_mark, reboot_flags
@@ -88,3 +89,38 @@ def retest_candidates(nodes: Sequence[NodeState], wanted: Optional[Sequence[str]
         else:
             why_not[node.name] = why
     return chosen, why_not
+
+
+# Node state flags after which a node is not plainly idle (scontrol's State=IDLE+FLAG+...):
+# every flag excludes it, so a node that is drained, down, reserved, powering, rebooting or
+# failing is never swept; only State=IDLE alone is.
+IDLE = "IDLE"
+
+
+def parse_nodes(text: str) -> List[Dict[str, str]]:
+    """`scontrol show nodes -o` (one node per line, KEY=VALUE fields) -> one dict per node.
+    Values with spaces (OS=, Reason=) are kept whole: a field starts only at ` KEY=` where KEY
+    is a word."""
+    nodes = []
+    for line in text.splitlines():
+        line = line.strip()
+        if not line.startswith("NodeName="):
+            continue
+        fields: Dict[str, str] = {}
+        key: Optional[str] = None
+        for word in line.split(" "):
+            head, eq, value = word.partition("=")
+            if eq and head.isidentifier():
+                key = head
+                fields[key] = value
+            elif key is not None and word:
+                fields[key] += " " + word
+        nodes.append(fields)
+    return nodes
+
+
+def idle_nodes(nodes: Iterable[NodeState], partition: str, already: Iterable[str] = ()) -> List[str]:
+    """The idle sweep's nodes (deploy/slurm/gpu-healthcheck-sweep): those of `partition` whose
+    state is plain IDLE and which no sweep job asks for."""
+    skip = set(already)
+    return [n.name for n in nodes if partition in (n.partitions or ()) and n.state == IDLE and n.name not in skip]
