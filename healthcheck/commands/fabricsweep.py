@@ -286,7 +286,7 @@ def _summary_event(report: SweepReport) -> LogEvent:
 
 def _record(config: Config, report: SweepReport, events: List[LogEvent], err: TextIO) -> None:
     """History line and metrics textfile; a failure is said on stderr, never a crash."""
-    from ..act.sweeprecord import history_record, metrics_text
+    from ..report.sweep import history_record, metrics_text
 
     try:
         from ..act.history import append_line, encode

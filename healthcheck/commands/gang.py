@@ -230,7 +230,7 @@ def _record(config: Config, job_id: str, result: Optional[GangResult], actions: 
     except OSError as exc:
         print(f"gpu-healthcheck: --gang: cannot write the history: {exc}", file=err)
     if config.metrics_file:
-        from ..act.gangrecord import FILE_NAME, metrics_text
+        from ..report.gang import FILE_NAME, metrics_text
         from ..act.metrics import write_textfile
 
         path = os.path.join(os.path.dirname(os.path.abspath(config.metrics_file)), FILE_NAME)

@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import argparse
 import os
-import subprocess
 import sys
 from typing import List, Optional, Sequence, Tuple
 
@@ -67,17 +66,9 @@ def fabric_words(status: Optional[int], timeout_s: float) -> Tuple[str, bool]:
 def run_fabric(argv: Sequence[str], timeout_s: float, grace_s: float = FABRIC_GRACE_S) -> Optional[int]:
     """Run the fabric sweep to its end, its output going where ours goes (the journal); its
     exit status, or None once it passed timeout_s (then stopped).  OSError: it cannot start."""
-    proc = subprocess.Popen(list(argv), stdin=subprocess.DEVNULL)
-    try:
-        return proc.wait(timeout=timeout_s)
-    except subprocess.TimeoutExpired:
-        proc.terminate()
-        try:
-            proc.wait(timeout=grace_s)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait()
-        return None
+    from ..outside import run_attached
+
+    return run_attached(argv, timeout_s, grace_s)
 
 
 def fabric_first(args: argparse.Namespace) -> bool:

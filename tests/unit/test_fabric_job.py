@@ -9,7 +9,7 @@ import pytest
 from healthcheck.act.scontrol import parse_show_nodes
 from healthcheck.decide.sweep import SweepReport
 from healthcheck.decide.sweepnodes import candidates
-from healthcheck.act.sweeprecord import history_record, metrics_text
+from healthcheck.report.sweep import history_record, metrics_text
 from healthcheck.act.sweeprun import minutes, sbatch_args, Setup
 from healthcheck.decide.fabricjob import JobSpec, MissingProgram, job_script, judge_job_output, split_output
 from healthcheck.decide.sweep import Job, JobResult, NodeOutcome, SweepOutcome
