@@ -8,7 +8,7 @@ it with --act.
 On a submit host, as root or SlurmUser.  The candidates are the nodes `scontrol show nodes` shows
 plainly idle (no DRAIN, DOWN, RESERVED, MAINT, REBOOT or other flag; with `[fabric] reservation`
 the idle nodes of that reservation), not claimed by the repair loop, with GPUs, in the
-partition (decide/sweep.py's candidates); decide/sweep.py plans the rounds and act/sweeprun.py
+partition (decide/sweepnodes.py), decide/sweep.py plans the rounds and act/sweeprun.py
 runs them as exclusive jobs.
 A bad node is drained through the one scontrol door, within `drain.max_fraction` (decided
 before and held after, as every drain of ours), never over an admin's reason, and not at all

@@ -6,7 +6,7 @@ output is judged, which node is bad, and the drain reason.
         jobs = planner.next_jobs()          # one round: disjoint sets of nodes, each one Slurm job
         if not jobs:
             break
-        planner.record(run_them(jobs))      # JobResult per job (act/sweep.py runs them)
+        planner.record(run_them(jobs))      # JobResult per job (act/sweeprun.py runs them)
     outcome = planner.outcome()             # per node: bad | transient | unknown | pass | skipped
 
 The rounds (the issue's design, each bounded by the jobs' time limit):
@@ -115,7 +115,7 @@ class SweepOutcome(NamedTuple):
 
 
 class SweepReport(NamedTuple):
-    """What one --fabric-sweep found and did (act/sweep.py fills it; report/sweep.py prints it)."""
+    """What one --fabric-sweep found and did (commands/fabricsweep.py fills it; report/sweep.py prints it)."""
 
     sweep_id: str
     outcome: Optional[SweepOutcome]
