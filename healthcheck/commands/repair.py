@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from .node import execute, usage  # noqa: F401  (usage: --gpus is checked as --node's)
+from . import node
 
 if TYPE_CHECKING:
     import argparse
@@ -17,8 +17,12 @@ if TYPE_CHECKING:
     from ..config import Config
 
 
+def usage(args: "argparse.Namespace") -> None:
+    node.usage(args)  # --gpus, as --node's
+
+
 def main(args: "argparse.Namespace", config: "Config", started: float) -> int:
     from ..model import Mode
 
     args.node, args.act = True, True
-    return execute(Mode.NODE, args, config, started)
+    return node.execute(Mode.NODE, args, config, started)

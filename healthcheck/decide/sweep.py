@@ -42,7 +42,7 @@ from typing import TYPE_CHECKING, Dict, List, Mapping, Optional, Sequence, Set, 
 from ..netmodel import NcclRun
 from ..records import NamedTuple
 from .fabricfloor import floor_for, node_floors, parse_floors
-from .verdict import FABRIC_PREFIX, RMA_TOKEN, is_fabric_reason, sanitise  # noqa: F401  (is_fabric_reason: re-exported)
+from .verdict import FABRIC_PREFIX, RMA_TOKEN, is_fabric_reason, sanitise
 
 if TYPE_CHECKING:
     from ..configsections import FabricConfig

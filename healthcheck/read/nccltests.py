@@ -35,7 +35,7 @@ import math
 import re
 from typing import List, Optional, Tuple
 
-from ..netmodel import NcclRow, NcclRun  # noqa: F401  (the records: model, so decide/ can judge them)
+from ..netmodel import NcclRow, NcclRun
 
 # Open MPI's --tag-output ("[1,0]<stdout>:"), srun's --label ("0: ", "12: ").
 _PREFIX_RE = re.compile(r"^\s*(?:\[\d+,\d+\]<std(?:out|err)>:|\d+:\s)")
