@@ -223,28 +223,28 @@ def _main(args_list: List[str], started: float) -> int:
     if mode == "version":
         print(f"gpu-healthcheck {__version__}")
         return exitcodes.done_exit(True)
+    return _guarded(mode, COMMANDS[mode], args, started)
+
+
+def _guarded(mode: str, command: Command, args: "argparse.Namespace", started: float) -> int:
+    """The one guard around every command's run: the command's module imported (a broken
+    dependency is caught like a bug), its own usage refusals, the config read (with the one
+    config-error mapping), SIGTERM raising Terminated in the run where the command asks for it,
+    a bug of ours caught, logged loudly and never a node fault (a prolog exits 0, --node 3),
+    and a reader of stdout that left (`--history | head`) ending the run quietly."""
     import importlib
 
-    command = COMMANDS[mode]
-    module = importlib.import_module(f"{__package__}.commands.{command.module}")
-    usage = getattr(module, "usage", None)
-    if usage is not None:
-        usage(args)  # the mode's own refusals, before the config is read
-    return _guarded(mode, command, module, args, started)
-
-
-def _guarded(mode: str, command: Command, module: Any, args: "argparse.Namespace", started: float) -> int:
-    """The one guard around every command's run: the config read (with the one config-error
-    mapping), SIGTERM raising Terminated in the run where the command asks for it, a bug of ours
-    caught, logged loudly and never a node fault (a prolog exits 0, --node 3), and a reader of
-    stdout that left (`--history | head`) ending the run quietly."""
     from .model import Mode
 
     name = Mode.NODE.value if mode == "repair" else mode.replace("_", "-")
     handles_sigterm = command.sigterm
     previous = signal.signal(signal.SIGTERM, _on_sigterm) if handles_sigterm else None
     loaded: List["Config"] = []  # the config, once read, for logging a crash
+    module: Any = None
     try:
+        module = importlib.import_module(f"{__package__}.commands.{command.module}")
+        if hasattr(module, "usage"):
+            module.usage(args)  # the mode's own refusals, before the config is read
         config = _config(command.config, args.config)
         if isinstance(config, int):
             return config
@@ -272,7 +272,7 @@ def _guarded(mode: str, command: Command, module: Any, args: "argparse.Namespace
     except Exception as exc:  # noqa: BLE001 - the one place our own bugs are caught
         if not command.crash:
             raise
-        if hasattr(module, "crashed"):
+        if module is not None and hasattr(module, "crashed"):
             return int(module.crashed(exc))
         import traceback
 
