@@ -1,11 +1,11 @@
 """Records of the node's RDMA network: InfiniBand and RoCE ports as /sys/class/infiniband
-shows them (filled by healthcheck.read.infiniband, judged by healthcheck.checks.network), and
-an nccl-tests run's table (filled by healthcheck.read.nccltests, judged by decide/sweep.py).
+shows them (filled by healthcheck.read.infiniband, judged by healthcheck.checks.network).
 
     port = IbPort(hca="mlx5_0", port=1, state=4, phys_state=5, rate_gbps=400.0, ...)
     port.name        # "mlx5_0:1", how the config, findings and the drain reason name it
 
-Plain data, no I/O (model.py holds the rest of the records).  None means "not available": the file is absent or says N/A; a file that exists but
+Plain data, no I/O (model.py holds the rest of the records; these live apart to keep each file
+small).  None means "not available": the file is absent or says N/A; a file that exists but
 cannot be read is named in `unreadable`, which the checks report as unknown, never a drain.
 """
 
@@ -91,54 +91,3 @@ class PortBaseline(NamedTuple):
     port_rcv_errors: Optional[int] = None
     local_link_integrity_errors: Optional[int] = None
     excessive_buffer_overrun_errors: Optional[int] = None
-
-
-# nccl-tests' output, as read/nccltests.py reads it
-class NcclRow(NamedTuple):
-    """One row of the table: out-of-place and in-place figures of one message size."""
-
-    size_bytes: int
-    elements: int  # the count column: elements per rank
-    dtype: str
-    redop: Optional[str]  # None: the older all_gather layout has no redop column
-    busbw_out_gbps: float
-    busbw_in_gbps: float
-    algbw_out_gbps: float
-    time_out_us: float
-    wrong_out: Optional[int]  # None: the column is N/A or a float error (older layout)
-    wrong_in: Optional[int]
-
-    @property
-    def busbw_gbps(self) -> float:
-        return max(self.busbw_out_gbps, self.busbw_in_gbps)
-
-
-class NcclRun(NamedTuple):
-    rows: Tuple[NcclRow, ...] = ()
-    avg_busbw_gbps: Optional[float] = None
-    out_of_bounds: Optional[int] = None
-    oob_failed: bool = False
-    warnings: Tuple[str, ...] = ()
-    errors: Tuple[str, ...] = ()
-    hosts: Tuple[str, ...] = ()  # in rank order, each host once
-    ranks: int = 0
-
-    @property
-    def complete(self) -> bool:
-        """The summary line was printed: the run reached its end."""
-        return self.avg_busbw_gbps is not None
-
-    @property
-    def busbw_gbps(self) -> Optional[float]:
-        """Bus bandwidth (GB/s) at the largest message size; None without a row."""
-        if not self.rows:
-            return None
-        largest = max(r.size_bytes for r in self.rows)
-        return max(r.busbw_gbps for r in self.rows if r.size_bytes == largest)
-
-    @property
-    def wrong(self) -> int:
-        """Wrong elements the rows count (out-of-place and in-place), plus the out-of-bounds
-        count where the rows cannot say (older layout)."""
-        counted = sum((r.wrong_out or 0) + (r.wrong_in or 0) for r in self.rows)
-        return max(counted, self.out_of_bounds or 0)
