@@ -202,16 +202,15 @@ def _refuse_meaningless(args: "argparse.Namespace") -> str:
     """The mode asked for; --act, --gpus, --level and --gres where the mode does nothing with
     them: one line, exit 3 (a `--history --act` that ran as if --act meant something would
     mislead)."""
-    mode = next(m for m in ("node", "repair", "prolog", "epilog", "history", "cluster", "list_checks",
-                            "check_config", "job_report", "ack", "gang", "fabric_sweep", "version")
-                if getattr(args, m) not in (None, False))
+    # every mode of the dispatch table (the fast path's namespace holds only its own flags)
+    mode = next(m for m in (*COMMANDS, "version") if getattr(args, m, None) not in (None, False))
     takes = {"act": ("node", "repair", "gang", "fabric_sweep"), "gpus": ("node", "repair", "ack"),
              "level": ("node", "repair", "prolog", "epilog", "ack"), "gres": ("check_config",),
              "nodes": ("fabric_sweep",), "partition": ("fabric_sweep",)}
     for option, modes in takes.items():
         if mode in ("prolog", "epilog") and option in ("act", "gpus"):
             continue  # refused below, with why (they act on the job's GPUs by themselves)
-        if getattr(args, option) not in (None, False) and mode not in modes:
+        if getattr(args, option, None) not in (None, False) and mode not in modes:
             raise UsageError(f"--{option} means nothing with --{mode.replace('_', '-')} "
                              f"(it goes with {', '.join('--' + m.replace('_', '-') for m in modes)})")
     return mode
