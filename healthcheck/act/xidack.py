@@ -9,15 +9,13 @@ GPU reset seen since our drain (its volatile ECC counters started over).  Each o
 
 from __future__ import annotations
 
-import os
 import time
 from typing import List, Optional, Sequence, Tuple
 
 from ..config import Config
 from ..decide.xidack import (acknowledge, counters_started_over, gpu_pcis, position_key, unacknowledged,
                              window_after)
-from ..model import (ERR, NOTICE, WARNING, KernelLogPosition, LogEvent, Mode, NodeSnapshot,
-                     Outcome, UsageError, XidEvent)
+from ..model import ERR, NOTICE, WARNING, KernelLogPosition, LogEvent, NodeSnapshot, Outcome, XidEvent
 from ..staterecords import XidAck
 from ..pci import kernel_pci
 from ..read.kernlog import current_boot, group_key, position_now, read_kernel_log

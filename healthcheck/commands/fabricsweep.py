@@ -29,7 +29,7 @@ import fcntl
 import os
 import re
 import time
-from typing import TYPE_CHECKING, Dict, List, Mapping, Optional, Sequence, TextIO, Tuple
+from typing import TYPE_CHECKING, List, Mapping, Optional, Sequence, TextIO, Tuple
 
 from ..act.fabricretest import Retester
 from ..act.scontrol import parse_show_nodes
@@ -81,8 +81,6 @@ class _SweepLock:
 
 
 def _spec(config: Config) -> JobSpec:
-    from ..tools import find_tool
-
     fabric = config.fabric
     collective = (os.path.join(fabric.nccl_tests, fabric.collective) if fabric.nccl_tests
                   else fabric.collective)
