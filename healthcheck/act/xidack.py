@@ -18,7 +18,8 @@ from ..decide.xidack import (acknowledge, counters_started_over, gpu_pcis, posit
 from ..model import ERR, NOTICE, WARNING, KernelLogPosition, LogEvent, NodeSnapshot, Outcome, XidEvent
 from ..staterecords import XidAck
 from ..pci import kernel_pci
-from ..read.kernlog import current_boot, group_key, position_now, read_kernel_log
+from ..logmodel import group_key
+from ..read.kernlog import current_boot, position_now, read_kernel_log
 from .state import StateStore, read_acks, read_our_drain, write_acks, write_our_drain
 
 

@@ -23,7 +23,8 @@ from ..staterecords import KnownGpu, XidAck
 from ..netmodel import NetworkRead
 from ..pci import function_form, normalise_pci, nvml_form
 from ..records import NamedTuple
-from .kernlog import boot_wallclock, current_boot, read_kernel_log, window_since
+from ..logmodel import window_since
+from .kernlog import boot_wallclock, current_boot, read_kernel_log
 from .nvml import read_nvml
 from .slurmenv import job_from_env
 from .sysfs import read_driver_age, read_sysfs_nvidia
