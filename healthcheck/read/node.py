@@ -187,7 +187,8 @@ def out_of_service(gpus: Tuple[GpuSnapshot, ...], exclude: Tuple[str, ...],
             pcis.add(normalise_pci(entry))
         except ValueError:
             pass  # a serial or UUID
-    from ..decide.gpumap import NVIDIA_AUTODETECT, autodetect_kind, file_minors
+    from ..decide.gpumap import file_minors
+    from ..model import NVIDIA_AUTODETECT, autodetect_kind
 
     in_gres = None
     if (layout is not None and not layout.error and not layout.uncertain and layout.files

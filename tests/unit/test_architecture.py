@@ -44,7 +44,6 @@ READ_DECIDE_TO_MOVE = {
     "healthcheck.decide.fabricjob": ["healthcheck.read.nccltests", "healthcheck.read.perftest"],
     # NcclRun/NcclRow belong in netmodel.py (read/nccltests is being changed on another branch)
     "healthcheck.decide.sweep": ["healthcheck.read.nccltests"],
-    "healthcheck.read.gres": ["healthcheck.decide.gpumap"],
     "healthcheck.read.node": ["healthcheck.decide.budget", "healthcheck.decide.gpumap", "healthcheck.decide.xidack"],
 }
 
