@@ -1,5 +1,5 @@
 """The repair loop's effectors: claim the repair budget, reset GPUs, ask Slurm for a reboot, keep
-the ledger, mark rma with evidence.  The decisions are decide.repair's; the flow is orchestrate's.
+the ledger, mark rma with evidence.  The decisions are decide.repair's; the flow is commands/node.py's.
 
     rep = Repairer(config, slurm, store, node, events, fields)
     started = rep.start(snapshot, findings, report_only)   # True: validate now (a reset was done)

@@ -56,6 +56,7 @@ _REASON_RE = re.compile(r"\sReason=(?P<text>(?:.*?\S)??)(?:\s+\[(?P<who>[^\]@\s]
 
 _GRES_RE = re.compile(r"\sGres=(\S+)")
 _BOOT_RE = re.compile(r"\sBootTime=(\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d)")
+_PARTITIONS_RE = re.compile(r"\sPartitions=(\S+)")
 # Comment=<text> is free text printed after Reason (22.05+), to the end of the line.
 _COMMENT_RE = re.compile(r"\sComment=([^\n]*)$")
 
@@ -74,11 +75,13 @@ def parse_node_line(line: str) -> Optional[NodeState]:
     gres = _GRES_RE.search(line)
     comment = _COMMENT_RE.search(line)
     boot = _BOOT_RE.search(line)
+    partitions = _PARTITIONS_RE.search(line)
     return NodeState(name=name.group(1), state=state.group(1) if state else "UNKNOWN",
                      reason=reason, reason_time=when or None,
                      gres=None if gres is None else ("" if gres.group(1) == "(null)" else gres.group(1)),
                      comment=comment.group(1).strip() if comment else None,
-                     boot_time=boot.group(1) if boot else None)
+                     boot_time=boot.group(1) if boot else None,
+                     partitions=tuple(partitions.group(1).split(",")) if partitions else None)
 
 
 def reason_time(line: str) -> Optional[str]:

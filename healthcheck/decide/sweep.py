@@ -6,7 +6,7 @@ output is judged, which node is bad, and the drain reason.
         jobs = planner.next_jobs()          # one round: disjoint sets of nodes, each one Slurm job
         if not jobs:
             break
-        planner.record(run_them(jobs))      # JobResult per job (act/sweep.py runs them)
+        planner.record(run_them(jobs))      # JobResult per job (act/sweeprun.py runs them)
     outcome = planner.outcome()             # per node: bad | transient | unknown | pass | skipped
 
 The rounds (the issue's design, each bounded by the jobs' time limit):
@@ -42,7 +42,7 @@ from typing import TYPE_CHECKING, Dict, List, Mapping, Optional, Sequence, Set, 
 from ..read.nccltests import NcclRun
 from ..records import NamedTuple
 from .fabricfloor import floor_for, node_floors, parse_floors
-from .verdict import FABRIC_PREFIX, RMA_TOKEN, is_fabric_reason, sanitise  # noqa: F401  (is_fabric_reason: re-exported)
+from .verdict import FABRIC_PREFIX, RMA_TOKEN, is_fabric_reason, sanitise
 
 if TYPE_CHECKING:
     from ..configsections import FabricConfig
@@ -115,7 +115,7 @@ class SweepOutcome(NamedTuple):
 
 
 class SweepReport(NamedTuple):
-    """What one --fabric-sweep found and did (act/sweep.py fills it; report/sweep.py prints it)."""
+    """What one --fabric-sweep found and did (commands/fabricsweep.py fills it; report/sweep.py prints it)."""
 
     sweep_id: str
     outcome: Optional[SweepOutcome]

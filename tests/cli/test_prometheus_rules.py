@@ -69,10 +69,10 @@ def test_prometheus_repair_metrics_pass_promtool_check_metrics():
 
 
 def test_prometheus_fabric_and_gang_metrics_pass_promtool_check_metrics():
-    """The fabric sweep's and the gang check's textfiles (act/sweeprecord.py, act/gangrecord.py)
+    """The fabric sweep's and the gang check's textfiles (report/sweep.py, report/gang.py)
     as node_exporter would serve them: promtool's lint finds nothing, and each family is there."""
-    from healthcheck.act.gangrecord import metrics_text as gang_text
-    from healthcheck.act.sweeprecord import metrics_text as sweep_text
+    from healthcheck.report.gang import metrics_text as gang_text
+    from healthcheck.report.sweep import metrics_text as sweep_text
     from healthcheck.decide.gang import GangPlan
     from healthcheck.decide.sweep import (Job, JobResult, NodeOutcome, SweepOutcome, SweepReport,
                                           Thresholds)

@@ -8,8 +8,10 @@ from pathlib import Path
 
 import pytest
 
-from healthcheck.act.sweep import SweepReport, candidates
-from healthcheck.act.sweeprecord import history_record, metrics_text
+from healthcheck.act.scontrol import parse_show_nodes
+from healthcheck.decide.sweep import SweepReport
+from healthcheck.decide.sweepnodes import candidates
+from healthcheck.report.sweep import history_record, metrics_text
 from healthcheck.act.sweeprun import minutes, sbatch_args, Setup
 from healthcheck.decide.fabricjob import (JobSpec, MissingProgram, NotSpanned, job_script, judge_job_output,
                                          split_output)
@@ -93,13 +95,13 @@ LINES = "\n".join([
 
 
 def test_fabric_sweep_candidates_are_plainly_idle_gpu_nodes_of_the_partition() -> None:
-    assert candidates(LINES, None, None, None)[0] == ["gpu-a", "gpu-d", "gpu-g"]
-    chosen, why = candidates(LINES, [f"gpu-{c}" for c in "abcdfghz"] + ["cpu-e"], "gpu", None)
+    assert candidates(parse_show_nodes(LINES), None, None, None)[0] == ["gpu-a", "gpu-d", "gpu-g"]
+    chosen, why = candidates(parse_show_nodes(LINES), [f"gpu-{c}" for c in "abcdfghz"] + ["cpu-e"], "gpu", None)
     assert chosen == ["gpu-a", "gpu-g"]
     assert why == {"gpu-b": "not idle (IDLE+DRAIN)", "gpu-c": "not idle (MIXED)", "gpu-d": "not in partition gpu",
                    "gpu-f": "not idle (IDLE+RESERVED+MAINT)", "gpu-h": "not idle (IDLE*)",
                    "gpu-z": "not a node scontrol knows", "cpu-e": "no GPUs"}
-    assert candidates(LINES, None, None, ["gpu-f", "gpu-a"])[0] == ["gpu-a", "gpu-f"]
+    assert candidates(parse_show_nodes(LINES), None, None, ["gpu-f", "gpu-a"])[0] == ["gpu-a", "gpu-f"]
 
 
 def test_fabric_sweep_records_history_and_metrics() -> None:
