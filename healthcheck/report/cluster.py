@@ -39,6 +39,9 @@ from ..decide.exitcodes import done_exit
 if TYPE_CHECKING:
     from ..config import Config
 
+# the admin's runbook, as the packages install it (docs/runbook.md in the source)
+RUNBOOK = "/usr/share/doc/gpu-healthcheck/runbook.md"
+
 COLUMNS = ("node", "state", "gpu", "pci", "serial", "check", "value", "context", "job", "time",
            "fabric", "repair")
 
@@ -179,4 +182,6 @@ def show_cluster(config: "Config", environ: Mapping[str, str], as_json: bool, ou
     else:
         for line in format_table(rows):
             out.write(line + "\n")
+        if rows:
+            out.write(f"\nwhat each reason means and what to do: {RUNBOOK}\n")
     return done_exit(True)

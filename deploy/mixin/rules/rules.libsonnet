@@ -18,6 +18,8 @@
     // the repair loop at work, or stopped where a person must look
     { reason: 'repair', states: 'resetting|rebooting|validating|blocked|reboot_timed_out' },
     { reason: 'rma', states: 'rma' },
+    // rebooted after a fabric drain, waiting for (or in) the next sweep's re-test
+    { reason: 'fabric', states: 'fabric_retest|fabric_testing' },
   ],
   // the repair funnel's steps: (step, counter)
   funnel:: [
@@ -74,12 +76,15 @@
                    tag('gpu_healthcheck_repair_state%s == 1' % s('state=~"%s"' % o.states), 'reason', o.reason)
                    for o in $.outClasses
                  ]) + '\n'),
-          // nodes out by reason class; the fabric class is the last sweep's bad nodes
+          // nodes out by reason class; the fabric class adds the last sweep's bad nodes
+          // (the sweep drains them from the submit host: their own textfile does not know)
           record('%s:gpu_healthcheck_nodes_out:sum' % cl, |||
-            sum by (%(cl)s, reason) (instance:gpu_healthcheck_node_out:reason)
-            or
-            %(fabric)s
-          ||| % { cl: cl, fabric: tag('sum by (%s) (gpu_healthcheck_fabric_sweep_nodes%s)' % [cl, s('outcome="bad"')], 'reason', 'fabric') }),
+            sum by (%(cl)s, reason) (
+              instance:gpu_healthcheck_node_out:reason
+              or
+              %(fabric)s
+            )
+          ||| % { cl: cl, fabric: tag('gpu_healthcheck_fabric_sweep_nodes%s' % s('outcome="bad"'), 'reason', 'fabric') }),
         ],
       },
       {
