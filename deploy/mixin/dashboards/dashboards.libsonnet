@@ -110,7 +110,7 @@ local g = import 'lib.libsonnet';
         g.timeseries('Repairs blocked', 'Resets that could not run per day, by cause (a process held the GPU, nvidia-smi missing).',
                      [g.target('sum by (action, cause) (increase(gpu_healthcheck_repairs_blocked_total%s[1d]))' % f(), '{{action}} {{cause}}')], w=8),
         g.bargauge('Budget use', 'Nodes holding a repair claim (resetting, rebooting, validating) against those waiting for the budget (repair.max_concurrent).',
-                   [g.target('sum by (state) (gpu_healthcheck_repair_state%s == 1)' % f('state=~"resetting|rebooting|validating|waiting_for_budget"'), '{{state}}')], w=8),
+                   [g.target('sum by (state) (gpu_healthcheck_repair_state%s)' % f('state=~"resetting|rebooting|validating|waiting_for_budget"'), '{{state}}')], w=8),
         g.table('GPUs repaired within repair.window_s', 'Each GPU with repairs in its ledger: the RMA candidates.',
                 [g.target('gpu_healthcheck_gpu_repairs%s > 0' % f(), gpuLegend)]),
         g.stat('MTTR (drain to resume)', 'Mean time from drain to resume of the repairs that worked, per action.',
