@@ -14,8 +14,6 @@ from __future__ import annotations
 
 import json
 import re
-import subprocess
-import sys
 import time
 from pathlib import Path
 from typing import Any, Dict, List
@@ -27,6 +25,7 @@ from tests.lib.gpucluster import GpuCluster, require_slurm
 from tests.lib.prometheus import PromStack, poll, tool
 from tests.lib.repair import enable_repair
 from tests.lib.slurmcluster import free_ports
+from tests.slurm.test_fabric_sweep_cluster import sweep as fabric_sweep
 
 pytestmark = pytest.mark.slurm
 
@@ -49,25 +48,11 @@ class FleetStack(PromStack):
         return self.wd / "textfile" / host
 
     def __enter__(self) -> "FleetStack":
-        (self.wd / "tsdb").mkdir(parents=True, exist_ok=True)
-        config = self.wd / "prometheus.yml"
-        config.write_text(json.dumps({
-            "global": {"scrape_interval": "1s", "evaluation_interval": "1s"},
-            "rule_files": [str(self.rules)],
-            "scrape_configs": [{"job_name": "node", "static_configs": [
-                {"targets": [f"127.0.0.1:{port}"], "labels": {"cluster": CLUSTER, "hostname": host}}
-                for host, port in self.ports.items()]}]}))
         try:
             for host, port in self.ports.items():
-                self.textfile(host).mkdir(parents=True, exist_ok=True)
-                self._spawn(f"node_exporter-{host}", [
-                    tool("node_exporter"), f"--web.listen-address=127.0.0.1:{port}",
-                    "--collector.disable-defaults", "--collector.textfile",
-                    f"--collector.textfile.directory={self.textfile(host)}"])
-            self._spawn("prometheus", [
-                tool("prometheus"), f"--config.file={config}", f"--storage.tsdb.path={self.wd / 'tsdb'}",
-                f"--web.listen-address=127.0.0.1:{self.prom_port}"])
-            poll("Prometheus ready", lambda: self._get("/-/ready", raw=True))
+                self.start_exporter(f"node_exporter-{host}", port, self.textfile(host))
+            self.start_prometheus([{"targets": [f"127.0.0.1:{port}"], "labels": {"cluster": CLUSTER, "hostname": host}}
+                                   for host, port in self.ports.items()])
         except BaseException:
             self.stop()
             raise
@@ -102,14 +87,6 @@ def setup_cluster(tmp_path: Path, fakegpu: Path, prom: FleetStack) -> GpuCluster
         f'[fabric]\nbusbw_floor_gbps = 100.0\ntasks_per_node = 2\ntime_limit_s = 30\n'
         f'collective_args = ["-b", "256M", "-e", "1G", "-f", "2", "-g", "1"]\n')
     return c
-
-
-def fabric_sweep(c: GpuCluster, tmp_path: Path) -> subprocess.CompletedProcess:
-    env = dict(c.cluster.env, FAKEGPU_FABRIC=str(tmp_path / "fabric.scenario"),
-               PATH=f"{c.fake}:{c.cluster.env['PATH']}", GPU_HEALTHCHECK_CONFIG=str(tmp_path / "sweep.toml"),
-               PYTHONPATH=str(ROOT))
-    return subprocess.run([sys.executable, "-m", "healthcheck.cli", "--fabric-sweep", "--act", "--json"],
-                          env=env, capture_output=True, text=True, timeout=240, cwd=str(tmp_path))
 
 
 def repair_events(c: GpuCluster, node: str) -> List[Dict[str, Any]]:
@@ -168,7 +145,7 @@ def _scenario(c: GpuCluster, prom: FleetStack, tmp_path: Path) -> None:
               lambda r: len(r) == 4 and all(float(x["value"][1]) == 0 for x in r))
 
     # the fabric sweep drains gpu-d (its path is slow with every partner)
-    done = fabric_sweep(c, tmp_path)
+    done = fabric_sweep(c, tmp_path, "--act", "--json")
     assert done.returncode == 2, done.stdout + done.stderr
     bad = [n["node"] for n in json.loads(done.stdout)["nodes"] if n["outcome"] == "bad"]
     assert bad == ["gpu-d"] and c.drained("gpu-d"), done.stdout
