@@ -9,6 +9,7 @@
 #   make ptx     healthcheck/read/ptx/deep_kernels.ptx and deep_tensor.ptx from their .cu (NVRTC, in the venv)
 #   make ptx-check  assemble the committed PTX with ptxas for sm_70..sm_120 (tensor: sm_80..) and print each memory kernel's load width (in the venv)
 #   make man     regenerate docs/gpu-healthcheck.8 from the argparse definition and the config schema, and docs/configuration.md's key reference
+#   make mixin   regenerate deploy/mixin's rules, alerts and dashboards from its jsonnet (in the venv)
 #   make deb     dist/gpu-healthcheck_VERSION_all.deb (deploy/deb/build-deb; dpkg-deb only)
 #   make rpm     dist/gpu-healthcheck-VERSION-1.elN.noarch.rpm: EL=9 (default) or EL=8 [EL8_PYTHON=3.11|3.9]
 #   make slurm-matrix  the Slurm tests against Slurm 22.05 (host), 24.11 (a Debian 13 root) and
@@ -30,7 +31,7 @@ SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 DEMO_APT = gcc make munge slurmctld slurmd slurm-client python3-venv
 TEST_APT = $(DEMO_APT) python3-dev pkg-config libsystemd-dev
 
-.PHONY: ptx ptx-check fake test test-unit venv venv-demo apt-demo apt-test bench validate demo man deb rpm slurm-matrix test-py313
+.PHONY: ptx ptx-check fake test test-unit venv venv-demo apt-demo apt-test bench validate demo man mixin deb rpm slurm-matrix test-py313
 
 fake:
 	$(MAKE) -C tests/fakegpu
@@ -119,6 +120,12 @@ rpm:
 man:
 	$(PYTHON) docs/make-manpage > docs/gpu-healthcheck.8.new && mv docs/gpu-healthcheck.8.new docs/gpu-healthcheck.8
 	$(PYTHON) docs/make-configdoc
+
+# The monitoring mixin's generated files (deploy/mixin/): rules, alerts and dashboards from its
+# jsonnet, with the PyPI `jsonnet` package (the [test] extra); tests/cli/test_mixin.py fails
+# when the committed files differ from the source.
+mixin: venv
+	$(VPY) deploy/mixin/build.py
 
 # The Slurm tests on every supported Slurm version (tests/slurmroot/matrix): 22.05 from the
 # host through the venv, 24.11 in a Debian 13 root and 26.05 in a Debian unstable root that

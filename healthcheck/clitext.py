@@ -19,4 +19,5 @@ exit status:
 
 configuration: /etc/gpu-healthcheck/config.toml, or $GPU_HEALTHCHECK_CONFIG, or --config.
 Slurm: Prolog=/usr/libexec/gpu-healthcheck/gpu-healthcheck-prolog (see deploy/slurm/).
+a drained node, what now: /usr/share/doc/gpu-healthcheck/runbook.md (each reason and alert).
 """

@@ -12,7 +12,7 @@ import sys
 from typing import TYPE_CHECKING, Mapping, Optional, TextIO
 
 from ..decide.exitcodes import done_exit
-from ..report.cluster import format_table, rows_from_show_nodes
+from ..report.cluster import RUNBOOK, format_table, rows_from_show_nodes
 
 if TYPE_CHECKING:
     import argparse
@@ -43,4 +43,6 @@ def show_cluster(config: "Config", environ: Mapping[str, str], as_json: bool, ou
     else:
         for line in format_table(rows):
             out.write(line + "\n")
+        if rows:
+            out.write(f"\nwhat each reason means and what to do: {RUNBOOK}\n")
     return done_exit(True)
