@@ -18,5 +18,6 @@ exit status:
                   not take) or an invalid config under --node; 143 on SIGTERM
 
 configuration: /etc/gpu-healthcheck/config.toml, or $GPU_HEALTHCHECK_CONFIG, or --config.
-Slurm: Prolog=/usr/libexec/gpu-healthcheck/gpu-healthcheck-prolog (see deploy/slurm/).
+Slurm: Prolog=/usr/libexec/gpu-healthcheck/gpu-healthcheck-prolog; the Slurm guide is
+/usr/share/doc/gpu-healthcheck/deploy/slurm/README.md (deploy/slurm/ in the source).
 """
