@@ -19,5 +19,7 @@ exit status:
 
 configuration: /etc/gpu-healthcheck/config.toml, or $GPU_HEALTHCHECK_CONFIG, or --config.
 Slurm: Prolog=/usr/libexec/gpu-healthcheck/gpu-healthcheck-prolog; the Slurm guide is
-/usr/share/doc/gpu-healthcheck/deploy/slurm/README.md (deploy/slurm/ in the source).
+/usr/share/doc/gpu-healthcheck/deploy/slurm/README.md.
+documentation: /usr/share/doc/gpu-healthcheck/, which holds the docs/*.md named above
+(the same paths in the source tree).
 """
