@@ -11,25 +11,16 @@
 # their options, and needs no slurmctld for that.  Prints "== STEP" headers and output; exits
 # non-zero at the first failing step.
 set -eu
+. "$(dirname "$0")/../lib/throwaway_root.sh"
 deb=$1 spank=$2 work=$3
 ov=$work/ov
 mkdir -p "$ov"
 mount -t tmpfs -o mode=0755 tmpfs "$ov"
-mkdir "$ov/upper" "$ov/work" "$ov/root" "$ov/mask"
 # Hide any gpu-healthcheck already on this machine (an install, a config, a plugin).
 multiarch=$(gcc -print-multiarch)
-for p in etc/gpu-healthcheck var/lib/gpu-healthcheck usr/bin/gpu-healthcheck usr/libexec/gpu-healthcheck \
-         usr/share/gpu-healthcheck "usr/lib/$multiarch/slurm-wlm/gpu_healthcheck.so" \
-         etc/slurm/plugstack.conf.d/gpu-healthcheck.conf; do
-    mkdir -p "$ov/mask/$(dirname "$p")"
-    mknod "$ov/mask/$p" c 0 0
-done
-mount -t overlay overlay -o "lowerdir=$ov/mask:/,upperdir=$ov/upper,workdir=$ov/work" "$ov/root"
-R=$ov/root
-mount -t proc proc "$R/proc"
-mount --rbind /dev "$R/dev"
-mount -t tmpfs -o mode=0755 tmpfs "$R/run"
-mount -t tmpfs -o mode=1777 tmpfs "$R/tmp"
+throwaway_root "$ov" / etc/gpu-healthcheck var/lib/gpu-healthcheck usr/bin/gpu-healthcheck \
+    usr/libexec/gpu-healthcheck usr/share/gpu-healthcheck "usr/lib/$multiarch/slurm-wlm/gpu_healthcheck.so" \
+    etc/slurm/plugstack.conf.d/gpu-healthcheck.conf
 t=$R/tmp/t
 mkdir -p "$t"
 cp "$deb" "$t/pkg.deb"
