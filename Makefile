@@ -8,7 +8,7 @@
 #   make validate  tests/gpu/validate on a real GPU node (stdlib + pynvml)
 #   make ptx     healthcheck/read/ptx/deep_kernels.ptx and deep_tensor.ptx from their .cu (NVRTC, in the venv)
 #   make ptx-check  assemble the committed PTX with ptxas for sm_70..sm_120 (tensor: sm_80..) and print each memory kernel's load width (in the venv)
-#   make man     regenerate docs/gpu-healthcheck.8 from the argparse definition
+#   make man     regenerate docs/gpu-healthcheck.8 from the argparse definition and the config schema, and docs/configuration.md's key reference
 #   make deb     dist/gpu-healthcheck_VERSION_all.deb (deploy/deb/build-deb; dpkg-deb only)
 #   make deb-spank  dist/gpu-healthcheck-spank_VERSION+slurmX.Y_ARCH.deb: the SPANK plugin built
 #                against this machine's Slurm (deploy/deb/build-deb-spank; gcc, libslurm-dev)
@@ -123,6 +123,7 @@ rpm:
 
 man:
 	$(PYTHON) docs/make-manpage > docs/gpu-healthcheck.8.new && mv docs/gpu-healthcheck.8.new docs/gpu-healthcheck.8
+	$(PYTHON) docs/make-configdoc
 
 # The Slurm tests on every supported Slurm version (tests/slurmroot/matrix): 22.05 from the
 # host through the venv, 24.11 in a Debian 13 root and 26.05 in a Debian unstable root that

@@ -80,8 +80,9 @@ def test_checks_import_no_reader() -> None:
 
 
 def test_config_is_a_leaf() -> None:
-    assert GRAPH["healthcheck.config"] <= {"healthcheck.records", "healthcheck.configsections"}
-    assert GRAPH["healthcheck.configsections"] <= {"healthcheck.records"}
+    assert GRAPH["healthcheck.config"] <= {"healthcheck.records", "healthcheck.configsections", "healthcheck.configschema"}
+    assert GRAPH["healthcheck.configsections"] <= {"healthcheck.records", "healthcheck.configschema"}
+    assert GRAPH["healthcheck.configschema"] <= {"healthcheck.records"}
 
 
 def test_no_import_circle() -> None:
