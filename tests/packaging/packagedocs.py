@@ -18,9 +18,10 @@ LIST = ROOT / "deploy" / "package-docs.list"
 DESTS = {"doc/": "/usr/share/doc/gpu-healthcheck/",
          "monitoring/": "/usr/share/gpu-healthcheck/monitoring/"}
 # Paths the docs name that no package of ours ships: the site's own Slurm prefix and
-# plugstack.conf.d (the admin's copies), and the state directory, which the .deb leaves to the
-# tool (made 0700 at its first run; the RPM ships it, test_deploy.py checks that).
-NOT_PACKAGED = ("/usr/local/", "/etc/slurm/", "/opt/", "/var/lib/gpu-healthcheck")
+# plugstack.conf.d (the admin's copies), and what the tool writes at run time under /var (the
+# state directory, which the .deb leaves to the tool's first run and the RPM ships empty,
+# test_deploy.py checks it; the metrics textfile).
+NOT_PACKAGED = ("/usr/local/", "/etc/slurm/", "/opt/", "/var/")
 # The SPANK plugin's package (the .deb only) names its own files.
 SPANK_DOC = "/usr/share/doc/gpu-healthcheck-spank/"
 
