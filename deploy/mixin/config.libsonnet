@@ -36,7 +36,7 @@
     topRepeatNodes: 10,
 
     // Where each alert's runbook_url points: the anchor is the alert's name in lower case.
-    runbookURLPattern: 'file:///usr/share/doc/gpu-healthcheck/runbook.md#%s',
+    runbookURLPattern: 'file:///usr/share/doc/gpu-healthcheck/docs/runbook.md#%s',
     dashboardTags: ['gpu-healthcheck'],
     dashboardRefresh: '1m',
   },

@@ -224,7 +224,7 @@ def test_cluster_view_points_to_the_runbook_and_the_runbook_covers_every_class(n
     scontrol.chmod(scontrol.stat().st_mode | stat.S_IXUSR)
     done = node.run("--cluster")
     assert done.stdout.splitlines()[-1] == \
-        "what each reason means and what to do: /usr/share/doc/gpu-healthcheck/runbook.md", done.stdout
+        "what each reason means and what to do: /usr/share/doc/gpu-healthcheck/docs/runbook.md", done.stdout
     text = RUNBOOK.read_text()
     classes = set(re.findall(r'"reason", "([a-z]+)"', (MIXIN / "prometheus_rules.yaml").read_text()))
     assert classes == {"drain", "repair", "rma", "fabric"}
