@@ -72,9 +72,9 @@ def panel_targets() -> Iterator[Tuple[str, Dict, Dict]]:
 def exported_metrics() -> Set[str]:
     """Every metric family the tool's renderers can write: the node textfile's, the fabric
     sweep's and the gang check's (from their own # TYPE lines)."""
-    from healthcheck.act.gangrecord import metrics_text as gang_text
+    from healthcheck.report.gang import metrics_text as gang_text
     from healthcheck.act.metrics import FAMILIES
-    from healthcheck.act.sweeprecord import metrics_text as sweep_text
+    from healthcheck.report.sweep import metrics_text as sweep_text
     from healthcheck.decide.gang import GangPlan
     from healthcheck.decide.sweep import Job, JobResult, NodeOutcome, SweepOutcome, SweepReport, Thresholds
 

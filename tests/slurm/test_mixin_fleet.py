@@ -78,7 +78,7 @@ def setup_cluster(tmp_path: Path, fakegpu: Path, prom: FleetStack) -> GpuCluster
         config.write_text(f'metrics_file = "{prom.textfile(node) / "gpu_healthcheck.prom"}"\n' + config.read_text())
     with c.scenario("gpu-c").open("a") as scenario:
         scenario.write("gpu.3.remap.histogram = 2550,5,3,2,0\n")
-    # the submit host: the sweep's own state and textfile (act/sweeprecord.py writes
+    # the submit host: the sweep's own state and textfile (report/sweep.py renders
     # gpu_healthcheck_fabric.prom beside metrics_file)
     (tmp_path / "fabric.scenario").write_text("node.gpu-d.busbw_gbps = 41.2\n")
     (tmp_path / "sweep.toml").write_text(
