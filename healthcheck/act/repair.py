@@ -62,6 +62,7 @@ class Repairer(ClaimMixin):
         # where the kernel log stood once our reset returned: the Xids up to here are the
         # reset's to have dealt with, later ones count (act.xidack.acknowledge_resets)
         self.reset_at: Optional[KernelLogPosition] = None
+        self.slot: Optional[str] = None  # the budget's slot reservation this run holds
 
     def _log(self, step: str, priority: int, message: str, action: str = "",
              **extra: str) -> None:
@@ -101,6 +102,12 @@ class Repairer(ClaimMixin):
         self.seen, self.comment = this, this.comment
         mark = rd.parse_mark(this.comment)
         stale = rd.stale_own_claim(mark, time.time()) if mark else None
+        if rd.claim_outlived(this, mark):  # a killed run's claim on a node resumed since
+            assert mark is not None
+            if not report_only:
+                self._clear_stale(snapshot, mark, f"the node is no longer drained by us "
+                                                  f"(State={this.state}, Reason={this.reason})")
+            mark = stale = None
         if mark and stale is not None:  # a reset claim of this node, or an unfinished ask
             if not stale:
                 self._log("skipped", INFO, f"a repair of this node is under way (its claim: "
@@ -255,6 +262,7 @@ class Repairer(ClaimMixin):
         attempt; `recorded`: the ledgers that hold it as started already), the node's Comment
         says `repair blocked` (--cluster; no budget held)."""
         outcome = f"{rd.BLOCKED}: {why}"[:300]
+        self._free_slot()  # a blocked node holds no budget
         if recorded:
             self._set_outcome(recorded, outcome)
         else:
@@ -310,6 +318,7 @@ class Repairer(ClaimMixin):
             self._set_outcome(list(plan.ledgers), f"refused: {str(exc)[:200]}")
             self._log("error", ERR, f"cannot ask Slurm for a reboot: {exc}", rd.REBOOT)
             return False
+        self._free_slot()  # the reboot claim in the Comment holds the budget from here
         self._log("reboot", NOTICE, f"asked Slurm to reboot it (scontrol reboot, our reason kept; "
                                     f"the site's RebootProgram runs once it is idle): {plan.why}",
                   rd.REBOOT)

@@ -170,6 +170,15 @@ def claim_expired(mark: Mapping[str, str], now: float) -> bool:
     return until is not None and now > until
 
 
+def claim_outlived(this: NodeState, mark: Optional[Mapping[str, str]]) -> bool:
+    """Whether the node's reset claim (or ask) speaks for no repair: the node is in service or
+    drained by someone else (a run killed after its reset, whose node the next check resumed).
+    Its own run drops it, keeping the rest of the Comment."""
+    if mark is None or not (mark.get(ASKING) or mark.get("state") == RESETTING):
+        return False
+    return not (this.drained and is_ours(this.reason))
+
+
 def stale_own_claim(mark: Mapping[str, str], now: float) -> Optional[bool]:
     """A reset claim (or an unfinished ask) found on this node by its own run: True when the
     run that wrote it is over (past its expiry, or written without one: the run that wrote it
@@ -191,14 +200,18 @@ def repair_budget(cluster: Sequence[NodeState], max_concurrent: Union[int, float
 
 def active_claim(node: NodeState, now: Optional[float] = None) -> Optional[Dict[str, str]]:
     """The node's repair claim while it counts against the budget: a reset or a reboot in
-    progress (or asked for).  Two no longer count, since their node may never run us again to
-    clear them and would hold the cluster's budget for ever: a reboot slurmctld timed out, and
-    a claim past its own expiry (its run was killed: slurmd's HealthCheckProgram limit)."""
+    progress (or asked for), on a node drained by us.  Three no longer count, since their node
+    may never run us again to clear them and would hold the cluster's budget for ever: a claim
+    on a node in service or drained by someone else (a run killed after its reset, whose node
+    the next check resumed), a reboot slurmctld timed out, and a claim past its own expiry (its
+    run was killed: slurmd's HealthCheckProgram limit)."""
     import time
 
     mark = parse_mark(node.comment)
     if not mark or mark["state"] not in ACTIVE:
         return None
+    if not (node.drained and is_ours(node.reason)):
+        return None  # back in service, or an admin's: no repair of ours runs there (stale_claim)
     if mark["state"] == REBOOTING and REBOOT_TIMED_OUT_TEXT in (node.reason or ""):
         return None
     if claim_expired(mark, time.time() if now is None else now):
@@ -227,6 +240,29 @@ def held_past_budget(cluster: Sequence[NodeState], max_concurrent: Union[int, fl
     []: a node that has just turned its ask into a hold and sees this steps back."""
     held = [n.name for n in cluster for mark in [active_claim(n, now)] if mark and not mark[ASKING]]
     return held if len(held) > repair_budget(cluster, max_concurrent) else []
+
+
+# The repair budget's slots: one Slurm reservation each, of a fixed name, that a node creates
+# on itself for its repair.  slurmctld refuses a second reservation of a name atomically, so
+# of two nodes claiming one slot at once exactly one gets it, however late their other calls
+# land (the Comment's claim alone is no mutex then).
+SLOT_PREFIX = "gpu-healthcheck-repair-"
+
+
+def slot_names(budget: int) -> List[str]:
+    """The reservations that hold the budget: gpu-healthcheck-repair-0 .. -(budget-1)."""
+    return [f"{SLOT_PREFIX}{i}" for i in range(budget)]
+
+
+def over_budget(me: str, slot_holders: Sequence[str], cluster: Sequence[NodeState],
+                max_concurrent: Union[int, float], now: Optional[float] = None) -> List[str]:
+    """After `me` took a slot: the nodes repairing with it (a slot held, or a reboot asked for
+    by an earlier run, whose claim in the Comment holds the budget until slurmctld's reboot
+    state ends it), when they are more than the budget, else []."""
+    rebooting = [n.name for n in cluster if n.name != me
+                 for mark in [active_claim(n, now)] if mark and mark["state"] == REBOOTING]
+    busy = sorted({me, *slot_holders, *rebooting})
+    return busy if len(busy) > repair_budget(cluster, max_concurrent) else []
 
 
 def changed_since(before: NodeState, after: Optional[NodeState]) -> Optional[str]:
