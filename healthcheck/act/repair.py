@@ -123,6 +123,7 @@ class Repairer(ClaimMixin):
         from ..decide.judge import as_drained
 
         findings = as_drained(findings, snapshot, self.config, this.reason, level)
+        snapshot = self._name_unseen(snapshot, report_only)
         gpus = snapshot.gpus
         now = time.time()
         try:
@@ -155,6 +156,37 @@ class Repairer(ClaimMixin):
         if plan.action == rd.REBOOT:
             return self._reboot(snapshot, plan)
         return self._reset(snapshot, plan)
+
+    def _name_unseen(self, snapshot: NodeSnapshot, report_only: bool) -> NodeSnapshot:
+        """A lost GPU no run had listed (no serial, UUID or address) named by what the node
+        still knows (decide.ledgers.name_unseen): the address the driver logged in its Xid 79
+        line, checked against the gres layout.  The address goes into known-gpus.json, so that
+        after the boot the GPU still missing is that one (its ledger, its RMA), and how it was
+        named (or why nothing names it: then the node's ledger counts) into the evidence."""
+        from ..read.gres import gres_conf_path, read_layout
+
+        layout = read_layout(gres_conf_path(self.config.gres_conf, dict(os.environ)), self.node,
+                             self.config.state_dir)
+        naming = rd.name_unseen(snapshot.gpus, snapshot.kernel_log.events, layout.files)
+        if naming is None or report_only:
+            return snapshot
+        named = tuple(g._replace(pci_bus_id=naming.pci) if g.index == naming.gpu and naming.pci else g
+                      for g in snapshot.gpus)
+        ref = rd.ledger_of(named[naming.gpu]) if naming.pci else rd.node_ledger(self.node)
+        from .evidence import write_naming
+        from .state import remember_lost
+
+        try:
+            if naming.pci:
+                remember_lost(self.store, naming.gpu, naming.pci)
+        except OSError as exc:
+            self._log("error", WARNING, f"cannot keep the lost GPU's address {naming.pci} in "
+                                        f"known-gpus.json ({exc}): after the boot it is not named")
+        if write_naming(self.config, self.node, ref.key, naming.as_json(), self.events):
+            self._log("named", NOTICE, f"GPU {naming.gpu} is lost and no run had listed it: "
+                      + ("; ".join(naming.named_by) + f": counted as {rd.ledger_words(ref._replace(gpu=None))}"
+                         if naming.pci else naming.why_node))
+        return snapshot._replace(gpus=named)
 
     def _from_the_future(self, key: str, attempts: List[rd.Attempt], now: float) -> List[rd.Attempt]:
         """Attempts stamped after now (the clock stepped back since) are restamped now, in the

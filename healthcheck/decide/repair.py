@@ -35,9 +35,9 @@ from .verdict import (PREFIX, REBOOT_HOLDS, NodeState, drain_budget, draining, g
 from .fabricretest import FABRIC_RETEST, FABRIC_TESTING, fabric_trigger, stale_retest_mark, waiting_state
 # the ledgers' keys and counts live in decide.ledgers; the repair's callers read them here too
 from .ledgers import (BLOCKED, FUTURE_SLACK_S, KEY_PART_MAX, NODE_LEDGER, Attempt, LedgerRef,  # noqa: F401
-                      counted, escape_key_part, finding_ledger, from_the_future, in_window, ledger_key,
+                      Naming, counted, escape_key_part, finding_ledger, from_the_future, in_window, ledger_key,
                       ledger_of, ledger_words, ledgers_to_read, legacy_attempts, missing_ledger, names,
-                      node_ledger, same_pci, stamped_at, still_failing)
+                      name_unseen, node_ledger, same_pci, stamped_at, still_failing)
 
 REPAIR_MARK = PREFIX + " repair"
 # A claim's states: the node is being reset or rebooted (counted by the budget); "validating"
