@@ -7,7 +7,7 @@ the ledger, mark rma with evidence.  The decisions are decide.repair's; the flow
 
 Every step is one LogEvent of kind "repair" (journald MESSAGE_ID, a history line, the metrics):
 its GPU_HEALTHCHECK_REPAIR_STEP field says which (skipped, would_reset, would_reboot, claimed,
-budget, persistence_off, reset, reset_refused, reset_blocked, persistence_on, reboot, rebooting, booted,
+budget, backed_off, stale_claim, named, persistence_off, reset, reset_refused, reset_blocked, persistence_on, reboot, rebooting, booted,
 reboot_timed_out, reboot_cancelled, released, would_validate, resumed, still_failing,
 unvalidated, fabric_retest, rma, error), GPU_HEALTHCHECK_REPAIR_ACTION the action,
 GPU_HEALTHCHECK_EVIDENCE the evidence files.

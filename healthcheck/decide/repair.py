@@ -10,16 +10,23 @@ budget, and only for a fault a reset or a reboot can fix (the finding's own acti
 has needed `repair.max_attempts` repairs within `repair.window_s` is not repaired again: the
 node is marked rma (CONTRACTS §4), which no automatic run ever repairs or resumes.
 
-The budget is held without a lock service, by what slurmctld holds in the nodes' Comments
-(act.repair.Repairer._claim), in two steps, each written and then re-read:
+The budget is held by what slurmctld makes atomic: each of its places is a reservation of a
+fixed name (slot_names: gpu-healthcheck-repair-N), which slurmctld refuses to create twice, so of
+two nodes claiming one place at once exactly one gets it (act.repairclaim).  Before that, the
+claim goes into the node's Comment (for --cluster and for the node's own next run), in two
+steps, each written and then re-read:
 1. ask: "gpu-healthcheck: repair resetting gpus=2 at=... until=... asking"; step back when this
    node ranks past `repair.max_concurrent` (claim_order: the claims already held first, then
    those asking, by node name: the same order on every node, and no node's clock in it);
 2. hold: the same claim without "asking"; step back when more claims are held than the budget
-   allows (held_past_budget).  Whoever holds last sees every earlier holder, so no more than
-   the budget ever proceed, however late slurmctld applies or answers.
-A claim carries its own expiry (`until`, the claiming run's deadline and a margin): a run
-killed mid-reset cannot hold the budget past it, and its own node's next run clears it.
+   allows (held_past_budget).
+A Comment update slurmctld applies after the caller moved on can make two nodes each see only
+the other's claim: the Comment orders the claims, the reservation is the mutex.  After it, the
+places held and the reboots under way may not exceed the budget (over_budget).
+A claim carries its own expiry (`until`, the claiming run's deadline and a margin), and so does
+its place: a run killed mid-reset cannot hold the budget past it, and its own node's next run
+clears it.  A claim counts only on a node drained by us (active_claim): one left on a node back
+in service holds nothing, and that node's next run drops it (claim_outlived).
 """
 
 from __future__ import annotations
