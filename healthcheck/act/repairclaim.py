@@ -77,7 +77,7 @@ class ClaimMixin:
             if held:
                 return self._step_back(plan, f"stepped back: {', '.join(held)} hold repair claims "
                                              f"at once, more than repair.max_concurrent = {budget}")
-            # the mutex: a reservation of a fixed name per budget slot (decide.repair.slot_names)
+            # the mutex: a reservation of a fixed name per place of the budget (decide.repair.slot_name)
             if self._take_slot(rd.repair_budget(cluster, budget)) is None:
                 return self._step_back(plan, f"stepped back: every slot of the repair budget is "
                                              f"held ({self._slot_words()}; repair.max_concurrent "
@@ -101,33 +101,44 @@ class ClaimMixin:
                                      f"{plan.why}", plan.action, GPU_HEALTHCHECK_REPAIR_UNTIL=until if state == rd.RESETTING else "")
         return True
 
-    def _take_slot(self, slots: int) -> Optional[str]:
-        """The first free slot of the repair budget, as a reservation of this node that ends
-        with the claim (a run killed mid-repair holds it no longer), or None when slurmctld has
-        every one.  Raises DoorError for any other failure."""
+    def _take_slot(self, places: int) -> Optional[str]:
+        """The first free place of the repair budget, as a reservation of this node that ends
+        with this run's deadline (a run killed mid-repair holds it no longer: others take the
+        place CLAIM_MARGIN_S later, when its claim expires), or None when every place is held.
+        Raises DoorError for any failure but a name slurmctld has already."""
         import math
         import pwd
 
         from .scontrol import DUPLICATE_RESERVATION
 
-        seconds = max(1, math.ceil(self._claim_until() - time.time()))
+        seconds = max(1, math.ceil(self.ends_at - time.monotonic()))
         user = pwd.getpwuid(os.getuid()).pw_name
-        for name in rd.slot_names(slots):
-            try:
-                self.ctl.create_reservation(name, [self.node], user, SLOT_FLAGS,  # type: ignore[attr-defined]
-                                            seconds)
-            except DoorError as exc:
-                if DUPLICATE_RESERVATION in str(exc):
-                    continue
-                raise
-            self.slot = name
-            return name
+        for place in range(places):
+            for rename in range(rd.SLOT_NAMES):
+                name = rd.slot_name(place, rename)
+                try:
+                    self.ctl.create_reservation(name, [self.node], user, SLOT_FLAGS,  # type: ignore[attr-defined]
+                                                seconds)
+                except DoorError as exc:
+                    if DUPLICATE_RESERVATION not in str(exc):
+                        raise
+                    if any(rd.slot_of(n) == place for n in self._slots()):
+                        break  # held: the next place
+                    continue  # ended, not dropped yet: the place's next name
+                self.slot = name
+                others = [n for n in self._slots() if rd.slot_of(n) == place and n != name]
+                if not others:
+                    return name
+                self._free_slot()  # another name of this place is live: it holds the place
+                break
         return None
 
     def _slots(self) -> Dict[str, str]:
-        """Slot reservation -> the node holding it.  Raises DoorError."""
+        """Each live reservation of a place (rd.place_live) -> the node holding it.  Raises
+        DoorError."""
+        now = time.time()
         return {name: r.nodes for name, r in self.ctl.show_reservations().items()  # type: ignore[attr-defined]
-                if name.startswith(rd.SLOT_PREFIX)}
+                if rd.slot_of(name) is not None and rd.place_live(r.end_time, now)}
 
     def _slot_holders(self) -> List[str]:
         return list(self._slots().values())
@@ -158,7 +169,7 @@ class ClaimMixin:
         try:
             for name, r in self.ctl.show_reservations().items():  # type: ignore[attr-defined]
                 end = rd.stamp_epoch(r.end_time, utc=False)
-                if name.startswith(rd.SLOT_PREFIX) and r.nodes == self.node \
+                if rd.slot_of(name) is not None and r.nodes == self.node \
                         and end is not None and end > time.time() + SLOT_SAFETY_S:
                     self.ctl.delete_reservation(name)  # type: ignore[attr-defined]
         except DoorError as exc:

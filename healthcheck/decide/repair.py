@@ -11,7 +11,7 @@ has needed `repair.max_attempts` repairs within `repair.window_s` is not repaire
 node is marked rma (CONTRACTS §4), which no automatic run ever repairs or resumes.
 
 The budget is held by what slurmctld makes atomic: each of its places is a reservation of a
-fixed name (slot_names: gpu-healthcheck-repair-N), which slurmctld refuses to create twice, so of
+fixed name (slot_name: gpu-healthcheck-repair-N), which slurmctld refuses to create twice, so of
 two nodes claiming one place at once exactly one gets it (act.repairclaim).  Before that, the
 claim goes into the node's Comment (for --cluster and for the node's own next run), in two
 steps, each written and then re-read:
@@ -256,9 +256,30 @@ def held_past_budget(cluster: Sequence[NodeState], max_concurrent: Union[int, fl
 SLOT_PREFIX = "gpu-healthcheck-repair-"
 
 
-def slot_names(budget: int) -> List[str]:
-    """The reservations that hold the budget: gpu-healthcheck-repair-0 .. -(budget-1)."""
-    return [f"{SLOT_PREFIX}{i}" for i in range(budget)]
+# slurmctld drops a reservation that has ended only at its next check of them (up to about 30 s
+# later, seen on 22.05): until then the name stays taken.  So a place whose reservation has
+# ended is taken again under the next of a few names (`...-0.1`, `...-0.2`); whoever creates
+# one then re-reads, and steps back while another name of that place is still live.
+SLOT_NAMES = 4
+_SLOT_RE = re.compile(re.escape(SLOT_PREFIX) + r"(\d+)(?:\.(\d+))?")
+
+
+def slot_name(place: int, rename: int = 0) -> str:
+    """A place's reservation: gpu-healthcheck-repair-0, then -0.1, -0.2 (SLOT_NAMES)."""
+    return f"{SLOT_PREFIX}{place}" + (f".{rename}" if rename else "")
+
+
+def slot_of(name: str) -> Optional[int]:
+    """The place a reservation of ours holds, or None for any other reservation."""
+    m = _SLOT_RE.fullmatch(name)
+    return int(m.group(1)) if m else None
+
+
+def place_live(end_time: Optional[str], now: float) -> bool:
+    """Whether a place's reservation still holds it: until its EndTime (the controller's zone)
+    and CLAIM_MARGIN_S for the clocks; one whose end cannot be read holds it."""
+    end = stamp_epoch(end_time, utc=False)
+    return end is None or now <= end + CLAIM_MARGIN_S
 
 
 def over_budget(me: str, slot_holders: Sequence[str], cluster: Sequence[NodeState],

@@ -106,3 +106,40 @@ def test_reservation_lines_parse_on_every_version():
     [r] = parse_reservations(text).values()
     assert (r.name, r.nodes, r.end_time) == ("gpu-healthcheck-repair-0", "gpu-a", "2026-12-04T16:39:25")
     assert parse_reservations("No reservations in the system\n") == {}
+
+
+def test_a_place_whose_reservation_ended_is_taken_under_its_next_name_never_beside_a_live_one(tmp_path):
+    from healthcheck.act.scontrol import Reservation
+
+    assert [rd.slot_of(n) for n in ("gpu-healthcheck-repair-0", "gpu-healthcheck-repair-2.3",
+                                    "gpu-healthcheck-retest-gpu-a", "gpu-healthcheck-repair-x")] == [0, 2, None, None]
+    now = time.time()
+    stamp = lambda t: time.strftime("%Y-%m-%dT%H:%M:%S", time.localtime(t))  # noqa: E731
+    assert rd.place_live(stamp(now - 5), now)  # within the clocks' margin: still held
+    assert not rd.place_live(stamp(now - 60), now) and rd.place_live(None, now)
+
+    class Lingering(FakeDoor):
+        """slurmctld keeps an ended reservation listed (and its name taken) until it drops it."""
+
+        ended: dict = {}
+
+        def show_reservations(self):
+            live = super().show_reservations()
+            return {**{n: Reservation(n, node, stamp(now - 60)) for n, node in self.ended.items()}, **live}
+
+        def create_reservation(self, name, nodes, users, flags, seconds=None):
+            if name in self.ended:
+                self._call("create", "reservation", f"ReservationName={name}")
+                from healthcheck.act.scontrol import ScontrolError
+                raise ScontrolError(["scontrol"], "exit status 1: Error creating the reservation: "
+                                                  "Duplicate reservation name")
+            super().create_reservation(name, nodes, users, flags, seconds)
+
+    door, events = Lingering([drained("gpu-a")]), []
+    door.ended = {"gpu-healthcheck-repair-0": "gpu-b"}  # a killed run's place, ended a minute ago
+    rep = repairer(tmp_path, door, events)
+    assert rep._take_slot(1) == "gpu-healthcheck-repair-0.1"
+    rep._free_slot()
+    # a live reservation under another name of the place holds it
+    door.reservations = {"gpu-healthcheck-repair-0.1": ("gpu-b",)}
+    assert rep._take_slot(1) is None and door.reservations == {"gpu-healthcheck-repair-0.1": ("gpu-b",)}
