@@ -165,10 +165,13 @@ class Repairer(ClaimMixin):
         named (or why nothing names it: then the node's ledger counts) into the evidence."""
         from ..read.gres import gres_conf_path, read_layout
 
+        if report_only or not any(g.lost is not None and not (g.serial or g.uuid or g.pci_bus_id)
+                                  for g in snapshot.gpus):
+            return snapshot  # nothing to name (the layout is read only for a nameless lost GPU)
         layout = read_layout(gres_conf_path(self.config.gres_conf, dict(os.environ)), self.node,
                              self.config.state_dir)
         naming = rd.name_unseen(snapshot.gpus, snapshot.kernel_log.events, layout.files)
-        if naming is None or report_only:
+        if naming is None:
             return snapshot
         named = tuple(g._replace(pci_bus_id=naming.pci) if g.index == naming.gpu and naming.pci else g
                       for g in snapshot.gpus)

@@ -10,48 +10,12 @@ import json
 
 import pytest
 
-from tests.lib.gpucluster import GpuCluster, pci, require_slurm, serial
-from tests.lib.repair import enable_repair
+from tests.lib.gpucluster import GpuCluster, pci
+# the reboot cluster (expected_gpus = 8 on gpu-a), the boot and its count, as the test of a GPU
+# an earlier run had listed has them
+from tests.slurm.test_repair_blame import XID79, boot, reboot_cluster, reboot_requests, seven_without_gpu3  # noqa: F401
 
 pytestmark = pytest.mark.slurm
-
-XID79 = "NVRM: Xid (PCI:0000:48:00): 79, pid='<unknown>', name=<unknown>, GPU has fallen off the bus.\n"
-
-
-@pytest.fixture
-def reboot_cluster(tmp_path, fakegpu):
-    require_slurm()
-    c = GpuCluster(tmp_path, fakegpu, reboot_timeout_s=300)
-    for node in c.nodes:
-        enable_repair(c, node)
-    config = c.wd / "config" / "gpu-a.toml"
-    config.write_text("expected_gpus = 8\n" + config.read_text())
-    with c.cluster:
-        yield c
-
-
-def reboot_requests(c: GpuCluster, node: str) -> int:
-    log = (c.cluster.log_dir / "slurmctld.log").read_text()
-    return sum(1 for line in log.splitlines() if line.endswith(f"reboot request queued for nodes {node}"))
-
-
-def boot(c: GpuCluster, node: str, before: str) -> str:
-    """Wait for slurmctld to register the node's boot; its new BootTime."""
-    info = c.cluster.wait_node(node, lambda i: "REBOOT" not in i.get("State", "")
-                               and i.get("BootTime", "") > before, 120)
-    return info["BootTime"]
-
-
-def seven_without_gpu3(c: GpuCluster, node: str) -> str:
-    """After a boot without GPU 3: NVML lists seven GPUs, the old 4-7 as NVML's 3-6, each with
-    its own address, serial and device file."""
-    lines = [f"gpus = 7\ngpu.*.fabric.state = not_supported\ngpu.*.memory.total_mib = 1024\n"
-             f"kernel_log = {c.wd / 'kern' / f'{node}.log'}\n"]
-    for now in range(3, 7):
-        lines.append(f"gpu.{now}.pci_bus_id = {pci(now + 1)}\ngpu.{now}.serial = {serial(now + 1)}\n"
-                     f"gpu.{now}.uuid = GPU-fa4e0000-0000-4000-8000-{now + 1:012x}\n"
-                     f"gpu.{now}.minor_number = {now + 1}\n")
-    return "".join(lines)
 
 
 def story(c: GpuCluster, node: str) -> str:
