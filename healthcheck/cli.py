@@ -16,26 +16,66 @@ import os
 import signal
 import sys
 import time
-from typing import TYPE_CHECKING, Any, Collection, List, Mapping, NoReturn, Optional, Sequence, TextIO
+from typing import TYPE_CHECKING, Any, List, NamedTuple, NoReturn, Optional, Sequence, TextIO, Union
 
 from . import __version__
 from .clitext import EPILOG_TEXT  # --help's epilog and the man page's EXIT STATUS
 from .decide import exitcodes
-from .model import UsageError
+from .decide.levels import LEVELS
+from .model import Terminated, UsageError
 
 if TYPE_CHECKING:  # imported lazily at run time: every job start waits for this process
     import argparse
 
     from .config import Config
-    from .model import Mode
 
 
-class Terminated(BaseException):
-    """SIGTERM (slurmd's PrologEpilogTimeout): unwinds so that probe children get killed."""
+# What a config error does to a mode's run (the one mapping, _config below):
+EXIT = "exit"  # one line on stderr, exit 3 (CONFIG_ERROR)
+DEFAULTS = "defaults"  # the run goes on with the built-in defaults, the error among its warnings
+QUIET = "quiet"  # the built-in defaults (the file may be unreadable to a job's user)
+OWN = "own"  # the command reads the config itself (--check-config) or needs none
+
+
+class Command(NamedTuple):
+    """One mode's entry in the dispatch table: the module in healthcheck/commands/ whose
+    main(args, config, started) runs it, what a config error does, and whether the guard
+    turns SIGTERM into Terminated and a bug of ours into a logged internal error."""
+
+    module: str
+    config: str = EXIT
+    sigterm: bool = False
+    crash: bool = False
+
+
+# mode (the argparse dest of its flag) -> its command; each module is imported only when its mode
+# runs, so a prolog loads the node pipeline and nothing else.
+COMMANDS = {
+    "node": Command("node", EXIT, sigterm=True, crash=True),
+    "repair": Command("repair", EXIT, sigterm=True, crash=True),
+    # a broken config must not stop the checks that protect the next job
+    "prolog": Command("prolog", DEFAULTS, sigterm=True, crash=True),
+    "epilog": Command("prolog", DEFAULTS, sigterm=True, crash=True),
+    "history": Command("history"),
+    "cluster": Command("cluster"),
+    "list_checks": Command("admin", OWN),
+    "check_config": Command("admin", OWN),
+    # a report must never add a failure to the job: a bug is one line (jobreport.crashed)
+    "job_report": Command("jobreport", QUIET, crash=True),
+    "ack": Command("ack"),
+    # SIGTERM: the sweep cancels its jobs and drains nothing (commands/fabricsweep.py)
+    "fabric_sweep": Command("fabricsweep", sigterm=True),
+    "gang": Command("gang"),
+    "suspects": Command("suspects"),
+    "replay_failures": Command("suspects"),
+}
 
 
 def _on_sigterm(signum: int, frame: object) -> None:
-    raise Terminated()
+    # A second SIGTERM must not interrupt the unwinding (probe children killed, jobs cancelled)
+    # or the last log lines.
+    signal.signal(signal.SIGTERM, signal.SIG_IGN)
+    raise Terminated("stopped by SIGTERM")
 
 
 def _positive_int(text: str) -> int:
@@ -132,10 +172,6 @@ def build_parser() -> "argparse.ArgumentParser":
     return parser
 
 
-LEVELS = ("quick", "full", "deep")
-# The job's --gpu-healthcheck= choice, put into the prolog's environment by the SPANK plugin
-# (spank_job_control_setenv adds the SPANK_ prefix).
-LEVEL_VAR = "SPANK_GPU_HEALTHCHECK_LEVEL"
 _FAST_FLAGS = {"--node", "--prolog", "--epilog", "--json", "--act"}
 
 
@@ -159,46 +195,6 @@ def _fast_args(argv: List[str]) -> Optional["argparse.Namespace"]:
                            config=None, gpus=None, level=level, gres=False)
 
 
-def _level(given: Optional[str], mode: "Mode", environ: Mapping[str, str],
-           allowed: Collection[str] = LEVELS) -> str:
-    """--level, else (prolog only) the job's own choice where `allowed` (config job_levels)
-    has it, else quick."""
-    asked = _job_asks(given, mode, environ)
-    if given:
-        return given
-    return asked if asked in LEVELS and asked in allowed else "quick"
-
-
-def _job_asks(given: Optional[str], mode: "Mode", environ: Mapping[str, str]) -> Optional[str]:
-    """The level the job asked for, where it decides anything: a prolog without --level."""
-    from .model import Mode
-
-    return environ.get(LEVEL_VAR) if mode is Mode.PROLOG and not given else None
-
-
-def _level_refused(given: Optional[str], mode: "Mode", environ: Mapping[str, str],
-                   config: "Config") -> Optional[str]:
-    """Why the job's ask is not honoured (it runs quick), or None."""
-    asked = _job_asks(given, mode, environ)
-    if asked is None or asked in config.job_levels:
-        return None
-    why = (f"job_levels = {list(config.job_levels)} ({config.source or 'the default'}) does not "
-           f"allow it" if asked in LEVELS else f"not a level ({', '.join(LEVELS)})")
-    return f"the job asked for --gpu-healthcheck={asked} ({LEVEL_VAR}): {why}; running quick"
-
-
-def _parse_gpus(text: str) -> tuple:
-    from .read.slurmenv import GpuListError, parse_gpu_list
-
-    try:
-        ids = parse_gpu_list(text)
-    except GpuListError as exc:
-        raise UsageError(f"--gpus: {exc}") from None
-    if not ids or not all(i.isdigit() for i in ids):
-        raise UsageError("--gpus takes NVML indices, e.g. 0,3")
-    return tuple(int(i) for i in ids)
-
-
 def main(argv: Optional[Sequence[str]] = None, started_monotonic: Optional[float] = None) -> int:
     """One command; returns its exit status (decide.exitcodes).  `started_monotonic`: when the
     process started (entry() takes it first thing): the act budget counts from there, since
@@ -212,13 +208,12 @@ def main(argv: Optional[Sequence[str]] = None, started_monotonic: Optional[float
         return exitcodes.USAGE
 
 
-def _refuse_meaningless(args: "argparse.Namespace") -> None:
-    """--act, --gpus, --level and --gres where the mode does nothing with them: one line, exit 3
-    (a `--history --act` that ran as if --act meant something would mislead)."""
-    mode = next(m for m in ("node", "repair", "prolog", "epilog", "history", "cluster", "list_checks",
-                            "check_config", "job_report", "ack", "gang", "fabric_sweep", "suspects",
-                            "replay_failures", "version")
-                if getattr(args, m, None) not in (None, False))
+def _refuse_meaningless(args: "argparse.Namespace") -> str:
+    """The mode asked for; --act, --gpus, --level and --gres where the mode does nothing with
+    them: one line, exit 3 (a `--history --act` that ran as if --act meant something would
+    mislead)."""
+    # every mode of the dispatch table (the fast path's namespace holds only its own flags)
+    mode = next(m for m in (*COMMANDS, "version") if getattr(args, m, None) not in (None, False))
     takes = {"act": ("node", "repair", "gang", "fabric_sweep", "suspects"), "gpus": ("node", "repair", "ack"),
              "level": ("node", "repair", "prolog", "epilog", "ack"), "gres": ("check_config",),
              "nodes": ("fabric_sweep",), "partition": ("fabric_sweep",), "since": ("suspects",),
@@ -229,150 +224,95 @@ def _refuse_meaningless(args: "argparse.Namespace") -> None:
         if getattr(args, option, None) not in (None, False) and mode not in modes:
             raise UsageError(f"--{option} means nothing with --{mode.replace('_', '-')} "
                              f"(it goes with {', '.join('--' + m.replace('_', '-') for m in modes)})")
+    return mode
 
 
 def _main(args_list: List[str], started: float) -> int:
     args = _fast_args(args_list) or build_parser().parse_args(args_list)
-    _refuse_meaningless(args)
-    if args.version:
+    mode = _refuse_meaningless(args)
+    if mode == "version":
         print(f"gpu-healthcheck {__version__}")
         return exitcodes.done_exit(True)
-    if args.list_checks:
-        from .report.admin import list_checks
+    return _guarded(mode, COMMANDS[mode], args, started)
 
-        return list_checks(args.json, sys.stdout)
-    if args.check_config:
-        from .report.admin import check_config
 
-        return check_config(args.config, os.environ, args.json, sys.stdout, sys.stderr, gres=args.gres)
-    if args.ack:
-        return _ack(args)
-    if args.history is not None or args.cluster:
-        return _admin_view(args)
-    if args.job_report:
-        from .report.jobreport import main as job_report
+def _guarded(mode: str, command: Command, args: "argparse.Namespace", started: float) -> int:
+    """The one guard around every command's run: the command's module imported (a broken
+    dependency is caught like a bug), its own usage refusals, the config read (with the one
+    config-error mapping), SIGTERM raising Terminated in the run where the command asks for it,
+    a bug of ours caught, logged loudly and never a node fault (a prolog exits 0, --node 3),
+    and a reader of stdout that left (`--history | head`) ending the run quietly."""
+    import importlib
 
-        return job_report()
-    if args.fabric_sweep:
-        from .act.sweep import sweep_command
-
-        return sweep_command(args, _load_config)
-    if getattr(args, "suspects", False) or getattr(args, "replay_failures", None):  # not in _fast_args
-        from .commands import suspects
-        return suspects.main(args, _load_config)
-    if args.gang:
-        from .act.gang import cli_main
-
-        return cli_main(args.config, args.act, args.json, _load_config)
     from .model import Mode
 
-    if args.repair:
-        args.node, args.act = True, True
-    mode = Mode.NODE if args.node else Mode.PROLOG if args.prolog else Mode.EPILOG
-    if args.act and mode is not Mode.NODE and not args.repair:
-        raise UsageError("--act goes with --node (prolog and epilog always act)")
-    if args.gpus and mode is not Mode.NODE:
-        raise UsageError("--gpus goes with --node or --ack (prolog and epilog check the job's GPUs)")
-    gpus = _parse_gpus(args.gpus) if args.gpus else None
-    previous = signal.signal(signal.SIGTERM, _on_sigterm)
+    name = Mode.NODE.value if mode == "repair" else mode.replace("_", "-")
+    handles_sigterm = command.sigterm
+    previous = signal.signal(signal.SIGTERM, _on_sigterm) if handles_sigterm else None
     loaded: List["Config"] = []  # the config, once read, for logging a crash
+    module: Any = None
     try:
-        return _run(mode, args, gpus, loaded, started)
-    except UsageError:
-        raise  # `--gpus 9` on a 4-GPU node: found only once NVML has answered
-    except Terminated:
-        # A second SIGTERM must not interrupt the last log lines.
-        signal.signal(signal.SIGTERM, signal.SIG_IGN)
-        print(f"gpu-healthcheck: {mode.value}: terminated by SIGTERM (PrologEpilogTimeout?); "
-              f"probe children were killed", file=sys.stderr)
-        try:
-            from .act.sinks import emit_terminated
-
-            emit_terminated(mode.value, loaded[0] if loaded else None, os.environ)
-        except Exception:  # noqa: BLE001 - we are being stopped: nothing more to do
-            pass
-        return exitcodes.TERMINATED
-    except Exception as exc:  # noqa: BLE001 - the one place our own bugs are caught
-        import traceback
-
-        what = (f"a Python dependency is missing or broken ({exc}): reinstall gpu-healthcheck"
-                if isinstance(exc, ImportError) else "a bug in gpu-healthcheck")
-        print(f"gpu-healthcheck: INTERNAL ERROR in {mode.value} ({what}; not a node fault; no "
-              f"action taken, the job is not failed):\n{traceback.format_exc()}", file=sys.stderr)
-        _log_internal_error(mode.value, loaded[0] if loaded else None)
-        return exitcodes.internal_error_exit(mode)
-    finally:
-        signal.signal(signal.SIGTERM, previous)
-
-
-def _run(mode: "Mode", args: "argparse.Namespace", gpus: Optional[tuple],
-         loaded: List["Config"], started: float) -> int:
-    from .act.sinks import emit
-    from .config import Config, ConfigError
-    from .model import Mode, RunRequest
-    from .orchestrate import run
-
-    try:
-        config = _load_config(args.config)
-    except ConfigError as exc:
-        if mode is Mode.NODE:
-            print(f"gpu-healthcheck: config error: {exc}", file=sys.stderr)
-            return exitcodes.CONFIG_ERROR
-        # a broken config must not stop the checks that protect the next job
-        config = Config(warnings=(f"config error: {exc}; running with built-in defaults",))
-    loaded.append(config)
-    refused = _level_refused(args.level, mode, os.environ, config)
-    level = _level(args.level, mode, os.environ, config.job_levels)
-    request = RunRequest(mode=mode, environ=os.environ, level=level, act=args.act, gpus=gpus,
-                         started_monotonic=started, repair=args.repair)
-    outcome = run(request, config)
-    if refused:
-        from .model import WARNING, LogEvent
-
-        job = os.environ.get("SLURM_JOB_ID")
-        outcome.events.append(LogEvent("error", WARNING, refused, {
-            "GPU_HEALTHCHECK_MODE": mode.value, **({"SLURM_JOB_ID": job} if job else {})}))
-    try:
-        if args.json:
-            from .report.table import write_json
-
-            write_json(outcome.report, sys.stdout)
-        elif mode is Mode.NODE:
-            from .report.table import write_table
-
-            write_table(outcome.report, sys.stdout, colour=sys.stdout.isatty())
-        sys.stdout.flush()
-    except BrokenPipeError:
-        # `gpu-healthcheck --node | head`: the reader left; the run itself still counts
-        _stdout_to_devnull()
-    emit(outcome, config, mode)
-    return outcome.exit_code
-
-
-def _admin_view(args: "argparse.Namespace") -> int:
-    """--history and --cluster: read-only views for an admin."""
-    from .config import ConfigError
-
-    try:
-        config = _load_config(args.config)
-    except ConfigError as exc:
-        print(f"gpu-healthcheck: config error: {exc}", file=sys.stderr)
-        return exitcodes.CONFIG_ERROR
-    try:
-        if args.history is not None:
-            from .report.history import show_history
-
-            code = show_history(config, args.history, args.json, sys.stdout)
-        else:
-            from .report.cluster import show_cluster
-
-            code = show_cluster(config, os.environ, args.json, sys.stdout)
+        module = importlib.import_module(f"{__package__}.commands.{command.module}")
+        if hasattr(module, "usage"):
+            module.usage(args)  # the mode's own refusals, before the config is read
+        config = _config(command.config, args.config)
+        if isinstance(config, int):
+            return config
+        if config is not None:
+            loaded.append(config)
+        code = int(module.main(args, config, started))
         sys.stdout.flush()
         return code
+    except UsageError:
+        raise  # `--gpus 9` on a 4-GPU node: found only once NVML has answered
     except BrokenPipeError:
         # `--history 200 --json | head -1`: the reader has what it wanted
         _stdout_to_devnull()
         return exitcodes.done_exit(True)
+    except Terminated:
+        print(f"gpu-healthcheck: {name}: terminated by SIGTERM (PrologEpilogTimeout?); "
+              f"probe children were killed", file=sys.stderr)
+        try:
+            from .act.sinks import emit_terminated
+
+            emit_terminated(name, loaded[0] if loaded else None, os.environ)
+        except Exception:  # noqa: BLE001 - we are being stopped: nothing more to do
+            pass
+        return exitcodes.TERMINATED
+    except Exception as exc:  # noqa: BLE001 - the one place our own bugs are caught
+        if not command.crash:
+            raise
+        if module is not None and hasattr(module, "crashed"):
+            return int(module.crashed(exc))
+        import traceback
+
+        what = (f"a Python dependency is missing or broken ({exc}): reinstall gpu-healthcheck"
+                if isinstance(exc, ImportError) else "a bug in gpu-healthcheck")
+        print(f"gpu-healthcheck: INTERNAL ERROR in {name} ({what}; not a node fault; no "
+              f"action taken, the job is not failed):\n{traceback.format_exc()}", file=sys.stderr)
+        _log_internal_error(name, loaded[0] if loaded else None)
+        return exitcodes.internal_error_exit(Mode(name))
+    finally:
+        if handles_sigterm:
+            signal.signal(signal.SIGTERM, previous)
+
+
+def _config(policy: str, cli_path: Optional[str]) -> Union["Config", int, None]:
+    """The one config-error mapping: the config (None where the command reads its own), or the
+    exit status of a config error (EXIT)."""
+    if policy == OWN:
+        return None
+    from .config import Config, ConfigError
+
+    try:
+        return _load_config(None if policy == QUIET else cli_path)
+    except ConfigError as exc:
+        if policy == DEFAULTS:
+            return Config(warnings=(f"config error: {exc}; running with built-in defaults",))
+        if policy == QUIET:
+            return Config()
+        print(f"gpu-healthcheck: config error: {exc}", file=sys.stderr)
+        return exitcodes.CONFIG_ERROR
 
 
 def _load_config(cli_path: Optional[str]) -> "Config":
@@ -419,30 +359,6 @@ class _ReaderMayLeave:
 
     def __getattr__(self, name: str) -> Any:
         return getattr(self._stream, name)
-
-
-def _ack(args: "argparse.Namespace") -> int:
-    """--ack [--gpus LIST]: record that the Xids seen so far are dealt with."""
-    from .act.xidack import ack
-    from .config import ConfigError
-
-    if args.act or args.json or args.level not in (None, "quick"):
-        raise UsageError("--ack takes only --gpus and --config")
-    try:
-        config = _load_config(args.config)
-    except ConfigError as exc:
-        print(f"gpu-healthcheck: config error: {exc}", file=sys.stderr)
-        return exitcodes.CONFIG_ERROR
-    gpus = _parse_gpus(args.gpus) if args.gpus else None
-    code, lines, events = ack(config, gpus)
-    for line in lines:
-        print(line, file=sys.stdout if code == 0 else sys.stderr)
-    if config.journal and events:
-        # an acknowledgement changes what later runs judge: it belongs in the node's journal
-        from .act.journal import send_events
-
-        send_events(events, "ack")
-    return code
 
 
 def _log_internal_error(mode: str, config: Optional["Config"]) -> None:

@@ -21,5 +21,9 @@ exit status:
                   not take) or an invalid config under --node; 143 on SIGTERM
 
 configuration: /etc/gpu-healthcheck/config.toml, or $GPU_HEALTHCHECK_CONFIG, or --config.
-Slurm: Prolog=/usr/libexec/gpu-healthcheck/gpu-healthcheck-prolog (see deploy/slurm/).
+Slurm: Prolog=/usr/libexec/gpu-healthcheck/gpu-healthcheck-prolog; the Slurm guide is
+/usr/share/doc/gpu-healthcheck/deploy/slurm/README.md.
+documentation: /usr/share/doc/gpu-healthcheck/, which holds the docs/*.md named above
+(the same paths in the source tree).
+a drained node, what now: /usr/share/doc/gpu-healthcheck/docs/runbook.md (each reason and alert).
 """

@@ -1,70 +1,139 @@
-"""The config sections of the newer subsystems (the deep level, DCGM, the network), in a leaf of
-their own so that config.py stays under 500 lines; config.py re-exports them.  Each key's
-meaning and default are documented beside it, as in config.py."""
+"""The config's section records: what the rest of the code reads (`config.probe.timeout_s`).
+
+Each field's type is written here for mypy; its default, bounds and meaning are the schema's
+(configschema.KEYS, keyed by the full dotted path), and tests/unit/test_configschema.py checks
+that every record has exactly the schema's keys, with matching types.  The entry validators of
+the keys whose values have a shape of their own (ports, floors, a count or a share) are here
+too; config.py names the file and key of what they refuse.
+"""
 
 from __future__ import annotations
 
 import math
 import re
-from typing import Any, Dict, Iterable, Optional, Tuple, Union
+from typing import Any, Callable, Dict, Iterable, Optional, Tuple, Union
 
+from .configschema import DEFAULTS as _D
+from .configschema import DEEP_FLOOR_METRICS, FABRIC_COLLECTIVES, MAX_NODES  # noqa: F401  (re-exported)
 from .records import NamedTuple
 
 
-class DeepConfig(NamedTuple):
-    """--level deep (README, "The deep level"; checks/deep.py has the sources)."""
+class DrainConfig(NamedTuple):
+    """[drain]: how much of the cluster this tool may hold drained."""
 
-    enabled: bool = True
-    timeout_s: float = 300.0  # deadline for one GPU's deep child (and for the peer child)
-    # A GPU below this share of its same-model siblings' median warns; below the second, fails.
-    sibling_ratio_warn: float = 0.85
-    sibling_ratio_fail: float = 0.7
-    floor_fraction: float = 0.6  # share of the datasheet peak (checks/floors.py FLOORS) below which it fails
-    pcie_fraction: float = 0.4  # share of the link's current gen x width rate, per direction
-    # site floors: "MODEL:METRIC=VALUE", METRIC one of hbm_gbps, gflops, nvlink_gbps (per
-    # direction, all links), nvlink_link_gbps (per link, per direction): datasheet peaks the
-    # floor_fraction applies to, e.g. "NVIDIA H100 80GB HBM3:hbm_gbps=3350"
-    floors: Tuple[str, ...] = ()
-    bandwidth_mib: int = 1024  # each HBM bandwidth buffer
-    # seconds of back-to-back compute launches per GPU (FP32 FMA, and the tensor-core GEMM on
-    # sm_80 and newer): power and thermal throttling take seconds to show.  A GPU's deadline is
-    # timeout_s plus this.
-    duration_s: float = 30.0
-    memtest_passes: int = 1  # times the whole memory test runs (each pass its own patterns)
+    max_fraction: float = _D["drain.max_fraction"]
+    report_only: bool = _D["drain.report_only"]
+
+
+class ProbeConfig(NamedTuple):
+    """[probe]: the CUDA allocation probe."""
+
+    enabled: bool = _D["probe.enabled"]
+    quick_mib: int = _D["probe.quick_mib"]
+    full_fraction: float = _D["probe.full_fraction"]
+    timeout_s: float = _D["probe.timeout_s"]
+
+
+class DeepConfig(NamedTuple):
+    """[deep]: --level deep (README, "The deep level"; checks/deep.py has the sources)."""
+
+    enabled: bool = _D["deep.enabled"]
+    timeout_s: float = _D["deep.timeout_s"]
+    sibling_ratio_warn: float = _D["deep.sibling_ratio_warn"]
+    sibling_ratio_fail: float = _D["deep.sibling_ratio_fail"]
+    floor_fraction: float = _D["deep.floor_fraction"]
+    pcie_fraction: float = _D["deep.pcie_fraction"]
+    floors: Tuple[str, ...] = _D["deep.floors"]
+    bandwidth_mib: int = _D["deep.bandwidth_mib"]
+    duration_s: float = _D["deep.duration_s"]
+    memtest_passes: int = _D["deep.memtest_passes"]
 
 
 class DcgmConfig(NamedTuple):
-    """The DCGM bridge (read/dcgm.py): `dcgmi diag` at --level deep, `dcgmi health` on --node."""
+    """[dcgm]: the DCGM bridge (read/dcgm.py): `dcgmi diag` at --level deep, `dcgmi health`
+    on --node."""
 
-    enabled: str = "auto"  # auto: where dcgmi is installed; true: missing dcgmi is unknown; false
-    level: int = 2  # dcgmi diag -r N
-    timeout_s: float = 1800.0  # dcgmi diag -r 2 takes minutes, -r 4 tens of minutes
-    health_timeout_s: float = 10.0
+    enabled: str = _D["dcgm.enabled"]
+    level: int = _D["dcgm.level"]
+    timeout_s: float = _D["dcgm.timeout_s"]
+    health_timeout_s: float = _D["dcgm.health_timeout_s"]
+
+
+class RepairConfig(NamedTuple):
+    """[repair]: the repair loop (docs/repair.md)."""
+
+    enabled: bool = _D["repair.enabled"]
+    max_attempts: int = _D["repair.max_attempts"]
+    window_s: float = _D["repair.window_s"]
+    cooldown_s: float = _D["repair.cooldown_s"]
+    max_concurrent: Union[int, float] = _D["repair.max_concurrent"]
+    bug_report: Optional[str] = _D["repair.bug_report"]
+    bug_report_timeout_s: float = _D["repair.bug_report_timeout_s"]
+    bug_report_max_bytes: int = _D["repair.bug_report_max_bytes"]
+    systemd_run: Optional[str] = _D["repair.systemd_run"]
+
+
+class ChecksConfig(NamedTuple):
+    """[checks]: which checks run."""
+
+    disabled: Tuple[str, ...] = _D["checks.disabled"]
+
+
+class Thresholds(NamedTuple):
+    """[thresholds]: the limits of the node's checks (checks/*.py give each source)."""
+
+    ecc_volatile_corrected: int = _D["thresholds.ecc_volatile_corrected"]
+    retired_pages: int = _D["thresholds.retired_pages"]
+    memory_leaked_mib: int = _D["thresholds.memory_leaked_mib"]
+    pcie_width_min: int = _D["thresholds.pcie_width_min"]
+    thermal_margin_c: int = _D["thresholds.thermal_margin_c"]
+    nvlink_errors_per_job: int = _D["thresholds.nvlink_errors_per_job"]
+    pcie_replay_per_job: int = _D["thresholds.pcie_replay_per_job"]
 
 
 class NetworkConfig(NamedTuple):
-    """[network]: the RDMA ports (checks/network.py; README "Network checks" gives each
-    default's source)."""
+    """[network]: the RDMA ports (checks/network.py; docs/network.md gives each default's
+    source)."""
 
-    # The ports that must be up: a count, or names like ["mlx5_0:1", "mlx5_1:1"].  None: a
-    # port that is down only warns, except one that was up at the prolog and is down at the
-    # epilog, which fails.
-    expected_ports: Optional[Union[int, Tuple[str, ...]]] = None
-    # A port slower than this (Gb/s, the kernel's `rate`) warns; 0 = off (the comparison with
-    # the node's fastest port of the same HCA model still applies).
-    min_rate_gbps: float = 0.0
-    # GPUDirect RDMA expected (the nvidia_peermem module): "auto" where a port shares a PCIe
-    # switch with a GPU, "true" on every node with GPUs and RDMA ports, "false" never.
-    gpudirect: str = "auto"
-    # Growth during one job (epilog against the prolog's baseline) above which ib.errors fails.
-    # rdma-core's ibqueryerrors defaults (infiniband-diags/etc/error_thresholds: 10 each), except
-    # link_downed: one link-down breaks every connection over the port, so any fails.
-    symbol_error_per_job: int = 10
-    link_error_recovery_per_job: int = 10
-    link_downed_per_job: int = 0
-    port_rcv_errors_per_job: int = 10
-    local_link_integrity_errors_per_job: int = 10
-    excessive_buffer_overrun_errors_per_job: int = 10
+    expected_ports: Optional[Union[int, Tuple[str, ...]]] = _D["network.expected_ports"]
+    min_rate_gbps: float = _D["network.min_rate_gbps"]
+    gpudirect: str = _D["network.gpudirect"]
+    symbol_error_per_job: int = _D["network.symbol_error_per_job"]
+    link_error_recovery_per_job: int = _D["network.link_error_recovery_per_job"]
+    link_downed_per_job: int = _D["network.link_downed_per_job"]
+    port_rcv_errors_per_job: int = _D["network.port_rcv_errors_per_job"]
+    local_link_integrity_errors_per_job: int = _D["network.local_link_integrity_errors_per_job"]
+    excessive_buffer_overrun_errors_per_job: int = _D["network.excessive_buffer_overrun_errors_per_job"]
+
+
+class FabricConfig(NamedTuple):
+    """[fabric]: the multi-node sweep (`--fabric-sweep`) and the gang check (`--gang`);
+    docs/network.md gives each default's source."""
+
+    partition: Optional[str] = _D["fabric.partition"]
+    reservation: Optional[str] = _D["fabric.reservation"]
+    collective: str = _D["fabric.collective"]
+    nccl_tests: Optional[str] = _D["fabric.nccl_tests"]
+    collective_args: Tuple[str, ...] = _D["fabric.collective_args"]
+    srun_args: Tuple[str, ...] = _D["fabric.srun_args"]
+    tasks_per_node: int = _D["fabric.tasks_per_node"]
+    ib_write_bw: Optional[str] = _D["fabric.ib_write_bw"]
+    rails: Tuple[str, ...] = _D["fabric.rails"]
+    rail_floor_gbps: float = _D["fabric.rail_floor_gbps"]
+    busbw_floor_gbps: float = _D["fabric.busbw_floor_gbps"]
+    floors: Tuple[str, ...] = _D["fabric.floors"]
+    median_ratio_fail: float = _D["fabric.median_ratio_fail"]
+    partners: int = _D["fabric.partners"]
+    group_size: int = _D["fabric.group_size"]
+    time_limit_s: float = _D["fabric.time_limit_s"]
+    sbatch: Optional[str] = _D["fabric.sbatch"]
+    squeue: Optional[str] = _D["fabric.squeue"]
+    scancel: Optional[str] = _D["fabric.scancel"]
+    sbatch_timeout_s: float = _D["fabric.sbatch_timeout_s"]
+    output_dir: Optional[str] = _D["fabric.output_dir"]
+    gang_bytes: int = _D["fabric.gang_bytes"]
+    gang_timeout_s: float = _D["fabric.gang_timeout_s"]
+    srun: Optional[str] = _D["fabric.srun"]
 
 
 class ConfigError(Exception):
@@ -79,7 +148,6 @@ class ConfigError(Exception):
 
 
 PORT_NAME_CHARS = frozenset("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789_.-")
-DEEP_FLOOR_METRICS = ("hbm_gbps", "gflops", "nvlink_gbps", "nvlink_link_gbps")
 
 
 def port_list(path: str, key: str, value: Any, expected: str) -> Any:
@@ -110,9 +178,6 @@ def floor_entry(entry: object) -> bool:
     return bool(model.strip()) and metric.strip() in DEEP_FLOOR_METRICS and math.isfinite(value) and value > 0
 
 
-MAX_NODES = 100000
-
-
 def count_or_share(value: object) -> Tuple[Optional[Union[int, float]], str]:
     """repair.max_concurrent: a count of nodes (an int, 1..MAX_NODES) or a share of the
     cluster's GPU nodes (a float above 0 and below 1, or a string like "5%", up to "100%"); (value, "") or
@@ -138,70 +203,6 @@ def count_or_share(value: object) -> Tuple[Optional[Union[int, float]], str]:
     if not 0.0 < value < 1.0:  # NaN and inf fail this too; 2.0 is not a count
         return None, f"a share must be above 0 and below 1 (a count is an integer), got {value!r}"
     return float(value), ""
-
-
-class FabricConfig(NamedTuple):
-    """[fabric]: the multi-node sweep (`--fabric-sweep`) and the gang check (`--gang`);
-    docs/network.md gives each default's source."""
-
-    partition: Optional[str] = None  # where the pair jobs run; None: the cluster's default partition
-    reservation: Optional[str] = None  # run the jobs only inside this (maintenance) reservation
-    collective: str = "all_reduce_perf"  # or all_gather_perf (cluster-health-scanner's)
-    nccl_tests: Optional[str] = None  # the directory of nccl-tests' binaries; None: on PATH
-    collective_args: Tuple[str, ...] = ("-b", "1G", "-e", "4G", "-f", "2", "-g", "1")
-    srun_args: Tuple[str, ...] = ()  # e.g. ["--mpi=pmix"] for an MPI build of nccl-tests
-    tasks_per_node: int = 8  # srun --ntasks-per-node: one rank per GPU
-    ib_write_bw: Optional[str] = None  # perftest's ib_write_bw; None: on PATH
-    rails: Tuple[str, ...] = ()  # HCAs to test with ib_write_bw --use_cuda, e.g. ["mlx5_0"]
-    rail_floor_gbps: float = 0.0  # a rail below this fails its pair; 0 = no ib_write_bw floor
-    busbw_floor_gbps: float = 0.0  # a pair below this (GB/s) fails; 0 = the median rule only
-    # per GPU model: "GRES_TYPE:busbw_gbps=GBPS", the type as Slurm's Gres=gpu:TYPE:N names it
-    # (decide/fabricfloor.py), e.g. ["h100:busbw_gbps=360"]; a job takes the lowest floor of
-    # its nodes, a model without an entry busbw_floor_gbps.  None built in: the site measures.
-    floors: Tuple[str, ...] = ()
-    median_ratio_fail: float = 0.7  # a pair below this share of its round's median fails
-    partners: int = 2  # known-good partners each suspect runs with
-    group_size: int = 0  # nodes per group of the optional scale round; 0 = off
-    # each job's collective (and each rail's ib_write_bw) runs at most this long, under
-    # timeout(1), and the job's --time is this in whole minutes plus one, as a backstop: a hang
-    # ends there and fails its pair
-    time_limit_s: float = 600.0
-    sbatch: Optional[str] = None  # None: on PATH, else /usr/bin/sbatch (squeue, scancel alike)
-    squeue: Optional[str] = None
-    scancel: Optional[str] = None
-    sbatch_timeout_s: float = 30.0  # deadline of one sbatch, squeue or scancel call
-    # where the jobs write their output; the jobs' first nodes must share it with this host.
-    # None: <state_dir>/fabric
-    output_dir: Optional[str] = None
-    gang_bytes: int = 256 << 20  # --gang: the collective's message size (bytes)
-    gang_timeout_s: float = 120.0  # --gang: the whole check's deadline
-    # --gang runs the collective with srun inside the job's own allocation (--overlap);
-    # None: on PATH, else /usr/bin/srun
-    srun: Optional[str] = None
-
-
-FABRIC_COLLECTIVES = ("all_reduce_perf", "all_gather_perf")
-FABRIC_BOUNDS = {
-    "time_limit_s": (10.0, 86400.0, "seconds"),
-    "sbatch_timeout_s": (1.0, 600.0, "seconds"),
-    "gang_timeout_s": (5.0, 3600.0, "seconds"),
-    "partners": (1, 16, "partners"),
-    "group_size": (0, MAX_NODES, "nodes"),
-    "tasks_per_node": (1, 1024, "tasks"),
-    "gang_bytes": (8, 1 << 36, "bytes"),
-}
-FABRIC_NON_NEGATIVE = {"rail_floor_gbps", "busbw_floor_gbps"}
-FABRIC_UNSET_MEANS = {
-    "fabric.partition": "the cluster's default partition",
-    "fabric.reservation": "no reservation",
-    "fabric.nccl_tests": "found on PATH",
-    "fabric.ib_write_bw": "found on PATH",
-    "fabric.sbatch": "found on PATH, else /usr/bin/sbatch",
-    "fabric.squeue": "found on PATH, else /usr/bin/squeue",
-    "fabric.scancel": "found on PATH, else /usr/bin/scancel",
-    "fabric.output_dir": "<state_dir>/fabric",
-    "fabric.srun": "found on PATH, else /usr/bin/srun",
-}
 
 
 FABRIC_FLOOR_METRICS = ("busbw_gbps",)
@@ -242,51 +243,40 @@ def fabric_floors_problem(entries: Iterable[object]) -> Optional[str]:
     return None
 
 
+def deep_floors_problem(entries: Iterable[object]) -> Optional[str]:
+    """The first `[deep] floors` entry that does not read "MODEL:METRIC=VALUE", or None."""
+    for entry in entries:
+        if not floor_entry(entry):
+            return (f"expected \"MODEL:METRIC=VALUE\" (METRIC one of {', '.join(DEEP_FLOOR_METRICS)}, "
+                    f"VALUE > 0), got {entry!r}")
+    return None
+
+
 class SuspectsConfig(NamedTuple):
-    """[suspects]: fleet memory, `--suspects` (decide/suspects.py; docs/suspects.md has each
-    rule and why its default)."""
+    """[suspects]: fleet memory, `--suspects` (decide/suspects.py; docs/suspects.md)."""
 
-    act: bool = False  # --act sends suspects to verification only where this is also true
-    sacct: Optional[str] = None  # None: on PATH, else /usr/bin/sacct
-    sacct_timeout_s: float = 60.0  # deadline of one sacct call (one piece of the window)
-    sacct_max_bytes: int = 64 << 20  # output kept of one call; more splits the piece in two
-    sacct_piece_s: float = 86400.0  # the window is read in pieces this long
-    lookback_s: float = 14 * 86400.0  # --since's default: this long before --until
-    half_life_s: float = 14 * 86400.0  # a job's evidence halves every this long before --until
-    black_hole_s: float = 60.0  # a job that fails within this of its start feeds a black hole
-    black_hole_jobs: int = 5  # ... this many such jobs in one incident
-    black_hole_users: int = 3  # ... of at least this many users
-    black_hole_share: float = 0.8  # ... and at least this share of the jobs the node ran then
-    incident_gap_s: float = 3600.0  # failures closer than this on one node are one incident
-    lemon_fdr: float = 0.01  # false discovery rate across nodes (Benjamini-Hochberg)
-    lemon_users: int = 2  # a lemon's excess failures come from at least this many users
-    # the user with the largest excess of failures on a node counts at most this much more
-    # than the user with the next largest
-    user_cap: float = 2.0
-    lemon_min_excess: float = 3.0  # decayed failures above the fleet's expectation, at least
-    remediations: int = 5  # the lemon rule of our own history: this many resets/reboots ...
-    remediation_window_s: float = 7 * 86400.0  # ... in this long (NVSentinel's 5 in 7 days)
-    xid_repeat_window_s: float = 86400.0  # Xid 13 or 31 twice on one GPU within this
-    same_xid_reboots: int = 2  # the same Xid back after this many reboots (gpud's rule)
+    act: bool = _D["suspects.act"]
+    sacct: Optional[str] = _D["suspects.sacct"]
+    sacct_timeout_s: float = _D["suspects.sacct_timeout_s"]
+    sacct_max_bytes: int = _D["suspects.sacct_max_bytes"]
+    sacct_piece_s: float = _D["suspects.sacct_piece_s"]
+    lookback_s: float = _D["suspects.lookback_s"]
+    half_life_s: float = _D["suspects.half_life_s"]
+    black_hole_s: float = _D["suspects.black_hole_s"]
+    black_hole_jobs: int = _D["suspects.black_hole_jobs"]
+    black_hole_users: int = _D["suspects.black_hole_users"]
+    black_hole_share: float = _D["suspects.black_hole_share"]
+    incident_gap_s: float = _D["suspects.incident_gap_s"]
+    lemon_fdr: float = _D["suspects.lemon_fdr"]
+    lemon_users: int = _D["suspects.lemon_users"]
+    user_cap: float = _D["suspects.user_cap"]
+    lemon_min_excess: float = _D["suspects.lemon_min_excess"]
+    remediations: int = _D["suspects.remediations"]
+    remediation_window_s: float = _D["suspects.remediation_window_s"]
+    xid_repeat_window_s: float = _D["suspects.xid_repeat_window_s"]
+    same_xid_reboots: int = _D["suspects.same_xid_reboots"]
 
 
-SUSPECTS_BOUNDS = {
-    "sacct_timeout_s": (1.0, 3600.0, "seconds"),
-    "sacct_max_bytes": (1 << 16, 1 << 32, "bytes"),
-    "sacct_piece_s": (600.0, 366 * 86400.0, "seconds"),
-    "lookback_s": (3600.0, 3660 * 86400.0, "seconds"),
-    "half_life_s": (3600.0, 3660 * 86400.0, "seconds"),
-    "black_hole_s": (1.0, 86400.0, "seconds"),
-    "black_hole_jobs": (2, 100000, "jobs"),
-    "black_hole_users": (1, 10000, "users"),
-    "incident_gap_s": (1.0, 30 * 86400.0, "seconds"),
-    "lemon_users": (1, 10000, "users"),
-    "user_cap": (0.5, 1000.0, "failures"),
-    "lemon_min_excess": (0.0, 100000.0, "failures"),
-    "remediations": (2, 1000, "remediations"),
-    "remediation_window_s": (3600.0, 366 * 86400.0, "seconds"),
-    "xid_repeat_window_s": (60.0, 366 * 86400.0, "seconds"),
-    "same_xid_reboots": (1, 100, "reboots"),
-}
-SUSPECTS_FRACTIONS = {"black_hole_share", "lemon_fdr"}
-SUSPECTS_UNSET_MEANS = {"suspects.sacct": "found on PATH, else /usr/bin/sacct"}
+# configschema.Key.shape -> what is wrong with a list of entries, or None
+SHAPES: Dict[str, Callable[[Iterable[object]], Optional[str]]] = {
+    "deep_floors": deep_floors_problem, "fabric_floors": fabric_floors_problem}

@@ -142,7 +142,10 @@ class DcgmResult(NamedTuple):
 
     gpu: Optional[int]  # NVML's index once attributed (dcgmmap.attribute); None: not one GPU
     test: str  # "Memory", "PCIe", "Diagnostic", or the health system ("NVLink", "Memory", ...)
-    status: str  # "pass", "warn", "fail", "skip"; "unknown": on an entity this node lacks
+    # "pass", "warn", "fail", "skip"; "unknown": on an entity this node lacks; a fail DCGM graded
+    # "config" (DCGM_ERROR_CONFIG), "internal" (DCGM's own error: the test did not run) or
+    # "ungraded" (DCGM_ERROR_UNKNOWN), read/dcgm4.py
+    status: str
     text: str = ""  # DCGM's own words
     entity: str = ""  # DCGM's own name of the entity ("GPU3": DCGM's id, "CPU0"), where it gave one
 

@@ -1,10 +1,13 @@
 """The kernel log's records: NVRM Xid and NVSwitch SXid events, and where a read of the log
 started and ended (its window).  Plain records, filled by read/kernlog.py and read/kmsg.py,
-judged by checks/xid.py and checks/nvswitch.py; model.py re-exports them.
+judged by checks/xid.py and checks/nvswitch.py; model.py re-exports them.  With them the pure
+rules both the readers and decide/xidack.py use: which boot (BootId), what makes two Xid lines
+the same event (group_key) and the window after a position (window_since).
 """
 
 from __future__ import annotations
 
+import re
 from typing import Optional, Tuple
 
 from .records import NamedTuple
@@ -67,7 +70,7 @@ class KernelLogWindow(NamedTuple):
     position: Optional[KernelLogPosition] = None
     since_monotonic_s: Optional[float] = None
     since_wallclock: Optional[float] = None
-    since_seq: Optional[int] = None  # kmsg records past this seq (kernlog.window_since)
+    since_seq: Optional[int] = None  # kmsg records past this seq (window_since below)
 
 
 class KernelLogRead(NamedTuple):
@@ -90,3 +93,41 @@ class KernelLogRead(NamedTuple):
     # GPUs (kernel PCI form) whose (re-)initialisation line the window holds: the marker of a
     # reset or driver load, before which their Xids were dropped (kernlog.aggregate)
     reinit: Tuple[str, ...] = ()
+
+
+class BootId(NamedTuple):
+    """Which boot this is: the kernel's random boot_id, and btime for dated log lines."""
+
+    boot_id: Optional[str] = None
+    btime: Optional[float] = None
+
+
+_NVLINK5_SEVERITY = r"\b(Fatal|Non-?fatal)\b"  # compiled by re on first use
+
+
+def _variant(event: XidEvent) -> str:
+    """What must not be merged within one GPU and Xid: the NVLink5 Xids 144-150 print their
+    own Fatal / Nonfatal, and a fatal line must not hide behind a non-fatal one."""
+    if event.xid is not None and 144 <= event.xid <= 150:
+        m = re.search(_NVLINK5_SEVERITY, event.message, re.IGNORECASE)
+        return m[1].lower().replace("-", "") if m else ""
+    return ""
+
+
+GroupKey = Tuple[str, Optional[int], str]
+
+
+def group_key(event: XidEvent) -> GroupKey:
+    """What makes two lines the same event: GPU, Xid and, for 144-150, Fatal or Nonfatal.
+    aggregate() merges by it and an acknowledgement matches by it (decide.xidack), so a
+    Fatal line never passes for an acknowledged Nonfatal one."""
+    return (event.pci, event.xid, _variant(event))
+
+
+def window_since(position: KernelLogPosition, boot_id: Optional[str]) -> KernelLogWindow:
+    """What the kernel logged after `position` (pure): by seq where it has one of this boot
+    (`boot_id`: a seq counts from 0 again at every boot), else by its times, as before seqs."""
+    same = position.seq is not None and position.boot_id is not None and position.boot_id == boot_id
+    return KernelLogWindow(position=position, since_monotonic_s=position.monotonic_s,
+                           since_wallclock=position.wallclock,
+                           since_seq=position.seq if same else None)

@@ -15,6 +15,7 @@ generation was a fifth of the prolog's time).  Change one with `record._replace(
 from __future__ import annotations
 
 import enum
+import re
 from typing import TYPE_CHECKING, Any, Dict, List, Mapping, Optional, Tuple, Union
 
 from .logmodel import KernelLogPosition, KernelLogRead, KernelLogWindow, SxidEvent, XidEvent  # noqa: F401
@@ -30,6 +31,12 @@ Value = Union[int, float, str, bool, None]
 class UsageError(Exception):
     """A command-line mistake (an unknown option, a --gpus index the node does not have): one
     line on stderr and exit 3 (unknown), never 1 or 2, which mean warn and fail (CONTRACTS §1)."""
+
+
+class Terminated(BaseException):
+    """SIGTERM (slurmd's PrologEpilogTimeout, a timer's deadline, systemd): cli.py's guard raises
+    it in the running command, so that probe children get killed and a fabric sweep cancels
+    its jobs; str() is "stopped by SIGTERM"."""
 
 
 class DoorError(Exception):
@@ -208,6 +215,31 @@ class GresLayout(NamedTuple):
     # the GPU-sharing gres configured for this node ("mps", "shard"), from gres.conf and
     # slurm.conf's Gres=: only then may several live jobs use one GPU
     shared: Tuple[str, ...] = ()
+
+
+# How slurmd reads gres.conf's names (pure; read/gres.py and decide/gpumap.py both use them)
+def trailing_number(path: str) -> Optional[int]:
+    """The device number slurmd takes from a file name (`_init_gres_device`: its trailing
+    digits), e.g. 4 for /dev/nvidia4; None when the name ends in no digit."""
+    m = re.search(r"(\d+)$", path)
+    return int(m.group(1)) if m else None
+
+
+# AutoDetect values of NVIDIA's plugins
+NVIDIA_AUTODETECT = ("nvml", "nvidia", "full")
+OTHER_VENDORS = ("rsmi", "oneapi", "nrt")  # AMD, Intel, AWS Neuron: not GPUs NVML lists
+
+
+def autodetect_kind(value: Optional[str]) -> Optional[str]:
+    """The plugin an AutoDetect value selects, as slurmd reads it (`_handle_autodetect_flags`:
+    a case-insensitive substring, `full` first, `off` exact); None = not given."""
+    if value is None:
+        return None
+    low = value.lower()
+    for kind in ("full", "nvml", "rsmi", "oneapi", "nrt", "nvidia"):
+        if kind in low:
+            return kind
+    return "off" if low in ("off", "none") else low
 
 
 class JobContext(NamedTuple):

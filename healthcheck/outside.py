@@ -144,6 +144,25 @@ def _signal_group(pgid: int, sig: int) -> None:
         pass  # the whole group is gone already
 
 
+def run_attached(argv: Sequence[str], timeout_s: float, term_grace_s: float) -> Optional[int]:
+    """Run `argv` to its end with our stdout and stderr (its output is ours: the journal, for a
+    timer's run), no stdin; its exit status (negative: killed by that signal), or None once it
+    passed `timeout_s`: then SIGTERM, SIGKILL after `term_grace_s`.  The program alone is
+    signalled, so that it can end its own children in its way (a fabric sweep cancels its
+    jobs).  OSError: it cannot start."""
+    proc = subprocess.Popen(list(argv), stdin=subprocess.DEVNULL)
+    try:
+        return proc.wait(timeout=timeout_s)
+    except subprocess.TimeoutExpired:
+        proc.terminate()
+        try:
+            proc.wait(timeout=term_grace_s)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+        return None
+
+
 def start_detached(argv: Sequence[str], env: Optional[Mapping[str, str]] = None,
                    cwd: Optional[str] = None) -> "tuple[Optional[int], Optional[str]]":
     """Start `argv` in a session of its own, not waited for: it outlives this run (slurmd's

@@ -88,6 +88,8 @@ FAMILIES: Tuple[Family, ...] = (
            "GPUs the repair loop marked for RMA (repair.max_attempts within repair.window_s)."),
     Family("gpu_healthcheck_gpus_read_timestamp_seconds", "gauge",
            "Unix time of the NVML read that the gpu_healthcheck_gpu_* series come from."),
+    Family("gpu_healthcheck_gpu_info", "gauge",
+           "1 for each GPU of the last read; modelName is NVML's name, as dcgm-exporter labels it."),
     Family("gpu_healthcheck_gpu_lost", "gauge",
            "1 when NVML reported the GPU lost, needing a reset, or it did not answer in time."),
     Family("gpu_healthcheck_gpu_ecc_errors_total", "counter",
@@ -99,6 +101,9 @@ FAMILIES: Tuple[Family, ...] = (
            "1 when a row remap is pending (the GPU needs a reset)."),
     Family("gpu_healthcheck_gpu_remap_failure", "gauge",
            "1 when a row remap failed (the GPU needs RMA)."),
+    Family("gpu_healthcheck_gpu_remap_banks", "gauge",
+           "Memory banks by the row remapper's availability of spare rows (max, high, partial, "
+           "low, none), from NVML's histogram (Ampere and later)."),
     Family("gpu_healthcheck_gpu_retired_pages_total", "counter",
            "Memory pages retired, by cause=sbe (multiple single-bit) or dbe (double-bit)."),
     Family("gpu_healthcheck_gpu_retired_pages_pending", "gauge",
@@ -115,6 +120,7 @@ FAMILIES: Tuple[Family, ...] = (
            "completed, completed_error), 0 for the others; absent where there is no fabric."),
 )
 FABRIC_STATES = ("not_started", "in_progress", "completed", "completed_error")
+REMAP_AVAILABILITY = ("max", "high", "partial", "low", "none")  # nvmlRowRemapperHistogramValues_t
 # The RDMA ports (checks/network.py), named as node_exporter's infiniband collector names its
 # own (node_infiniband_state_id, ..._rate_bytes_per_second), under our prefix.
 PORT_LABELS = ("device", "port", "link_layer", "pci_bus_id")
@@ -177,6 +183,8 @@ def gpu_values(outcome: "RunOutcome") -> List[Dict[str, Any]]:
             "remapped_rows": {"correctable": g.remap_correctable,
                               "uncorrectable": g.remap_uncorrectable},
             "remap_pending": g.remap_pending, "remap_failure": g.remap_failure,
+            "model": g.name or "",
+            "remap_banks": dict(zip(REMAP_AVAILABILITY, g.remap_histogram)) if g.remap_histogram else None,
             "retired_pages": {"sbe": g.retired_sbe, "dbe": g.retired_dbe},
             "retired_pending": g.retired_pending,
             "nvlink_errors": {"crc": g.nvlink_crc_errors, "replay": g.nvlink_replay_errors,
@@ -299,7 +307,12 @@ def samples(state: Mapping[str, Any]) -> Dict[str, List[Tuple[Dict[str, str], An
         out[p + "gpus_read_timestamp_seconds"].append(({}, gpus.get("timestamp", 0)))
         for g in gpus.get("list") or ():
             ident = {k: str(g.get(k, "")) for k in GPU_LABELS}
+            if g.get("model"):
+                out[p + "gpu_info"].append(({**ident, "modelName": str(g["model"])}, 1))
             out[p + "gpu_lost"].append((ident, bool(g.get("lost"))))
+            for availability, banks in (g.get("remap_banks") or {}).items():
+                if isinstance(banks, int):
+                    out[p + "gpu_remap_banks"].append(({**ident, "availability": availability}, banks))
             for counter, by_type in (g.get("ecc") or {}).items():
                 for kind, value in by_type.items():
                     if value is not None:

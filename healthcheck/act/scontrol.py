@@ -56,6 +56,7 @@ _REASON_RE = re.compile(r"\sReason=(?P<text>(?:.*?\S)??)(?:\s+\[(?P<who>[^\]@\s]
 
 _GRES_RE = re.compile(r"\sGres=(\S+)")
 _BOOT_RE = re.compile(r"\sBootTime=(\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d)")
+_PARTITIONS_RE = re.compile(r"\sPartitions=(\S+)")
 # Comment=<text> is free text printed after Reason (22.05+), to the end of the line.
 _COMMENT_RE = re.compile(r"\sComment=([^\n]*)$")
 
@@ -74,11 +75,13 @@ def parse_node_line(line: str) -> Optional[NodeState]:
     gres = _GRES_RE.search(line)
     comment = _COMMENT_RE.search(line)
     boot = _BOOT_RE.search(line)
+    partitions = _PARTITIONS_RE.search(line)
     return NodeState(name=name.group(1), state=state.group(1) if state else "UNKNOWN",
                      reason=reason, reason_time=when or None,
                      gres=None if gres is None else ("" if gres.group(1) == "(null)" else gres.group(1)),
                      comment=comment.group(1).strip() if comment else None,
-                     boot_time=boot.group(1) if boot else None)
+                     boot_time=boot.group(1) if boot else None,
+                     partitions=tuple(partitions.group(1).split(",")) if partitions else None)
 
 
 def reason_time(line: str) -> Optional[str]:
@@ -113,6 +116,36 @@ def parse_listpids(text: str) -> Dict[int, str]:
         parts = line.split()
         if len(parts) >= 2 and parts[0].isdigit() and re.match(r"^[0-9_+]{1,32}$", parts[1]):
             found[int(parts[0])] = parts[1]
+    return found
+
+
+# slurmctld's answer to a reservation whose name exists (slurm_strerror of
+# ESLURM_RESERVATION_NAME_DUP; seen on 22.05, 24.11 and 26.05)
+DUPLICATE_RESERVATION = "Duplicate reservation name"
+
+
+class Reservation(NamedTuple):
+    """One line of `scontrol -o show reservation`."""
+
+    name: str
+    nodes: str  # as slurmctld prints it ("gpu-a", "gpu-[a-c]")
+    end_time: Optional[str]  # EndTime, the controller's zone
+
+
+_RESV_RE = re.compile(r"^ReservationName=(\S+)")
+_RESV_NODES_RE = re.compile(r"\sNodes=(\S+)")
+_RESV_END_RE = re.compile(r"\sEndTime=(\S+)")
+
+
+def parse_reservations(text: str) -> Dict[str, Reservation]:
+    found: Dict[str, Reservation] = {}
+    for line in text.splitlines():
+        name = _RESV_RE.match(line)
+        if not name:
+            continue
+        nodes, end = _RESV_NODES_RE.search(line), _RESV_END_RE.search(line)
+        found[name.group(1)] = Reservation(name.group(1), nodes.group(1) if nodes else "",
+                                           end.group(1) if end else None)
     return found
 
 
@@ -173,24 +206,32 @@ class Scontrol:
         (24.11 exits 1, 22.05 ignores it)."""
         self._run(["reboot", f"reason={sanitise(reason)}", node])
 
-    def create_reservation(self, name: str, nodes: Sequence[str], users: str, flags: str) -> None:
-        """A reservation of `nodes` from now, Duration=UNLIMITED (slurmctld 22.05 makes that a
-        year: seen), for `users`.  The fabric sweep's re-test holds a node in one while it is
-        resumed for its partner jobs: no other job can start there, and a sweep killed mid-test
-        leaves it held, never in service."""
+    def create_reservation(self, name: str, nodes: Sequence[str], users: str, flags: str,
+                           seconds: Optional[int] = None) -> None:
+        """A reservation of `nodes` from now, for `users`: Duration=UNLIMITED (slurmctld 22.05
+        makes that a year: seen), or ending `seconds` from now (EndTime=now+N, to the second).
+        The fabric sweep's re-test holds a node in one while it is resumed for its partner jobs:
+        no other job can start there, and a sweep killed mid-test leaves it held, never in
+        service.  The repair budget's slots are reservations with fixed names: slurmctld
+        refuses a second one of a name (ScontrolError whose problem has DUPLICATE_RESERVATION,
+        22.05, 24.11, 26.05), atomically."""
+        end = f"EndTime=now+{seconds}" if seconds is not None else "Duration=UNLIMITED"
         self._run(["create", "reservation", f"ReservationName={name}", f"Nodes={','.join(nodes)}",
-                   "StartTime=now", "Duration=UNLIMITED", f"Users={users}", f"Flags={flags}"])
+                   "StartTime=now", end, f"Users={users}", f"Flags={flags}"])
 
     def delete_reservation(self, name: str) -> None:
         self._run(["delete", f"ReservationName={name}"])
 
+    def show_reservations(self) -> Dict[str, Reservation]:
+        """Every reservation slurmctld knows, by name, from the list of them all (`show
+        reservation NAME` of an unknown one says so in words and exit statuses that differ
+        between versions; the list is "No reservations in the system" or one line each, on
+        every one).  Raises ScontrolError when it does not answer."""
+        return parse_reservations(self._run(["-o", "show", "reservation"]))
+
     def reservation_exists(self, name: str) -> bool:
-        """Whether slurmctld knows the reservation, from the list of them all (`show reservation
-        NAME` of an unknown one says so in words and exit statuses that differ between
-        versions; the list is "No reservations in the system" or one line each, on every one).
-        Raises ScontrolError when it does not answer."""
-        text = self._run(["-o", "show", "reservation"])
-        return any(line.startswith(f"ReservationName={name} ") for line in text.splitlines())
+        """Whether slurmctld knows the reservation.  Raises ScontrolError when it does not answer."""
+        return name in self.show_reservations()
 
     def show_job(self, job_id: str) -> str:
         """`scontrol show job ID` (several lines: AdminComment gets a line of its own)."""

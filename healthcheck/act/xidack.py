@@ -1,31 +1,29 @@
 """Recording that Xids are dealt with, in state_dir (what decide.xidack decides, written down).
 
     snapshot = acknowledge_xids(snapshot, config, store, events, gpus=None, by="resume")
-    code, lines, events = ack(config, gpus=(2,))          # `gpu-healthcheck --ack --gpus 2`
 
-An acknowledgement is made by an admin's `--ack`, by the admin's resume of our drain, or by a
+An acknowledgement is made by an admin's `--ack` (commands/ack.py), by the admin's resume of our drain, or by a
 GPU reset seen since our drain (its volatile ECC counters started over).  Each one is logged
 (kind "resume", outcome acknowledged): it changes what every later run judges.
 """
 
 from __future__ import annotations
 
-import os
 import time
 from typing import List, Optional, Sequence, Tuple
 
 from ..config import Config
 from ..decide.xidack import (acknowledge, counters_started_over, gpu_pcis, position_key, unacknowledged,
                              window_after)
-from ..model import (ERR, NOTICE, WARNING, KernelLogPosition, LogEvent, Mode, NodeSnapshot,
-                     Outcome, UsageError, XidEvent)
+from ..model import ERR, NOTICE, WARNING, KernelLogPosition, LogEvent, NodeSnapshot, Outcome, XidEvent
 from ..staterecords import XidAck
 from ..pci import kernel_pci
-from ..read.kernlog import current_boot, group_key, position_now, read_kernel_log
+from ..logmodel import group_key
+from ..read.kernlog import current_boot, position_now, read_kernel_log
 from .state import StateStore, read_acks, read_our_drain, write_acks, write_our_drain
 
 
-def _xid_list(events: Sequence[XidEvent]) -> str:
+def xid_list(events: Sequence[XidEvent]) -> str:
     return ", ".join(f"{e.pci} Xid {e.xid if e.xid is not None else 'off-bus'} x{e.occurrences}"
                      for e in events)
 
@@ -63,7 +61,7 @@ def acknowledge_xids(snapshot: NodeSnapshot, config: Config, store: StateStore,
                                              f"{store.state_dir}: {exc}; the Xids still count"))
         return snapshot
     if mine:
-        events.append(LogEvent("resume", NOTICE, "Xids acknowledged (" + by + "): " + _xid_list(mine),
+        events.append(LogEvent("resume", NOTICE, "Xids acknowledged (" + by + "): " + xid_list(mine),
                                {}, Outcome.ACKNOWLEDGED))
     return snapshot._replace(kernel_log=log._replace(events=kept),
                              xid_ack_counts=tuple(sorted((p, a.count) for p, a in acks.items())))
@@ -94,7 +92,7 @@ def acknowledge_resets(snapshot: NodeSnapshot, config: Config, store: StateStore
         events.append(LogEvent("resume", NOTICE, f"GPU(s) {', '.join(marked)} were reset since our "
                                                  f"drain (their init line is in the kernel log): the "
                                                  f"Xids before it are dealt with"
-                                                 + (f"; {_xid_list(later)} came after it and still "
+                                                 + (f"; {xid_list(later)} came after it and still "
                                                     f"count" if later else ""),
                                {}, Outcome.ACKNOWLEDGED))
     upto = reset_at or ours.drain_position or ours.position
@@ -117,44 +115,3 @@ def acknowledge_resets(snapshot: NodeSnapshot, config: Config, store: StateStore
                                                  f"{store.state_dir}: {exc}; the next run "
                                                  f"acknowledges the same reset again"))
     return snapshot
-
-
-def ack(config: Config, gpus: Optional[Tuple[int, ...]]) -> Tuple[int, List[str], List[LogEvent]]:
-    """`gpu-healthcheck --ack [--gpus LIST]`: the admin has dealt with the Xids seen so far on
-    these GPUs (all by default).  Returns (exit code, lines to print, log events)."""
-    from ..decide.exitcodes import ack_exit
-    from ..read.nvml import read_nvml
-    from ..read.node import without_acknowledged, xid_window
-
-    events: List[LogEvent] = []
-    host = os.uname().nodename.split(".")[0]
-    store = StateStore(config.state_dir)
-    nvml = read_nvml(config.nvml_timeout_s)
-    if gpus is not None and nvml.error is None:
-        missing = sorted(set(gpus) - {g.index for g in nvml.gpus})
-        if missing:
-            raise UsageError(f"--gpus {','.join(map(str, missing))}: this node has "
-                             f"{len(nvml.gpus)} GPU(s)")
-    snapshot = NodeSnapshot(host=host, nvml_error=nvml.error, gpus=nvml.gpus)
-    snapshot = snapshot._replace(kernel_log=read_kernel_log(
-        config.kernel_log, xid_window(Mode.NODE, snapshot, config.xid_window_s)))
-    if snapshot.kernel_log.error:
-        return ack_exit(ok=False), [f"gpu-healthcheck: --ack: {snapshot.kernel_log.error}; "
-                                    f"nothing acknowledged"], events
-    snapshot = without_acknowledged(snapshot, config, read_acks(store), events)
-    before = snapshot.kernel_log.events
-    try:
-        after = acknowledge_xids(snapshot, config, store, events, gpus, by="ack")
-    except OSError as exc:
-        return ack_exit(ok=False), [f"gpu-healthcheck: --ack: cannot use {store.state_dir}: {exc}"], events
-    if any(e.kind == "error" for e in events):
-        return ack_exit(ok=False), [e.message for e in events if e.kind == "error"], events
-    dealt = [e for e in before if e not in after.kernel_log.events]
-    which = "every GPU" if gpus is None else "GPU(s) " + ",".join(map(str, gpus))
-    lines = [f"acknowledged the Xids so far on {which} of {host}: " + (_xid_list(dealt) or "none were counting")]
-    counts = dict(after.xid_ack_counts)
-    worn = [f"{p} ({c})" for p, c in sorted(counts.items()) if c >= config.xid_escalate_after]
-    if worn:
-        lines.append(f"a new failing Xid on {', '.join(worn)} will escalate to RMA "
-                     f"(xid_escalate_after = {config.xid_escalate_after})")
-    return ack_exit(ok=True), lines, events

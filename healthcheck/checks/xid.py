@@ -92,19 +92,23 @@ class XidVerdict(NamedTuple):
 
 
 def recovery_action_from_154(code: int, name: str) -> Tuple[Severity, Action, str, bool]:
-    """What Xid 154's new recovery action asks for: by the driver's own words, which say what
-    to do whatever the number (0x0 None, 0x1 GPU Reset Required, 0x2 Node Reboot Required,
-    0x3 Drain P2P, 0x4 Drain and Reset in nvml.h's nvmlDeviceGpuRecoveryAction_t)."""
-    words = name.lower()
-    if code == 0 or words == "none":
+    """What Xid 154's new recovery action asks for, by its code: NVML's
+    nvmlDeviceGpuRecoveryAction_t (0 NONE, 1 GPU_RESET, 2 NODE_REBOOT, 3 DRAIN_P2P,
+    4 DRAIN_AND_RESET in every nvml.h; past 4 as the installed pynvml names them), the one table
+    checks/ecc.py judges NVML's own field with.  The driver's label is only quoted: drivers
+    print new words for the same code ("GPU Reset Required", "PF FLR").  A code NVML does not
+    define here is for a person (drain), named."""
+    from .ecc import recovery_action_name
+
+    label = f"{code:#x}" + (f" ({name})" if name else "")
+    if code == 0:
         return INFO, Action.NONE, "recovery action back to None: the earlier action no longer applies", True
-    if "reboot" in words:
-        return FAIL, Action.REBOOT, f"the driver asks for recovery action {name}: reboot the node", False
-    if "reset" in words:
-        return FAIL, Action.RESET, f"the driver asks for recovery action {name}: reset the GPU", False
-    if "drain" in words:
-        return FAIL, Action.DRAIN, f"the driver asks for recovery action {name}: drain the node", False
-    return FAIL, Action.DRAIN, f"the driver asks for recovery action {code:#x} ({name or 'unnamed'})", False
+    nvml, action = recovery_action_name(code)
+    if nvml.startswith("recovery action"):  # a value NVML does not name here
+        return FAIL, Action.DRAIN, (f"the driver asks for recovery action {label}, which NVML does not "
+                                    f"define here: a person must look (nvidia-smi -q, GPU Recovery Action)"), False
+    what = {Action.RESET: "reset the GPU", Action.REBOOT: "reboot the node"}.get(action, "drain the node")
+    return FAIL, action, f"the driver asks for recovery action {label}, NVML's {nvml}: {what}", False
 
 
 class CatalogueError(Exception):
@@ -214,8 +218,10 @@ def check_xid(node: NodeSnapshot, ctx: CheckContext) -> Iterator[Finding]:
     (54) and UPDATE_SWFW (78) with a drain: a person must look.  Xid 64 goes to RMA (OVERRIDES).
     Workflows read the line: 45 "caused by previous Xid N" points at N; 48 with the SRAM error
     threshold exceeded goes to RMA, else resets; 144-150 are fatal or non-fatal by their decoded
-    payload and reset when it cannot be decoded; 154 acts on the new recovery action (reset,
-    reboot, drain P2P), the GPU's latest 154 deciding: back to None clears it.  Xid 13 repeated
+    payload and reset when it cannot be decoded; 154 acts on the new recovery action by its
+    NVML code (1 GPU_RESET and 4 DRAIN_AND_RESET reset, 2 NODE_REBOOT reboots, 3 DRAIN_P2P
+    drains; a code NVML does not define drains for a person), never by the driver's label, the
+    GPU's latest 154 deciding: back to 0 (None) clears it.  Xid 13 repeated
     on one GPC/TPC and Xid 31 repeated on one GPU warn: a diagnostic is advised.  A code the
     catalogue does not list warns.  The window is the job's (epilog) or since boot
     (by hand), so an old Xid does not keep a node drained until the log rotates; by hand, Xids

@@ -1,6 +1,6 @@
 """`gpu-healthcheck --suspects` and `--replay-failures` (docs/suspects.md).
 
-    main(args, load_config) -> exit status
+    main(args, config, started) -> exit status     # cli.py's dispatch table, after usage(args)
 
 --suspects: Slurm's accounting (sacct, or --sacct-file) and this host's own history in, the
 suspects (decide/suspects.py) out, as a table or one JSON document:
@@ -26,7 +26,7 @@ import os
 import re
 import sys
 import time
-from typing import TYPE_CHECKING, Any, Callable, Dict, List, Optional, TextIO, Tuple
+from typing import TYPE_CHECKING, Any, Dict, List, Optional, TextIO, Tuple
 
 from ..decide import exitcodes
 from ..fleetmodel import Accounting, FleetEvent, Suspect
@@ -61,9 +61,8 @@ def parse_when(text: str, now: float, option: str) -> float:
                          f"duration before now (14d, 12h, 90m), got {text!r}") from None
 
 
-def main(args: Any, load_config: Callable[[Optional[str]], "Config"]) -> int:
-    from ..config import ConfigError
-
+def usage(args: Any) -> None:
+    """The refusals of --suspects and --replay-failures, before the config is read (cli.py)."""
     if args.gpus or args.level or args.nodes or args.partition or args.gres:
         raise UsageError("--suspects takes --since, --until, --sacct-file, --act, --json and "
                          "--config; --replay-failures takes --json")
@@ -71,13 +70,11 @@ def main(args: Any, load_config: Callable[[Optional[str]], "Config"]) -> int:
         if args.since or args.until or args.sacct_file or args.act:
             raise UsageError("--replay-failures takes only --json and --config")
     elif args.act:
-        print(f"gpu-healthcheck: {ACT_NOT_BUILT}", file=sys.stderr)
-        return UNKNOWN
-    try:
-        config = load_config(args.config)
-    except ConfigError as exc:
-        print(f"gpu-healthcheck: config error: {exc}", file=sys.stderr)
-        return exitcodes.CONFIG_ERROR
+        raise UsageError(ACT_NOT_BUILT)
+
+
+def main(args: Any, config: "Config", started: float) -> int:
+    """cli.py's dispatch: --suspects or --replay-failures with the loaded config."""
     if args.replay_failures:
         return replay_command(args.replay_failures, config, args.json, sys.stdout, sys.stderr)
     now = time.time()

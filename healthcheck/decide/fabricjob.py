@@ -23,9 +23,9 @@ from __future__ import annotations
 
 import re
 import shlex
-from typing import Dict, List, Optional, Tuple
+from typing import Dict, List, Optional, Sequence, Tuple
 
-from ..read.nccltests import parse_nccl_tests
+from ..read.nccltests import NcclRun, parse_nccl_tests
 from ..read.perftest import parse_ib_write_bw
 from ..records import NamedTuple
 from .sweep import Job, JobResult, RailResult, judge_collective
@@ -50,7 +50,36 @@ class JobSpec(NamedTuple):
 
 
 class MissingProgram(Exception):
-    """The job says a program is not installed on its nodes: a site's setup, not a node fault."""
+    """The job shows the site's setup keeps it from testing its nodes, not a node fault: a
+    program not installed (this class), or a collective that never crossed the network
+    (NotSpanned).  The sweep stops, nothing drained (act/sweep.py catches this class)."""
+
+
+class NotSpanned(MissingProgram):
+    """The collective's output does not prove it ran across the job's nodes: nccl-tests built
+    without MPI, or srun without `--mpi=pmix`, runs each task as its own single-node job."""
+
+
+SPAN_ADVICE = "build nccl-tests with MPI (make MPI=1) and run srun --mpi=pmix ([fabric] srun_args)"
+
+
+def span_problem(run: NcclRun, nodes: Sequence[str]) -> Optional[str]:
+    """Why the collective's output does not prove it spanned all of `nodes`, or None.
+
+    With MPI, rank 0 prints one `#  Rank N Group G Pid P on HOST device D` line per rank of the
+    one communicator: each rank once, on as many hosts as the job has nodes.  Without it every
+    task prints its own lines from rank 0, on its own host: a rank printed twice, or ranks on
+    fewer hosts than nodes, is no collective over the network (two single-node `-g 8` runs
+    read 235 GB/s; `-g 1` reads 0.0).  Host names are compared by count, not with Slurm's node
+    names, which need not be the hosts' own (NodeHostname)."""
+    if not run.rank_lines:
+        return "it printed no rank lines (`#  Rank N ... on HOST`), so which hosts it ran on is not shown"
+    if run.rank_lines > run.ranks:
+        return (f"its ranks were numbered anew on each host ({run.rank_lines} rank lines for {run.ranks} "
+                f"ranks on {', '.join(run.hosts)}): each task ran as its own single-node job")
+    if len(run.hosts) < len(nodes):
+        return f"ranks on {', '.join(run.hosts)} only ({run.ranks} ranks, {len(nodes)} nodes)"
+    return None
 
 
 def job_script(spec: JobSpec, job: Job, sweep_id: str) -> str:
@@ -107,6 +136,7 @@ def judge_job_output(spec: JobSpec, job: Job, text: str, state: str, job_id: Opt
 
     Raises:
         MissingProgram: the collective or ib_write_bw is not installed where the job ran.
+        NotSpanned: the collective's output does not prove it ran across the job's nodes.
     """
     sections = split_output(text)
     body, rc = sections.get("collective", ("", None))
@@ -116,7 +146,14 @@ def judge_job_output(spec: JobSpec, job: Job, text: str, state: str, job_id: Opt
                              f"(job {job_id}: {_last_line(body)})")
     killed = state not in ("COMPLETED", "FAILED", "")  # TIMEOUT (its --time), CANCELLED (ours), ...
     timed_out = rc in TIMEOUT_STATUSES or (rc is None and killed)
-    busbw, problem = judge_collective(parse_nccl_tests(body), rc, timed_out)
+    collective = parse_nccl_tests(body)
+    busbw, problem = judge_collective(collective, rc, timed_out)
+    span = span_problem(collective, job.nodes) if "collective" in sections else None
+    # ranks shown on too few hosts is the setup whatever the figure; no rank lines at all is,
+    # unless the run failed on its own (a hang or an NCCL error before the header: a node's)
+    if span is not None and (collective.rank_lines or problem is None):
+        raise NotSpanned(f"the collective did not span {','.join(job.nodes)}: {span}; {SPAN_ADVICE} "
+                         f"(job {job_id})")
     if rc is None and not killed and problem is None:
         problem = "the job ended before the collective finished"
     if "collective" not in sections:

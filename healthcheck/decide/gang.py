@@ -5,7 +5,7 @@ of them, and, when it fails, which node of the allocation is to blame.
     plan = GangPlan(job.nodes, Thresholds(floor_gbps=100.0), partners=2)
     jobs = plan.next_jobs()                           # first [the whole allocation], then rounds
     while jobs:                                       # of pairs and partners inside it
-        plan.record(run_them(jobs))                   # act/gang.py runs each with srun --overlap
+        plan.record(run_them(jobs))                   # act/gangrun.py runs each with srun --overlap
         jobs = plan.next_jobs()
     result = plan.result()                            # passed | bad nodes | unknown, and why
 

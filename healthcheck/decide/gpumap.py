@@ -10,17 +10,9 @@ NVML lists.  An id that cannot be mapped for certain is reported, never probed, 
 
 from __future__ import annotations
 
-import re
 from typing import List, Optional, Sequence, Tuple
 
-from ..model import GpuSnapshot, GresLayout
-
-
-def trailing_number(path: str) -> Optional[int]:
-    """The device number slurmd takes from a file name (`_init_gres_device`: its trailing
-    digits), e.g. 4 for /dev/nvidia4; None when the name ends in no digit."""
-    m = re.search(r"(\d+)$", path)
-    return int(m.group(1)) if m else None
+from ..model import NVIDIA_AUTODETECT, GpuSnapshot, GresLayout, autodetect_kind, trailing_number
 
 
 def map_job_gpus(ids: Sequence[str], gpus: Sequence[GpuSnapshot],
@@ -69,22 +61,8 @@ def map_job_gpus(ids: Sequence[str], gpus: Sequence[GpuSnapshot],
     return tuple(found), None
 
 
-# AutoDetect values of NVIDIA's plugins, and the gpu plugins each lets slurmd use
-NVIDIA_AUTODETECT = ("nvml", "nvidia", "full")
-OTHER_VENDORS = ("rsmi", "oneapi", "nrt")  # AMD, Intel, AWS Neuron: not GPUs NVML lists
+# the gpu plugins each AutoDetect value of NVIDIA's lets slurmd use
 _PLUGINS = {"nvml": ("nvml",), "nvidia": ("nvidia",), "full": ("nvml", "nvidia")}
-
-
-def autodetect_kind(value: Optional[str]) -> Optional[str]:
-    """The plugin an AutoDetect value selects, as slurmd reads it (`_handle_autodetect_flags`:
-    a case-insensitive substring, `full` first, `off` exact); None = not given."""
-    if value is None:
-        return None
-    low = value.lower()
-    for kind in ("full", "nvml", "rsmi", "oneapi", "nrt", "nvidia"):
-        if kind in low:
-            return kind
-    return "off" if low in ("off", "none") else low
 
 
 def device_order(layout: GresLayout, gpus: Sequence[GpuSnapshot]) -> Tuple[List[Optional[int]], Optional[str]]:

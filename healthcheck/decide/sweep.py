@@ -6,7 +6,7 @@ output is judged, which node is bad, and the drain reason.
         jobs = planner.next_jobs()          # one round: disjoint sets of nodes, each one Slurm job
         if not jobs:
             break
-        planner.record(run_them(jobs))      # JobResult per job (act/sweep.py runs them)
+        planner.record(run_them(jobs))      # JobResult per job (act/sweeprun.py runs them)
     outcome = planner.outcome()             # per node: bad | transient | unknown | pass | skipped
 
 The rounds (the issue's design, each bounded by the jobs' time limit):
@@ -42,7 +42,7 @@ from typing import TYPE_CHECKING, Dict, List, Mapping, Optional, Sequence, Set, 
 from ..read.nccltests import NcclRun
 from ..records import NamedTuple
 from .fabricfloor import floor_for, node_floors, parse_floors
-from .verdict import FABRIC_PREFIX, RMA_TOKEN, is_fabric_reason, sanitise  # noqa: F401  (is_fabric_reason: re-exported)
+from .verdict import FABRIC_PREFIX, RMA_TOKEN, is_fabric_reason, sanitise
 
 if TYPE_CHECKING:
     from ..configsections import FabricConfig
@@ -115,7 +115,7 @@ class SweepOutcome(NamedTuple):
 
 
 class SweepReport(NamedTuple):
-    """What one --fabric-sweep found and did (act/sweep.py fills it; report/sweep.py prints it)."""
+    """What one --fabric-sweep found and did (commands/fabricsweep.py fills it; report/sweep.py prints it)."""
 
     sweep_id: str
     outcome: Optional[SweepOutcome]
@@ -128,15 +128,18 @@ class SweepReport(NamedTuple):
 def judge_collective(run: NcclRun, exited: Optional[int], timed_out: bool) -> Tuple[Optional[float], Optional[str]]:
     """A collective's output -> (bus bandwidth GB/s, why it failed outright or None).  A run
     that hung, printed an NCCL error, counted wrong elements or never reached its summary fails
-    whatever its figure; the error is named."""
+    whatever its figure; the error is named.  Wrong elements lead (silent data corruption must
+    not read like a crash): nccl-tests 2.17 prints "Test failure common.cu:1189" after every
+    failed validation."""
     if timed_out:
         return run.busbw_gbps, "hang: ended by its time limit"
+    if run.oob_failed or run.wrong:
+        said = f"NCCL WARN {run.warnings[0]}" if run.warnings else run.errors[0] if run.errors else ""
+        return run.busbw_gbps, f"wrong={run.wrong}" + (f" ({said})" if said else "")
     if run.warnings:
         return run.busbw_gbps, f"NCCL WARN {run.warnings[0]}"
     if run.errors:
         return run.busbw_gbps, run.errors[0]
-    if run.oob_failed or run.wrong:
-        return run.busbw_gbps, f"wrong={run.wrong}"
     if not run.complete or run.busbw_gbps is None:
         why = "no result table" if not run.rows else "cut off before its summary"
         return run.busbw_gbps, why + (f" (exit status {exited})" if exited else "")

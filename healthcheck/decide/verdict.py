@@ -14,7 +14,7 @@ from __future__ import annotations
 import enum
 import math
 import re
-from typing import Dict, Iterable, List, Optional, Sequence
+from typing import Dict, Iterable, List, Optional, Sequence, Tuple
 
 from ..model import Action, Finding, GpuSnapshot, Mode, Severity, Verdict
 from ..records import NamedTuple
@@ -158,6 +158,11 @@ class NodeState(NamedTuple):
     gres: Optional[str] = None  # "gpu:8", "gpu:a100:4(S:0),mps:400"; "" = none; None = not shown
     comment: Optional[str] = None  # the node's Comment (where we note a refused drain)
     boot_time: Optional[str] = None  # BootTime: when slurmd last registered a boot (controller's zone)
+    partitions: Optional[Tuple[str, ...]] = None  # Partitions=; None = not shown
+
+    def in_partition(self, partition: Optional[str]) -> bool:
+        """Whether the node is in `partition` (None or "": any)."""
+        return not partition or partition in (self.partitions or ())
 
     @property
     def drained(self) -> bool:

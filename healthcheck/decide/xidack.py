@@ -18,7 +18,7 @@ from typing import Dict, Iterable, Mapping, Optional, Sequence, Tuple
 from ..model import GpuSnapshot, KernelLogPosition, KernelLogWindow, Severity, XidEvent
 from ..staterecords import XidAck
 from ..pci import kernel_pci
-from ..read.kernlog import BootId, group_key, window_since
+from ..logmodel import BootId, group_key, window_since
 
 PositionKey = Tuple[str, Optional[int], Optional[int], Optional[float], Optional[float], Optional[int]]
 

@@ -26,6 +26,7 @@ from typing import Any, List, Optional, Tuple
 from ..config import Config
 from ..deepmodel import DcgmEntity, DcgmRead, DcgmResult
 from ..outside import run_bounded
+from .dcgm4 import internal_only
 
 STATUS = {"pass": "pass", "warn": "warn", "warning": "warn", "fail": "fail", "skip": "skip"}
 MAX_OUTPUT = 4 << 20
@@ -153,6 +154,8 @@ def _parse_v3(text: str) -> Tuple[Tuple[DcgmResult, ...], Optional[str]]:
                     if status is None:
                         raise ValueError(f"test {name!r}: status {result.get('status')!r}")
                     words = _words(result.get("warnings")) or _words(result.get("info"))
+                    if status == "fail" and internal_only(_texts(result.get("warnings"))):
+                        status = "internal"  # DCGM_FR_INTERNAL: DCGM failed; the test did not run
                     for gpu in _gpus(result):
                         results.append(DcgmResult(gpu, name, status, words))
     except (ValueError, KeyError, TypeError, AttributeError, RecursionError) as exc:
@@ -169,9 +172,16 @@ def _gpus(result: dict) -> List[Optional[int]]:
     return [int(i) for i in str(ids).split(",") if i.strip()]
 
 
+def _texts(value: Any) -> List[str]:
+    """Each warning's text (3.x: a list of {"warning", "error_id"} or of strings)."""
+    if isinstance(value, list):
+        return [str(v.get("warning", v) if isinstance(v, dict) else v) for v in value]
+    return [str(value.get("warning", "") if isinstance(value, dict) else value)] if value else []
+
+
 def _words(value: Any) -> str:
     if isinstance(value, list):
-        return "; ".join(str(v.get("warning", v) if isinstance(v, dict) else v) for v in value)
+        return "; ".join(_texts(value))
     if isinstance(value, dict):
         return str(value.get("warning", "") or value)
     return str(value or "")

@@ -16,11 +16,21 @@ schema testing/python3/dcgm_diag_schema.json, copied into tests/fixtures/dcgm/):
      "metadata": {"version": "4.2.3", "Driver Version Detected": "570.148.08"}}
 
 The ids are DCGM's: read/dcgmmap.py maps them to NVML's indices by serial number.  dcgmi writes
-an entity's warn as "Fail" (HelperDisplayDiagResult without DDR_DISPLAY_WARN), so a "Fail" whose
-every warning DCGM grades DCGM_ERROR_MONITOR ("can perform workload, but needs to be monitored",
-dcgmlib/dcgm_errors.h) is read as a warn; any other severity, or none, stays a fail.  The
-test_summary carries the test's own status and the errors no entity carries: it becomes a
-result of the node where no entity shows that fail or warn.
+every graded error as "Fail" (HelperDisplayDiagResult without DDR_DISPLAY_WARN), a warn or a
+configuration finding too, so a "Fail" is read by the `error_severity` DCGM gives each of its
+warnings (dcgmErrorSeverity_t, dcgmlib/dcgm_errors.h; each error code's severity is in
+dcgmlib/src/dcgm_errors.c), the gravest deciding (SEVERITY_STATUS):
+
+    0 NONE, 1 MONITOR ("can perform workload, but needs to be monitored")  -> warn
+    2 ISOLATE ("cannot perform workload"), 4 TRIAGE, 6 RESET ("drain and reset")  -> fail
+    5 CONFIG ("can be resolved by configuration": persistence mode off, ECC off, ...) -> config
+    3 UNKNOWN (DCGM's own "error code not recognized")  -> ungraded
+    a warning without a severity (DCGM before 4.x, or a field missing)  -> fail, as always
+
+DCGM_FR_INTERNAL (44, "There was an internal error during the test: ..."; TRIAGE) is DCGM's own
+failure (its helper missing, its child's output unreadable): the test did not run, so it is
+"internal", whatever the severity.  The test_summary carries the test's own status and the
+errors no entity carries: it becomes a result of the node where no entity shows that verdict.
 """
 
 from __future__ import annotations
@@ -31,7 +41,24 @@ from ..deepmodel import DcgmEntity, DcgmResult
 
 STATUS = {"pass": "pass", "warn": "warn", "warning": "warn", "fail": "fail", "skip": "skip",
           "not run": "skip"}
-ERROR_MONITOR = 1  # dcgmErrorSeverity_t DCGM_ERROR_MONITOR
+# dcgmErrorSeverity_t -> our reading of a "Fail" DCGM graded so (docs/failures.md, "DCGM's
+# error severities"): only the severities that say the GPU cannot do its work fail it
+SEVERITY_STATUS = {0: "warn", 1: "warn", 2: "fail", 3: "ungraded", 4: "fail", 5: "config", 6: "fail"}
+# the gravest of a test's warnings decides: a fail wins over a config finding beside it
+STATUS_RANK = {"warn": 0, "config": 1, "internal": 2, "ungraded": 3, "fail": 4}
+ERROR_INTERNAL = 44  # dcgmError_t DCGM_FR_INTERNAL
+INTERNAL_TEXT = "There was an internal error during the test"  # DCGM_FR_INTERNAL_MSG's words
+
+
+def is_internal(text: str) -> bool:
+    """Whether a DCGM warning is DCGM_FR_INTERNAL's: DCGM failed, not the GPU (the text and
+    JSON readers both ask it)."""
+    return text.strip().startswith(INTERNAL_TEXT)
+
+
+def internal_only(texts: List[str]) -> bool:
+    """Every one of a failed test's warnings is DCGM's own internal error (and there is one)."""
+    return bool(texts) and all(is_internal(t) for t in texts)
 
 
 def parse_v4(doc: Any) -> Tuple[Tuple[DcgmResult, ...], Tuple[DcgmEntity, ...], Optional[str]]:
@@ -80,9 +107,15 @@ def _test(test: dict) -> List[DcgmResult]:
             out.append(DcgmResult(None, f"{name} ({entity})", status, words, entity))
     summary = test.get("test_summary")
     if isinstance(summary, dict) and "status" in summary:
-        status, words = _status(name, summary)
-        shown = {r.status for r in out}
-        if not out or (status in ("fail", "warn") and status not in shown and "fail" not in shown):
+        # the summary repeats every entity's errors (HelperJsonAddTestSummary): only its own,
+        # or a verdict no entity shows, are the node's
+        carried = {str(w.get("warning")) for r in test.get("results") or () if isinstance(r, dict)
+                   for w in r.get("warnings") or () if isinstance(w, dict)}
+        listed = [w for w in summary.get("warnings") or () if isinstance(w, dict)]
+        own = [w for w in listed if str(w.get("warning")) not in carried]
+        status, words = _status(name, {**summary, "warnings": own})
+        quiet = all(r.status in ("pass", "skip") for r in out)
+        if not out or (status not in ("pass", "skip") and (own or (not listed and quiet))):
             out.append(DcgmResult(None, name, status, words))
     return out
 
@@ -93,10 +126,21 @@ def _status(test: str, result: dict) -> Tuple[str, str]:
     if status is None:
         raise ValueError(f"test {test!r}: status {result.get('status')!r}")
     warnings = [w for w in result.get("warnings") or () if isinstance(w, dict)]
-    if status == "fail" and warnings and all(w.get("error_severity") == ERROR_MONITOR for w in warnings):
-        status = "warn"
+    if status == "fail" and warnings:
+        status = max((_graded(w) for w in warnings), key=STATUS_RANK.__getitem__)
     words = "; ".join(_warning(w) for w in warnings) or "; ".join(str(i) for i in result.get("info") or ())
     return status, words
+
+
+def _graded(warning: dict) -> str:
+    """What one warning of a "Fail" makes of it: by DCGM's error code where it is DCGM's own
+    internal error, else by DCGM's severity; "fail" where DCGM gives no severity we know."""
+    code, severity = warning.get("error_id"), warning.get("error_severity")
+    if code == ERROR_INTERNAL or is_internal(str(warning.get("warning", ""))):
+        return "internal"
+    if isinstance(severity, bool) or not isinstance(severity, int):
+        return "fail"
+    return SEVERITY_STATUS.get(severity, "fail")
 
 
 def _warning(warning: dict) -> str:

@@ -42,9 +42,9 @@ def usable(serial: Optional[str]) -> bool:
 
 
 def needs_discovery(read: DcgmRead) -> bool:
-    """Whether a warn or fail is on a DCGM GPU that no serial identifies."""
+    """Whether a finding (warn, fail, config, ...) is on a DCGM GPU that no serial identifies."""
     serials = {e.entity_id for e in read.entities if e.group == "GPU" and usable(e.serial)}
-    return any(r.gpu is not None and r.status in ("warn", "fail") and r.gpu not in serials
+    return any(r.gpu is not None and r.status not in ("pass", "skip") and r.gpu not in serials
                for r in read.diag + read.health)
 
 

@@ -27,6 +27,7 @@ import re
 from typing import Dict, List, Optional, Tuple
 
 from ..deepmodel import DcgmResult
+from .dcgm4 import internal_only
 
 CELL = 45  # DATA_INFO_TAG_LEN: the characters of a message per row
 BORDER = re.compile(r"^\+-{27}\+-{48}\+$")
@@ -220,6 +221,13 @@ def _words(test: _Test, entity: Optional[str]) -> str:
     return ""
 
 
+def _graded(test: _Test, entity: Optional[str], status: str) -> str:
+    """A fail whose every warning is DCGM's own internal error ("There was an internal error
+    during the test: ...", DCGM_FR_INTERNAL) is "internal": the test did not run."""
+    texts = [t for e, k, t in test.messages if k in ("Warning", "Error") and (e is None or e == entity) and t]
+    return "internal" if status == "fail" and internal_only(texts) else status
+
+
 def _named_gpu(text: str) -> Optional[int]:
     """The one GPU a 2.x/3.x message names ("GPU 0 Thermal violations ... for GPU 0"), or None
     where it names none or several: such a message is the test's, not a GPU's."""
@@ -255,9 +263,9 @@ def _results(tests: List[_Test]) -> Tuple[DcgmResult, ...]:
             # DDR_DISPLAY_WARN); the test's own row says Warn then, and nothing failed
             if status == "fail" and test.status == "warn":
                 status = "warn"
-            out.append(DcgmResult(gpu, test.name, status, _words(test, f"GPU{gpu}")))
+            out.append(DcgmResult(gpu, test.name, _graded(test, f"GPU{gpu}", status), _words(test, f"GPU{gpu}")))
         for label, status in sorted(test.others.items()):
-            out.append(DcgmResult(None, f"{test.name} ({label})", status, _words(test, label)))
+            out.append(DcgmResult(None, f"{test.name} ({label})", _graded(test, label, status), _words(test, label)))
         if test.cut is not None:
             out.append(DcgmResult(None, test.name, test.cut, "more GPUs than dcgmi's column shows"
                                   + (f": {_words(test, None)}" if _words(test, None) else "")))
@@ -269,7 +277,7 @@ def _results(tests: List[_Test]) -> Tuple[DcgmResult, ...]:
             words = _words(test, None)
             if test.all:
                 words = "all GPUs" + (f": {words}" if words else "")
-            out.append(DcgmResult(None, test.name, test.status, words))
+            out.append(DcgmResult(None, test.name, _graded(test, None, test.status), words))
     return tuple(out)
 
 
@@ -278,7 +286,7 @@ def _cut(tests: List[_Test], why: str) -> Tuple[Tuple[DcgmResult, ...], Optional
     it showed, so the admin reads DCGM's verdict in the unknown finding)."""
     results = _results(tests)
     bad = [f"{r.test} {r.status} ({_whom(r)})" + (f": {r.text[:160]}" if r.text else "")
-           for r in results if r.status in ("fail", "warn")]
+           for r in results if r.status not in ("pass", "skip")]
     seen = f"; it showed {', '.join(bad)}" if bad else f"; {len(results)} results shown, none failed"
     return results, f"dcgmi diag text output cut short: {why}{seen}"
 

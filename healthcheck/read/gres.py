@@ -42,7 +42,7 @@ import os
 import stat
 from typing import Dict, List, Optional, Sequence, Tuple
 
-from ..decide.gpumap import NVIDIA_AUTODETECT, OTHER_VENDORS, autodetect_kind
+from ..model import NVIDIA_AUTODETECT, OTHER_VENDORS, autodetect_kind
 from ..model import GresLayout
 from .slurmconf import (SHARING, ConfLine, ConfReadError, GresConfError, expand_hostlist,  # noqa: F401  (re-exported)
                         gpu_counts, include_name, logical_lines, node_gres, read_conf, shared_gres,
@@ -231,7 +231,7 @@ def device_minors(files: Sequence[str]) -> Tuple[Tuple[Optional[int], ...], Opti
     following links, so `/dev/gpu/slot0 -> /dev/nvidia1` is GPU minor 1.  A file that cannot be
     stat'ed (or is no character device) falls back to its name's trailing digits, and the
     returned note says so."""
-    from ..decide.gpumap import trailing_number
+    from ..model import trailing_number
 
     minors: List[Optional[int]] = []
     guessed: List[str] = []

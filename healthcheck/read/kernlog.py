@@ -41,13 +41,14 @@ import stat
 import time
 from typing import Dict, Iterable, Iterator, List, Optional, Tuple
 
+from ..logmodel import GroupKey, group_key
 from ..model import KernelLogPosition, KernelLogRead, KernelLogWindow, SxidEvent, XidEvent
 from ..pci import kernel_form
 from ..records import NamedTuple
 from ..text import printable
 # where the log stands, and which boot, live in read/kmsg.py; named here, where the other
 # modules have always found them
-from .kmsg import (BootId, boot_id, boot_wallclock, current_boot, lost_between, position_and_why,  # noqa: F401
+from .kmsg import (boot_id, boot_wallclock, current_boot, lost_between, position_and_why,  # noqa: F401
                    position_now, record_seq, window_basis)
 
 OFF_BUS = "fallen off the bus"
@@ -210,6 +211,7 @@ def iter_events(lines: Iterable[str], year: Optional[int] = None) -> Iterator[Op
     # (pci, line number, times) of the last "The NVIDIA GPU X" line: newer drivers print the
     # fallen-off-the-bus message over three lines and only the first carries the time
     recent_gpu: Optional[Tuple[str, int, Optional[float], Optional[float], Optional[int]]] = None
+    said: List[str] = []  # the NVRM lines since that line: the message is quoted as logged
     for number, raw in enumerate(lines):
         if "NVRM" not in raw:
             continue
@@ -236,11 +238,13 @@ def iter_events(lines: Iterable[str], year: Optional[int] = None) -> Iterator[Op
                            monotonic_s=mono, wallclock=wall, seq=seq)
         gpu = pats.gpu_at.search(msg)
         if gpu:
-            recent_gpu = (kernel_form(gpu["pci"]), number, mono, wall, seq)
+            recent_gpu, said = (kernel_form(gpu["pci"]), number, mono, wall, seq), []
+        said = (said + [_clean(msg)])[-(FALLEN_LOOKBACK + 1):]
         if OFF_BUS in msg and recent_gpu and number - recent_gpu[1] <= FALLEN_LOOKBACK:
             _, _, g_mono, g_wall, g_seq = recent_gpu
-            yield XidEvent(pci=recent_gpu[0], xid=None,
-                           message="GPU has fallen off the bus and is not responding",
+            # the driver's own words, one line ("GPU 0000:a1:00.0: GPU has fallen off the bus.")
+            # or the three of newer drivers joined: never words the log does not hold
+            yield XidEvent(pci=recent_gpu[0], xid=None, message=printable(" ".join(said), 512),
                            monotonic_s=mono if mono is not None else g_mono,
                            wallclock=wall if wall is not None else g_wall,
                            seq=seq if seq is not None else g_seq)
@@ -310,28 +314,6 @@ class Aggregate(NamedTuple):
     reinit: Tuple[str, ...] = ()  # GPUs whose (re-)initialisation line was seen
 
 
-_NVLINK5_SEVERITY = r"\b(Fatal|Non-?fatal)\b"  # compiled by re on first use
-
-
-def _variant(event: XidEvent) -> str:
-    """What must not be merged within one GPU and Xid: the NVLink5 Xids 144-150 print their
-    own Fatal / Nonfatal, and a fatal line must not hide behind a non-fatal one."""
-    if event.xid is not None and 144 <= event.xid <= 150:
-        m = re.search(_NVLINK5_SEVERITY, event.message, re.IGNORECASE)
-        return m[1].lower().replace("-", "") if m else ""
-    return ""
-
-
-GroupKey = Tuple[str, Optional[int], str]
-
-
-def group_key(event: XidEvent) -> GroupKey:
-    """What makes two lines the same event: GPU, Xid and, for 144-150, Fatal or Nonfatal.
-    aggregate() merges by it and an acknowledgement matches by it (decide.xidack), so a
-    Fatal line never passes for an acknowledged Nonfatal one."""
-    return (event.pci, event.xid, _variant(event))
-
-
 def aggregate(events: Iterable[XidEvent]) -> Aggregate:
     """One event per (GPU, Xid), in order of first appearance, in memory bounded by the
     number of pairs (at most MAX_GROUPS) whatever the number of lines (pure).  A GPU's
@@ -368,15 +350,6 @@ def in_window(event: "XidEvent | SxidEvent", window: KernelLogWindow) -> bool:
     if window.since_wallclock is not None and event.wallclock is not None:
         return event.wallclock >= window.since_wallclock
     return True
-
-
-def window_since(position: KernelLogPosition, boot_id: Optional[str]) -> KernelLogWindow:
-    """What the kernel logged after `position` (pure): by seq where it has one of this boot
-    (`boot_id`: a seq counts from 0 again at every boot), else by its times, as before seqs."""
-    same = position.seq is not None and position.boot_id is not None and position.boot_id == boot_id
-    return KernelLogWindow(position=position, since_monotonic_s=position.monotonic_s,
-                           since_wallclock=position.wallclock,
-                           since_seq=position.seq if same else None)
 
 
 def read_kernel_log(path: str, window: KernelLogWindow,

@@ -34,8 +34,8 @@ import stat
 import time
 from typing import Iterable, Iterator, Optional, Tuple
 
+from ..logmodel import BootId
 from ..model import KernelLogPosition, KernelLogWindow
-from ..records import NamedTuple
 
 MAX_RECORD = 8192  # a read() of /dev/kmsg returns one record, at most this long
 # Records read after the marker's write before giving up on it: others may be logged between
@@ -190,13 +190,6 @@ def boot_wallclock(proc_root: str = "/proc") -> Optional[float]:
     except (OSError, ValueError, IndexError):
         return None
     return None
-
-
-class BootId(NamedTuple):
-    """Which boot this is: the kernel's random boot_id, and btime for dated log lines."""
-
-    boot_id: Optional[str] = None
-    btime: Optional[float] = None
 
 
 def current_boot(proc_root: str = "/proc") -> BootId:

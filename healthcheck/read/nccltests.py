@@ -7,17 +7,21 @@
     run.warnings            # the text after each "NCCL WARN"
     run.errors              # "Test NCCL failure common.cu:777 'unhandled system error'", ...
     run.hosts               # the hosts of the "#  Rank  N ... on HOST device ..." lines
+    run.ranks, run.rank_lines  # distinct ranks, and rank lines (a rank printed twice: two runs)
     run.complete            # the summary was printed: the run was not cut off
 
 What it reads, from nccl-tests' src/common.cu as real runs print it (tests/fixtures/fabric):
 - the table rows, in both layouts: the current one (`size count type redop root time algbw
-  busbw #wrong time algbw busbw #wrong`, redop `none` for all_gather) and the older one (no
-  `root`, and for all_gather no `redop`; its `error` column is `N/A` without validation or the
-  largest error as a float with it, never a count);
+  busbw #wrong time algbw busbw #wrong`, redop `none` for all_gather; a large `#wrong` is
+  printed in %g form, `1.04858e+06`, and counted) and the older one (no `root`, and for
+  all_gather no `redop`; its `error` column is `N/A` without validation or the largest error as
+  a float with it, never a count);
 - `# Out of bounds values : N OK|FAILED` and `# Avg bus bandwidth    : X` (a trailing blank is
   common; before nccl-tests 2.10 without the `#`);
 - `NCCL WARN` lines (NCCL_DEBUG=WARN or INFO), and the test's own failures (`Test NCCL
-  failure`, `NCCL failure`, `Test CUDA failure`, ` .. host pid N: Test failure ...`);
+  failure`, `NCCL failure`, `Test CUDA failure`, ` .. host pid N: Test failure ...`; 2.17 prints
+  the last after every failed validation too, so wrong elements are judged before it:
+  decide/sweep.judge_collective);
 - every line may carry a launcher's prefix: Open MPI's `--tag-output` (`[1,0]<stdout>:`,
   with blanks before it where a log indents it) or srun's `--label` (`0: `);
 - a run cut off anywhere (a hang ended at its deadline, a crash, a truncated log): rows cut
@@ -79,7 +83,8 @@ class NcclRun(NamedTuple):
     warnings: Tuple[str, ...] = ()
     errors: Tuple[str, ...] = ()
     hosts: Tuple[str, ...] = ()  # in rank order, each host once
-    ranks: int = 0
+    ranks: int = 0  # distinct rank numbers of the "#  Rank N ... on HOST" lines
+    rank_lines: int = 0  # those lines: more than `ranks` when several runs each printed rank 0
 
     @property
     def complete(self) -> bool:
@@ -120,6 +125,17 @@ def _count(text: str) -> Optional[int]:
     return int(text) if text.isascii() and text.isdigit() and len(text) < 19 else None
 
 
+def _wrong(text: str, counted: bool) -> Optional[int]:
+    """A #wrong cell: a count, also in %g form ("1.04858e+06", nccl-tests prints large counts
+    so) where the layout's column is `#wrong` (`counted`); None for N/A or an older layout's
+    float error ("1e-07"), which is no count."""
+    plain = _count(text)
+    if plain is not None or not counted:
+        return plain
+    value = _number(text)
+    return int(round(value)) if value is not None and 0 <= value < 1e18 else None
+
+
 def parse_row(line: str) -> Optional[NcclRow]:
     """One table row, or None when the line is not one (a header, a log line, a row cut off)."""
     tokens = line.split()
@@ -141,8 +157,9 @@ def parse_row(line: str) -> Optional[NcclRow]:
         if _count(cell) is None and cell != "N/A" and _number(cell) is None:
             return None
     t_out, a_out, b_out, b_in = (float(f) for f in figures)  # type: ignore[arg-type]
+    counted = len(middle) == 2  # the current layout (redop and root): its column is #wrong
     return NcclRow(size, count, tokens[2], middle[0] if middle else None, b_out, b_in, a_out, t_out,
-                   _count(wrong_out), _count(wrong_in))
+                   _wrong(wrong_out, counted), _wrong(wrong_in, counted))
 
 
 def parse_nccl_tests(text: str) -> NcclRun:
@@ -152,6 +169,7 @@ def parse_nccl_tests(text: str) -> NcclRun:
     errors: List[str] = []
     hosts: List[str] = []
     ranks = set()
+    rank_lines = 0
     avg: Optional[float] = None
     oob: Optional[int] = None
     failed = False
@@ -170,6 +188,7 @@ def parse_nccl_tests(text: str) -> NcclRun:
         m = _RANK_RE.match(line)
         if m:
             ranks.add(int(m.group(1)))
+            rank_lines += 1
             if m.group(2) not in hosts:
                 hosts.append(m.group(2))
             continue
@@ -190,4 +209,4 @@ def parse_nccl_tests(text: str) -> NcclRun:
         if row is not None:
             rows.append(row)
     return NcclRun(tuple(rows), avg, oob, failed, tuple(warnings), tuple(errors), tuple(hosts),
-                   len(ranks))
+                   len(ranks), rank_lines)

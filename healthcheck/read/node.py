@@ -23,7 +23,8 @@ from ..staterecords import KnownGpu, XidAck
 from ..netmodel import NetworkRead
 from ..pci import function_form, normalise_pci, nvml_form
 from ..records import NamedTuple
-from .kernlog import boot_wallclock, current_boot, read_kernel_log, window_since
+from ..logmodel import window_since
+from .kernlog import boot_wallclock, current_boot, read_kernel_log
 from .nvml import read_nvml
 from .slurmenv import job_from_env
 from .sysfs import read_driver_age, read_sysfs_nvidia
@@ -186,7 +187,8 @@ def out_of_service(gpus: Tuple[GpuSnapshot, ...], exclude: Tuple[str, ...],
             pcis.add(normalise_pci(entry))
         except ValueError:
             pass  # a serial or UUID
-    from ..decide.gpumap import NVIDIA_AUTODETECT, autodetect_kind, file_minors
+    from ..decide.gpumap import file_minors
+    from ..model import NVIDIA_AUTODETECT, autodetect_kind
 
     in_gres = None
     if (layout is not None and not layout.error and not layout.uncertain and layout.files

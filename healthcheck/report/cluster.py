@@ -1,8 +1,10 @@
 """`gpu-healthcheck --cluster`: the nodes gpu-healthcheck drained, with their reasons in columns.
 
-    show_cluster(config, os.environ, as_json=False, out=sys.stdout) -> exit code
+    rows = rows_from_show_nodes(text, max_concurrent)   # text: `scontrol -o show nodes`
+    lines = format_table(rows)
 
-One `scontrol -o show nodes` call (the controller is shared; a loop of `show node X` is not).
+commands/cluster.py makes the one `scontrol -o show nodes` call (the controller is shared; a
+loop of `show node X` is not) and prints these.
 
     NODE   STATE       GPU  PCI               SERIAL         CHECK                     VALUE  CONTEXT  JOB  TIME                 FABRIC  REPAIR
     gpu-a  IDLE+DRAIN  2    00000000:38:00.0  1650522003802  ecc.volatile_uncorrected  3      epilog   12   2026-11-29T19:01:02  -       resetting
@@ -30,14 +32,10 @@ others), and held_by for a blocked repair.
 
 from __future__ import annotations
 
-import json
-import sys
-from typing import TYPE_CHECKING, Any, Dict, List, Mapping, Optional, TextIO, Union
+from typing import Any, Dict, List, Optional, Union
 
-from ..decide.exitcodes import done_exit
-
-if TYPE_CHECKING:
-    from ..config import Config
+# the admin's runbook, as the packages install it (docs/runbook.md in the source)
+RUNBOOK = "/usr/share/doc/gpu-healthcheck/docs/runbook.md"
 
 COLUMNS = ("node", "state", "gpu", "pci", "serial", "check", "value", "context", "job", "time",
            "fabric", "repair")
@@ -158,25 +156,3 @@ def format_table(rows: List[Dict[str, Any]]) -> List[str]:
             when = f" [{r['time']}]" if r["time"] else ""
             lines.append(f"{r['node'].ljust(width)}  {r['state'].ljust(swidth)}  {r['raw_reason']}{when}")
     return lines
-
-
-def show_cluster(config: "Config", environ: Mapping[str, str], as_json: bool, out: TextIO,
-                 err: Optional[TextIO] = None) -> int:
-    """`--cluster`: exit 0, or 3 when scontrol fails (the message names it)."""
-    from ..act.scontrol import Scontrol, ScontrolError, find_scontrol
-
-    err = err if err is not None else sys.stderr
-    ctl = Scontrol(find_scontrol(config.scontrol, environ), config.scontrol_timeout_s)
-    try:
-        text = ctl.show_nodes_raw()
-    except ScontrolError as exc:
-        print(f"gpu-healthcheck: --cluster: cannot list nodes with scontrol: {exc}", file=err)
-        return done_exit(False)
-    rows = rows_from_show_nodes(text, config.repair.max_concurrent)
-    if as_json:
-        json.dump(rows, out, indent=2)
-        out.write("\n")
-    else:
-        for line in format_table(rows):
-            out.write(line + "\n")
-    return done_exit(True)

@@ -11,17 +11,31 @@ JSON: {"schema": 1, "mode": "fabric-sweep", "sweep_id", "rounds", "jobs", "media
 "problem", "skipped", "rails"}], "error"}.  Nodes that passed are in "nodes" too; the table
 lists only the others, and the nodes re-tested after the repair loop's reboot ("retest": true,
 action resumed | drained | rma | kept, decide/fabricretest.py) whatever their outcome.
+
+What a sweep leaves behind (commands/fabricsweep.py writes them):
+
+    history_record(report, events, now)  -> the --history line ("mode": "fabric-sweep")
+    metrics_text(report, now)            -> gpu_healthcheck_fabric.prom's text
+
+Metrics (node_exporter's textfile collector reads every *.prom of its folder):
+    gpu_healthcheck_fabric_busbw_gbps{node,partner}      the last bus bandwidth of each job a
+                                                         node ran with a partner (GB/s)
+    gpu_healthcheck_fabric_sweep_nodes{outcome}          nodes by outcome (bad, transient, ...)
+    gpu_healthcheck_fabric_sweep_rounds, _jobs           the last sweep's rounds and jobs
+    gpu_healthcheck_fabric_sweep_last_run_timestamp_seconds
 """
 
 from __future__ import annotations
 
 import json
-from typing import TYPE_CHECKING, Any, Dict, List, TextIO
+from typing import TYPE_CHECKING, Any, Dict, List, Sequence, TextIO, Tuple
 
-from ..decide.sweep import PASS
+from ..decide.sweep import BAD, PASS, SKIPPED, TRANSIENT, UNKNOWN
+from ..text import iso_utc
 
 if TYPE_CHECKING:
-    from ..decide.sweep import SweepReport
+    from ..decide.sweep import JobResult, SweepReport
+    from ..model import LogEvent
 
 
 def document(report: "SweepReport") -> Dict[str, Any]:
@@ -77,3 +91,86 @@ def write_report(report: "SweepReport", as_json: bool, out: TextIO) -> None:
     else:
         out.write("\n".join(table(report)) + "\n")
     out.flush()
+
+
+def history_record(report: "SweepReport", events: Sequence["LogEvent"], now: float) -> Dict[str, Any]:
+    outcome = report.outcome
+    findings = []
+    for node in outcome.nodes if outcome else ():
+        if node.outcome in (BAD, UNKNOWN, TRANSIENT) or node.node in report.retested:
+            findings.append({"check": "fabric.busbw", "severity": {BAD: "fail", UNKNOWN: "unknown"}.get(
+                                 node.outcome, "info"), "retest": node.node in report.retested,
+                             "gpu": None, "node": node.node, "value": node.busbw_gbps,
+                             "message": f"{node.node}: {node.outcome}: {node.why}",
+                             "partners": list(node.partners)})
+    # a drain of the sweep's ("applied"), or of a re-tested node's ("drained", "rma", "kept")
+    drained = [(n, r) for n, (taken, r) in report.actions.items() if taken in ("applied", "drained", "rma", "kept")]
+    resumed = [n for n, (taken, _) in report.actions.items() if taken == "resumed"]
+    verdict = "unknown" if outcome is None else "fail" if outcome.of(BAD) else "pass"
+    return {"time": iso_utc(now), "mode": "fabric-sweep", "sweep": report.sweep_id, "verdict": verdict,
+            "findings": findings, "rounds": outcome.rounds if outcome else 0,
+            "jobs": outcome.jobs if outcome else 0, "error": report.error,
+            "action": {"taken": "drain" if drained else "resume" if resumed else "none",
+                       "reason": drained[0][1] if drained else None,
+                       "dry_run": any(t == "report_only" for t, _ in report.actions.values())},
+            "events": [{"kind": e.kind, "message": e.message[:500]} for e in events][:50]}
+
+
+def busbw_samples(report: "SweepReport") -> List[Tuple[Dict[str, str], float]]:
+    return pair_samples(report.outcome.results if report.outcome else ())
+
+
+def pair_samples(results: Sequence["JobResult"]) -> List[Tuple[Dict[str, str], float]]:
+    """The last bus bandwidth of each pair that ran (both ways round), for the sweep's textfile
+    and the gang check's."""
+    last: Dict[Tuple[str, str], float] = {}
+    for result in results:
+        if result.busbw_gbps is None or len(result.job.nodes) != 2 or result.job.kind == "gang":
+            continue
+        a, b = result.job.nodes
+        last[(a, b)] = last[(b, a)] = result.busbw_gbps
+    return [({"node": n, "partner": p}, v) for (n, p), v in sorted(last.items())]
+
+
+Samples = List[Tuple[Dict[str, str], float]]
+
+
+def _value(value: float) -> str:
+    """A sample's value in full: "3", "41.2", "1795978862.5" (`:g` keeps six digits, which put
+    a time stamp up to 5,000 s off)."""
+    number = float(value)
+    return str(int(number)) if number.is_integer() and abs(number) < 2 ** 53 else repr(number)
+
+
+def render_families(families: Sequence[Tuple[str, str, str, Samples]]) -> str:
+    """(name, kind, help, samples) families in node_exporter's text format, HELP and TYPE for
+    each; a family without samples is left out (the sweep's textfile and the gang check's)."""
+    from ..act.metrics import labels_text
+
+    lines: List[str] = []
+    for name, kind, text, rows in families:
+        if not rows:
+            continue
+        lines += [f"# HELP {name} {text}", f"# TYPE {name} {kind}"]
+        lines += [f"{name}{labels_text(labels)} {_value(value)}" for labels, value in rows]
+    return "\n".join(lines) + "\n"
+
+
+def metrics_text(report: "SweepReport", now: float) -> str:
+    outcome = report.outcome
+    counts = {o: 0 for o in (BAD, TRANSIENT, UNKNOWN, PASS, SKIPPED)}
+    for node in outcome.nodes if outcome else ():
+        counts[node.outcome] += 1
+    families: List[Tuple[str, str, str, Samples]] = [
+        ("gpu_healthcheck_fabric_busbw_gbps", "gauge", "Bus bandwidth of the last sweep job a node "
+         "ran with a partner (GB/s, nccl-tests busbw at the largest size).", busbw_samples(report)),
+        ("gpu_healthcheck_fabric_sweep_nodes", "gauge", "Nodes of the last fabric sweep by outcome.",
+         [({"outcome": o}, float(c)) for o, c in counts.items()]),
+        ("gpu_healthcheck_fabric_sweep_rounds", "gauge", "Rounds of the last fabric sweep.",
+         [({}, float(outcome.rounds if outcome else 0))]),
+        ("gpu_healthcheck_fabric_sweep_jobs", "gauge", "Slurm jobs of the last fabric sweep.",
+         [({}, float(outcome.jobs if outcome else 0))]),
+        ("gpu_healthcheck_fabric_sweep_last_run_timestamp_seconds", "gauge",
+         "When the last fabric sweep ended (Unix time).", [({}, now)]),
+    ]
+    return render_families(families)

@@ -1,4 +1,4 @@
-"""`gpu-healthcheck --gang` in-process (act/gang.py), with stand-ins at the outside boundary
+"""`gpu-healthcheck --gang` in-process (commands/gang.py), with stand-ins at the outside boundary
 only: an scontrol that answers `show job` as slurmctld does, and an srun that starts the step's
 one rank 0 of the fake nccl-tests (tests/fakegpu/fabric.py) with the step's nodes in
 SLURM_STEP_NODELIST, or says what slurmstepd says when the program is not there."""
@@ -14,7 +14,8 @@ from pathlib import Path
 
 import pytest
 
-from healthcheck.act.gang import GangRequest, gang, srun_env
+from healthcheck.act.gangrun import srun_env
+from healthcheck.commands.gang import GangRequest, gang
 from healthcheck.config import Config, DrainConfig
 from healthcheck.configsections import FabricConfig
 

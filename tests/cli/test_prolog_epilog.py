@@ -136,7 +136,7 @@ def test_state_baseline_epilog_without_baseline_says_so_and_judges_absolute_coun
 
 def test_internal_error_outside_the_checks_exits_0_from_prolog_and_3_from_node(node):
     code = ("import sys\n"
-            "from healthcheck import orchestrate\n"
+            "from healthcheck.commands import node as orchestrate\n"
             "def boom(*a, **k):\n"
             "    raise RuntimeError('bug in our own code')\n"
             "orchestrate.judge = boom\n"

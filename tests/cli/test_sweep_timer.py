@@ -8,6 +8,7 @@ Slurm anything."""
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -66,7 +67,9 @@ def sweep(bin_dir: Path, *args: str, exe: str = "") -> subprocess.CompletedProce
     return subprocess.run([sys.executable, str(SCRIPT), "--partition", "gpu", "--scontrol", str(bin_dir / "scontrol"),
                            "--squeue", str(bin_dir / "squeue"), "--sbatch", str(bin_dir / "sbatch"),
                            "--exec", exe or str(bin_dir / "gpu-healthcheck"), *args],
-                          capture_output=True, text=True, timeout=120)
+                          capture_output=True, text=True, timeout=120,
+                          # the script runs commands/idlesweep.py of this checkout's package
+                          env=dict(os.environ, PYTHONPATH=str(ROOT)))
 
 
 def calls(bin_dir: Path) -> List[str]:

@@ -18,6 +18,7 @@ named by FAKEGPU_FABRIC (keys in tests/fakegpu/README.md, "Fabric scenario"):
     node.gpu-d.wrong = 3              # 3 wrong elements: Out of bounds values : 3 FAILED, exit 1
     node.gpu-e.rail.mlx5_1.gbps = 150 # ib_write_bw on that rail of gpu-e
     default.rail_gbps = 392
+    default.nccl.no_mpi = 1           # each task its own single-node job (no MPI, no --mpi=pmix)
 
 The output is nccl-tests' (src/common.cu, the current layout with `root` and `#wrong`) and
 perftest's (`--report_gbits` or MB/sec, which is MiB/s).  fail_once keeps its state in the file
@@ -32,7 +33,7 @@ import re
 import signal
 import sys
 
-KEYS = re.compile(r"^(?:default\.(?P<default>busbw_gbps|rail_gbps)"
+KEYS = re.compile(r"^(?:default\.(?P<default>busbw_gbps|rail_gbps|nccl\.no_mpi)"
                   r"|node\.(?P<rnode>.+?)\.rail\.(?P<hca>[^.\s]+)\.gbps"
                   r"|node\.(?P<node>.+?)\.(?P<nkey>busbw_gbps|nccl\.hang|nccl\.error|wrong)"
                   r"|pair\.(?P<a>[^,\s]+),(?P<b>[^.\s]+(?:\.[^.\s]+)*?)\.(?P<pkey>busbw_gbps|fail_once))$")
@@ -85,7 +86,7 @@ def scenario():
         key, eq, value = (s.strip() for s in line.partition("="))
         if not eq or not KEYS.match(key):
             die(f"{path}:{number}: not a fabric key: {line!r}")
-        if key.endswith(("gbps", "wrong", "hang", "fail_once")):
+        if key.endswith(("gbps", "wrong", "hang", "fail_once", "no_mpi")):
             try:
                 float(value)
             except ValueError:
@@ -148,9 +149,17 @@ def sizes(argv):
     return out or [high], int(opts["-g"])
 
 
+def alone(nodes, ntasks, ngpus):
+    """nccl-tests without MPI: this task is rank 0 of a job of its own -g GPUs on its own host."""
+    host = os.environ.get("SLURMD_NODENAME") or os.uname().nodename
+    return [host], 0, ngpus
+
+
 def collective(name, argv):
     nodes, rank, ntasks = step()
     path, values = scenario()
+    if float(values.get("default.nccl.no_mpi", "0")):
+        nodes, rank, ntasks = alone(nodes, ntasks, sizes(argv)[1])
     busbw = float(values.get("default.busbw_gbps", "380"))
     for node in nodes:
         if f"node.{node}.busbw_gbps" in values:
@@ -188,9 +197,9 @@ def collective(name, argv):
         sys.exit(1)
     if rank != 0:
         return 0
-    ranks = max(ntasks, 2)
+    ranks = ntasks if float(values.get("default.nccl.no_mpi", "0")) else max(ntasks, 2)
     gather = name == "all_gather_perf"
-    factor = (ranks - 1) / ranks if gather else 2 * (ranks - 1) / ranks
+    factor = (ranks - 1) / ranks if gather else 2 * (ranks - 1) / ranks  # 0 for one rank: 0.00 GB/s
     redop = "none" if gather else "sum"
     out.write("#\n#                                                              out-of-place                       in-place\n"
               "#       size         count      type   redop    root     time   algbw   busbw #wrong     time   algbw   busbw #wrong\n"
@@ -199,7 +208,8 @@ def collective(name, argv):
     largest = steps[-1]
     for i, size in enumerate(steps):
         bus = busbw * size / (size + knee) * (largest + knee) / largest
-        alg = bus / factor
+        # one rank moves nothing over a link: busbw 0.00, algbw a local copy's
+        alg, bus = (bus / factor, bus) if factor else (bus, 0.0)
         time_us = size / (alg * 1e3) if alg > 0 else 0.0
         bad = wrong if i == len(steps) - 1 else 0
         count = size // (4 * (ranks if gather else 1))

@@ -7,7 +7,8 @@ import io
 import json
 
 from healthcheck.config import Config
-from healthcheck.report.cluster import COLUMNS, show_cluster
+from healthcheck.commands.cluster import show_cluster
+from healthcheck.report.cluster import COLUMNS
 from tests.lib.shownodes import SHOW_NODES, fake_scontrol
 
 

@@ -96,3 +96,43 @@ def test_ib_write_bw_megabytes_are_mebibytes() -> None:
     run = parse_ib_write_bw(text("superbench__ib_write_bw_loopback_8M__MB-per-sec.log"))
     assert round(run.avg_gbps, 1) == 201.8 and run.rows[0].size_bytes == 8388608
     assert run.link_type == "IB"
+
+
+# nccl-tests 2.17 after a failed validation (issue 36, case 10): the real 2.17.1 run of CSCS
+# with wrong elements in its 1 MiB row, and the line 2.17 prints after every failed validation
+CSCS_217 = "cscs-docs__nccl-md__srun-pmix-2x4-GH200-ompi__2.17.1.txt"
+ROW_1MIB = ("         1048576        262144     float     sum      -1    164.3    6.38   11.17      0"
+            "    187.7    5.59    9.77      0")
+
+
+def with_wrong(out: str, inp: str) -> str:
+    real = text(CSCS_217)
+    assert ROW_1MIB in real
+    row = ROW_1MIB[:-len("      0    187.7    5.59    9.77      0")] + f" {out:>6}    187.7    5.59    9.77 {inp:>6}"
+    return real.replace(ROW_1MIB, row) + "    .. nid005471 pid 204199: Test failure common.cu:1189\n"
+
+
+def test_nccl_tests_217_real_wrong_leads_the_reason_not_the_test_failure_line() -> None:
+    from healthcheck.decide.sweep import judge_collective, reason_token
+
+    run = parse_nccl_tests(with_wrong("96", "32"))
+    assert run.wrong == 128 and run.errors == ("Test failure common.cu:1189",)
+    busbw, why = judge_collective(run, 1, False)
+    assert why is not None and why.startswith("wrong=128")
+    assert reason_token(why) == "wrong=128"
+
+
+def test_nccl_tests_wrong_in_percent_g_form_is_counted() -> None:
+    run = parse_nccl_tests(with_wrong("1.04858e+06", "0"))
+    assert run.wrong == 1048580
+    # the older layout's error column is a float error, never a count
+    run = parse_nccl_tests(text("issue-npkit-19__error-column-floats__fragment.txt"))
+    assert run.wrong == 0
+
+
+def test_nccl_tests_the_real_217_two_node_run_is_healthy() -> None:
+    from healthcheck.decide.sweep import judge_collective
+
+    run = parse_nccl_tests(text(CSCS_217))
+    assert judge_collective(run, 0, False) == (123.11, None)
+    assert run.hosts == ("nid005471", "nid005487") and run.ranks == 8

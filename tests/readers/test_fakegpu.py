@@ -1564,7 +1564,11 @@ out([s(E(N.nvmlSystemGetDriverVersion)), E(N.nvmlSystemGetCudaDriverVersion),
         assert got["arch"] != 9 or (gpu.findtext("product_architecture") or "").strip() == "Hopper"
         assert got["brand"] == "NVMLError_NotSupported" or gpu.findtext("product_brand")
         assert got["cc"] == "NVMLError_NotSupported"  # nvidia-smi -q -x never says
-        assert got["limits"][0] != 700000 and got["clocks"] != [345, 345, 2619, 765]
+        # the dump's own limit where it has one (a real H200's is 700 W, as the fake's H100 default)
+        limit = (gpu.findtext("gpu_power_readings/current_power_limit")
+                 or gpu.findtext("power_readings/power_limit") or "N/A").split()[0]
+        assert got["limits"][0] == (round(float(limit) * 1000) if limit != "N/A" else got["limits"][0])
+        assert (limit != "N/A" or got["limits"][0] != 700000) and got["clocks"] != [345, 345, 2619, 765]
         assert pci_id != 0x233010DE
         if (gpu.findtext("pci/pci_device_id") or "N/A").strip().strip("[]") in ("N/A", "REDACTED"):
             assert pci_id == 0

@@ -93,3 +93,33 @@ def test_fakegpu_fabric_malformed_scenario_is_an_error(tmp_path: Path, fakegpu: 
     path.write_text("node.gpu-a.busbw = 3\n")
     done = run("all_reduce_perf", path, "gpu-a,gpu-b")
     assert done.returncode == 2 and "not a fabric key" in done.stderr and done.stdout == ""
+
+
+def test_fakegpu_fabric_no_mpi_runs_each_task_alone_and_the_pair_is_a_setup_problem(tmp_path: Path, fakegpu: Path) -> None:
+    from healthcheck.decide.fabricjob import JobSpec, NotSpanned, judge_job_output
+    from healthcheck.decide.sweep import Job
+
+    spec = JobSpec("all_reduce_perf", ("-b", "1G", "-e", "1G", "-g", "1"), (), 1, 60.0)
+    job = Job(("gpu-a", "gpu-b"), "pair", 1)
+    path = tmp_path / "fabric"
+    path.write_text("default.nccl.no_mpi = 1\n")
+
+    def task(rank: int, node: str) -> str:
+        env = {k: v for k, v in os.environ.items() if not k.startswith("SLURM")}
+        env.update(FAKEGPU_FABRIC=str(path), SLURM_STEP_NODELIST="gpu-a,gpu-b", SLURM_PROCID=str(rank),
+                   SLURM_STEP_NUM_TASKS="2", SLURMD_NODENAME=node)
+        done = subprocess.run([str(FAKE / "all_reduce_perf"), *spec.collective_args], env=env,
+                              capture_output=True, text=True, timeout=30)
+        assert done.returncode == 0, done.stderr
+        return done.stdout
+
+    both = task(0, "gpu-a") + task(1, "gpu-b")
+    assert parse_nccl_tests(both).busbw_gbps == 0.0 and parse_nccl_tests(both).rank_lines == 2
+    text = f"== gpu-healthcheck collective begin\n{both}== gpu-healthcheck collective rc=0\n== gpu-healthcheck end\n"
+    with pytest.raises(NotSpanned, match="each task ran as its own single-node job"):
+        judge_job_output(spec, job, text, "COMPLETED", "5")
+    # the same pair with MPI: rank 0 prints both nodes' ranks, and it passes
+    path.write_text("")
+    mpi = task(0, "gpu-a")
+    text = f"== gpu-healthcheck collective begin\n{mpi}== gpu-healthcheck collective rc=0\n== gpu-healthcheck end\n"
+    assert judge_job_output(spec, job, text, "COMPLETED", "5").problem is None

@@ -25,7 +25,8 @@ pytestmark = pytest.mark.skipif(os.environ.get(OPT_IN) != "1",
 
 
 def test_marker_on_the_real_device_gives_the_seq_a_full_read_ends_at():
-    from healthcheck.read.kernlog import read_kernel_log, window_since
+    from healthcheck.logmodel import window_since
+    from healthcheck.read.kernlog import read_kernel_log
     from healthcheck.read.kmsg import current_boot, position_and_why, scan_seq
 
     if not os.path.exists(DEVICE) or not stat.S_ISCHR(os.stat(DEVICE).st_mode):

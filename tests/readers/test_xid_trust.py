@@ -50,7 +50,7 @@ def test_xid_an_acknowledged_gpus_fatal_nvlink5_line_is_not_matched_to_its_nonfa
 def test_xid_acknowledgement_survives_a_clock_step_and_not_a_reboot() -> None:
     """Item 10: an NTP step or a VM resume moves btime by hours; the boot_id stays.  Before,
     btime was compared within 2 s and the step voided every acknowledgement."""
-    from healthcheck.read.kernlog import BootId
+    from healthcheck.logmodel import BootId
 
     pos = KernelLogPosition(source="/dev/kmsg", monotonic_s=100.0)
     ack = XidAck(pci="0000:38:00", position=pos, acked_at=1.0, boot=1_700_000_000.0,
@@ -64,7 +64,7 @@ def test_xid_acknowledgement_survives_a_clock_step_and_not_a_reboot() -> None:
 def test_xid_acknowledgement_files_written_with_btime_only_are_of_an_unknown_boot() -> None:
     """Item 10: an acks file from before boot_id holds btime alone.  It keeps its meaning
     where btime still agrees; elsewhere (or with no btime) it hides nothing."""
-    from healthcheck.read.kernlog import BootId
+    from healthcheck.logmodel import BootId
 
     pos = KernelLogPosition(source="/k", offset=1, inode=1)
     old = XidAck(pci="0000:38:00", position=pos, acked_at=1.0, boot=1_700_000_000.0)
@@ -75,7 +75,8 @@ def test_xid_acknowledgement_files_written_with_btime_only_are_of_an_unknown_boo
 
 
 def test_current_boot_reads_the_kernels_boot_id(tmp_path: Path) -> None:
-    from healthcheck.read.kernlog import BootId, current_boot
+    from healthcheck.logmodel import BootId
+    from healthcheck.read.kernlog import current_boot
 
     (tmp_path / "sys" / "kernel" / "random").mkdir(parents=True)
     (tmp_path / "sys" / "kernel" / "random" / "boot_id").write_text("4f1c2d7e-8a11-4e0b-9d4a-0c5e3b2a1f00\n")

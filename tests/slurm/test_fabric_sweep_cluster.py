@@ -170,6 +170,23 @@ def test_fabric_sweep_bad_partition_and_missing_program_drain_nothing(tmp_path: 
         assert not [n for n in NODES if c.drained(n)]
 
 
+def test_fabric_sweep_pair_that_never_crossed_the_network_is_a_setup_problem_never_a_pass(
+        tmp_path: Path, fakegpu: Path) -> None:
+    """nccl-tests without MPI (the fake's default.nccl.no_mpi): each srun task runs alone on its
+    own node, -g 1 reads 0.00 GB/s and a floor-less sweep passed every pair (issue 36, case 6)."""
+    require_slurm()
+    c = fabric_cluster(tmp_path, fakegpu, "default.nccl.no_mpi = 1\n")
+    toml = tmp_path / "sweep.toml"
+    toml.write_text(toml.read_text().replace("busbw_floor_gbps = 100.0\n", "busbw_floor_gbps = 0.0\n"))
+    with c.cluster:
+        done = sweep(c, tmp_path, "--act", "--json")
+        assert done.returncode == 3, done.stdout + done.stderr
+        error = json.loads(done.stdout)["error"]
+        assert error.startswith("the collective did not span gpu-"), error
+        assert "each task ran as its own single-node job" in error and "srun --mpi=pmix" in error
+        assert not [n for n in NODES if c.drained(n)]
+
+
 def test_fabric_sweep_second_sweep_refuses_with_the_first_ones_id(tmp_path: Path, fakegpu: Path) -> None:
     require_slurm()
     c = fabric_cluster(tmp_path, fakegpu, "node.gpu-d.nccl.hang = 1\n")

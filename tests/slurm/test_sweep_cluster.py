@@ -30,8 +30,10 @@ DEEP_CONFIG = "[deep]\nbandwidth_mib = 4\nduration_s = 0.5\n[dcgm]\nenabled = fa
 
 
 def sweep(c: GpuCluster, exe: Path, *args: str) -> subprocess.CompletedProcess:
+    # the script runs commands/idlesweep.py of this checkout's package
     return subprocess.run([sys.executable, str(SCRIPT), "--exec", str(exe), *args],
-                          env=c.cluster.env, capture_output=True, text=True, timeout=120)
+                          env=dict(c.cluster.env, PYTHONPATH=str(ROOT)), capture_output=True, text=True,
+                          timeout=120)
 
 
 def sweep_jobs(c: GpuCluster) -> dict:

@@ -4,18 +4,26 @@ what the sweep records."""
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 
-from healthcheck.act.sweep import SweepReport, candidates
-from healthcheck.act.sweeprecord import history_record, metrics_text
+from healthcheck.act.scontrol import parse_show_nodes
+from healthcheck.decide.sweep import SweepReport
+from healthcheck.decide.sweepnodes import candidates
+from healthcheck.report.sweep import history_record, metrics_text
 from healthcheck.act.sweeprun import minutes, sbatch_args, Setup
-from healthcheck.decide.fabricjob import JobSpec, MissingProgram, job_script, judge_job_output, split_output
+from healthcheck.decide.fabricjob import (JobSpec, MissingProgram, NotSpanned, job_script, judge_job_output,
+                                         split_output)
 from healthcheck.decide.sweep import Job, JobResult, NodeOutcome, SweepOutcome
 
 SPEC = JobSpec("/opt/nccl-tests/build/all_reduce_perf", ("-b", "1G", "-e", "1G"), ("--mpi=pmix",), 8, 60.0,
                "ib_write_bw", ("mlx5_0",))
 JOB = Job(("gpu-a", "gpu-b"), "pair", 1)
-TABLE = ("#       size         count      type   redop    root     time   algbw   busbw #wrong     time   algbw   busbw #wrong\n"
+# the rank lines rank 0 prints for a job over both nodes (nccl-tests' own format)
+RANKS = "".join(f"#  Rank {r:2d} Group  0 Pid {4000 + r:6d} on {'gpu-a' if r < 8 else 'gpu-b':>10} device {r % 8:2d} "
+                f"[0x{0x18 + r % 8:02x}] NVIDIA H100 80GB HBM3\n" for r in range(16))
+TABLE = RANKS + ("#       size         count      type   redop    root     time   algbw   busbw #wrong     time   algbw   busbw #wrong\n"
          "  1073741824     268435456     float     sum      -1   5190.8   25.86   25.86      0   5186.6   25.88   25.88      0\n"
          "# Out of bounds values : 0 OK\n# Avg bus bandwidth    : 25.87 \n")
 RAIL = (" #bytes     #iterations    BW peak[Gb/sec]    BW average[Gb/sec]   MsgRate[Mpps]\n"
@@ -87,13 +95,13 @@ LINES = "\n".join([
 
 
 def test_fabric_sweep_candidates_are_plainly_idle_gpu_nodes_of_the_partition() -> None:
-    assert candidates(LINES, None, None, None)[0] == ["gpu-a", "gpu-d", "gpu-g"]
-    chosen, why = candidates(LINES, [f"gpu-{c}" for c in "abcdfghz"] + ["cpu-e"], "gpu", None)
+    assert candidates(parse_show_nodes(LINES), None, None, None)[0] == ["gpu-a", "gpu-d", "gpu-g"]
+    chosen, why = candidates(parse_show_nodes(LINES), [f"gpu-{c}" for c in "abcdfghz"] + ["cpu-e"], "gpu", None)
     assert chosen == ["gpu-a", "gpu-g"]
     assert why == {"gpu-b": "not idle (IDLE+DRAIN)", "gpu-c": "not idle (MIXED)", "gpu-d": "not in partition gpu",
                    "gpu-f": "not idle (IDLE+RESERVED+MAINT)", "gpu-h": "not idle (IDLE*)",
                    "gpu-z": "not a node scontrol knows", "cpu-e": "no GPUs"}
-    assert candidates(LINES, None, None, ["gpu-f", "gpu-a"])[0] == ["gpu-a", "gpu-f"]
+    assert candidates(parse_show_nodes(LINES), None, None, ["gpu-f", "gpu-a"])[0] == ["gpu-a", "gpu-f"]
 
 
 def test_fabric_sweep_records_history_and_metrics() -> None:
@@ -107,3 +115,51 @@ def test_fabric_sweep_records_history_and_metrics() -> None:
     prom = metrics_text(report, 1.0)
     assert 'gpu_healthcheck_fabric_busbw_gbps{node="gpu-d",partner="gpu-c"} 41.2' in prom
     assert 'gpu_healthcheck_fabric_sweep_nodes{outcome="bad"} 1' in prom and "gpu_healthcheck_fabric_sweep_rounds 3" in prom
+
+
+# A pair passes only when its output proves it spanned both nodes (issue 36, case 6), on real
+# outputs (tests/fixtures/fabric/SOURCES.md): superbench's single-node 8xA100 run is what each
+# task prints when nccl-tests has no MPI (or srun no --mpi=pmix); CSCS's 2.17.1 run spans two.
+FABRIC = Path(__file__).resolve().parents[1] / "fixtures" / "fabric"
+SINGLE_NODE = (FABRIC / "superbench__nccl_allreduce__8xA100-SXM4-40GB.log").read_text()
+TWO_NODES = (FABRIC / "cscs-docs__nccl-md__srun-pmix-2x4-GH200-ompi__2.17.1.txt").read_text()
+
+
+def each_task_alone(*hosts: str) -> str:
+    """Each node's task as its own single-node job: its own header, rank 0 up, its own host."""
+    return "".join(SINGLE_NODE.replace("localhost", host) for host in hosts)
+
+
+def test_fabric_job_two_single_node_runs_at_235_gbps_are_a_setup_problem_never_a_pass() -> None:
+    text = output(each_task_alone("gpu-a", "gpu-b"), 0)
+    with pytest.raises(NotSpanned, match="did not span gpu-a,gpu-b: its ranks were numbered anew on each host") as err:
+        judge_job_output(SPEC, JOB, text, "COMPLETED", "12")
+    assert "build nccl-tests with MPI" in str(err.value) and "srun --mpi=pmix" in str(err.value)
+    assert isinstance(err.value, MissingProgram)  # the sweep stops: nothing drained, exit 3
+
+
+def test_fabric_job_g1_single_rank_runs_reading_zero_are_a_setup_problem() -> None:
+    one = ("# nThread 1 nGpus 1 minBytes 1073741824 maxBytes 1073741824 step: 2(factor) warmup iters: 5 iters: 20\n"
+           "# Using devices\n#  Rank  0 Group  0 Pid  1887 on {host} device  0 [0x18] NVIDIA H100 80GB HBM3\n#\n"
+           "#       size         count      type   redop    root     time   algbw   busbw #wrong     time   algbw   busbw #wrong\n"
+           "  1073741824     268435456     float     sum      -1    120.1  8940.2    0.00      0    118.3  9076.4    0.00      0\n"
+           "# Out of bounds values : 0 OK\n# Avg bus bandwidth    : 0 \n#\n")
+    text = output(one.format(host="gpu-a") + one.format(host="gpu-b"), 0)
+    with pytest.raises(NotSpanned, match="2 rank lines for 1 ranks"):
+        judge_job_output(SPEC, JOB, text, "COMPLETED", "12")
+
+
+def test_fabric_job_ranks_on_one_node_only_name_it() -> None:
+    text = output(SINGLE_NODE.replace("localhost", "gpu-a"), 0)
+    with pytest.raises(NotSpanned, match="ranks on gpu-a only"):
+        judge_job_output(SPEC, JOB, text, "COMPLETED", "12")
+
+
+def test_fabric_job_the_real_two_node_run_passes_and_a_hang_before_the_header_stays_a_hang() -> None:
+    result = judge_job_output(SPEC, Job(("nid005471", "nid005487"), "pair", 1), output(TWO_NODES, 0), "COMPLETED", "7")
+    assert (result.busbw_gbps, result.problem) == (123.11, None)
+    # no rank lines at all: unproven, unless the run failed on its own (then the failure counts)
+    with pytest.raises(NotSpanned, match="printed no rank lines"):
+        judge_job_output(SPEC, JOB, output(TABLE.replace(RANKS, ""), 0), "COMPLETED", "12")
+    assert judge_job_output(SPEC, JOB, output("# Using devices\n", 124), "COMPLETED", "12").problem == \
+        "hang: ended by its time limit"

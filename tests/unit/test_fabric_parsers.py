@@ -136,3 +136,16 @@ def test_nccl_tests_summary_without_hash_of_older_versions() -> None:
                            " Out of bounds values : 2 FAILED\n Avg bus bandwidth    : 11.25 \n")
     assert run.oob_failed and run.wrong == 2 and run.avg_busbw_gbps == 11.25
     assert run.hosts == ("ip-172-31-20-228",)
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.integers(0, 10**15), st.integers(0, 10**15), st.sampled_from(["new", "new_gather"]))
+def test_nccl_tests_wrong_in_percent_g_form_reads_back_as_its_count(wrong_out, wrong_in, layout) -> None:
+    """nccl-tests prints a large #wrong with %g ("1.04858e+06"): counted, to %g's precision."""
+    line = nccl_line(layout, 1 << 20, 11.17, 9.77, 0, 0)
+    cells = line.split()
+    cells[-5], cells[-1] = f"{wrong_out:g}", f"{wrong_in:g}"
+    row = parse_row("  ".join(cells))
+    assert row is not None
+    assert (row.wrong_out, row.wrong_in) == (round(float(f"{wrong_out:g}")), round(float(f"{wrong_in:g}")))
+    assert (row.wrong_out > 0) is (wrong_out > 0) and (row.wrong_in > 0) is (wrong_in > 0)

@@ -141,7 +141,8 @@ def test_fabric_retester_no_reservation_no_resume(tmp_path):
 
 
 def test_fabric_retest_candidates_are_our_idle_marked_fabric_drains_and_only_with_act():
-    from healthcheck.act.sweep import candidates, retest_candidates, retest_refused
+    from healthcheck.act.scontrol import parse_show_nodes
+    from healthcheck.decide.sweepnodes import candidates, retest_candidates, retest_refused
     from tests.lib.shownodes import node_line
 
     mark = " Comment=gpu-healthcheck: repair fabric_retest at=2027-01-15T08:00:00+00:00 attempts=1/2"
@@ -151,12 +152,12 @@ def test_fabric_retest_candidates_are_our_idle_marked_fabric_drains_and_only_wit
         node_line("gpu-e", "IDLE+DRAIN", SWEPT + " [root@2027-01-15T08:00:00]"),  # not rebooted yet
         node_line("gpu-a", "IDLE"), node_line("gpu-b", "IDLE"),
     ]) + "\n"
-    chosen, why_not = retest_candidates(lines, None, None)
+    chosen, why_not = retest_candidates(parse_show_nodes(lines), None, None)
     assert [n.name for n in chosen] == ["gpu-c"] and list(why_not) == ["gpu-d"]
     assert "not idle" in why_not["gpu-d"]
-    assert retest_candidates(lines, ["gpu-a", "gpu-b"], None)[0] == []  # --nodes narrows them
-    assert "not in partition cpu" in retest_candidates(lines, None, "cpu")[1]["gpu-c"]
-    assert candidates(lines, None, None, None)[0] == ["gpu-a", "gpu-b"]  # never an ordinary candidate
+    assert retest_candidates(parse_show_nodes(lines), ["gpu-a", "gpu-b"], None)[0] == []  # --nodes narrows them
+    assert "not in partition cpu" in retest_candidates(parse_show_nodes(lines), None, "cpu")[1]["gpu-c"]
+    assert candidates(parse_show_nodes(lines), None, None, None)[0] == ["gpu-a", "gpu-b"]  # never an ordinary candidate
     assert "--act" in retest_refused(False, False, None)
     assert "report_only" in retest_refused(True, True, None)
     assert "[fabric] reservation maint" in retest_refused(True, False, "maint")

@@ -1,4 +1,4 @@
-"""act/gangrecord.py: the gang check's node_exporter textfile, from the plan's own result
+"""report/gang.py: the gang check's node_exporter textfile, from the plan's own result
 (pure); promtool's lint of the same text is in tests/cli/test_prometheus_rules.py."""
 
 from __future__ import annotations
@@ -6,8 +6,8 @@ from __future__ import annotations
 import re
 from typing import Callable, Dict, Sequence, Set, Tuple
 
-from healthcheck.act.gangrecord import OUTCOMES, metrics_text
-from healthcheck.act.sweeprecord import metrics_text as sweep_metrics_text
+from healthcheck.report.gang import OUTCOMES, metrics_text
+from healthcheck.report.sweep import metrics_text as sweep_metrics_text
 from healthcheck.decide.gang import GangPlan
 from healthcheck.decide.sweep import Job, JobResult, SweepOutcome, SweepReport, Thresholds
 

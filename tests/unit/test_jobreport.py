@@ -8,8 +8,10 @@ import io
 from hypothesis import given
 from hypothesis import strategies as st
 
-from healthcheck.cli import _fast_args, _level
-from healthcheck.report.jobreport import job_report, report_lines, requeue_line
+from healthcheck.cli import _fast_args
+from healthcheck.commands.prolog import job_level as _level
+from healthcheck.commands.jobreport import job_report
+from healthcheck.report.jobreport import report_lines, requeue_line
 from healthcheck.model import Action, Finding, Mode, NodeSnapshot, Severity
 from healthcheck.act.scontrol import parse_admin_comment
 

@@ -1,43 +1,32 @@
-"""deploy/slurm/gpu-healthcheck-sweep's node selection on real `scontrol show nodes -o` output
-(tests/fixtures/scontrol-show-nodes: Slurm 22.05 and 24.11, gpu-a and gpu-b IDLE+DRAIN, gpu-c
-IDLE) and the job it submits."""
+"""deploy/slurm/gpu-healthcheck-sweep's node selection (commands/idlesweep.py, on the one
+`scontrol -o show nodes` reader) on real output (tests/fixtures/scontrol-show-nodes: Slurm 22.05
+and 24.11, gpu-a and gpu-b IDLE+DRAIN, gpu-c IDLE) and the job it submits."""
 
 from __future__ import annotations
 
-import importlib.machinery
-import importlib.util
-
 import pytest
 
+from healthcheck.act.scontrol import parse_show_nodes
+from healthcheck.commands import idlesweep as sweep
+from healthcheck.decide.sweepnodes import idle_nodes
 from tests.lib.fakenode import ROOT
 
-SCRIPT = ROOT / "deploy" / "slurm" / "gpu-healthcheck-sweep"
 SHOW_NODES = ROOT / "tests" / "fixtures" / "scontrol-show-nodes"
-
-
-def _sweep():
-    loader = importlib.machinery.SourceFileLoader("gpu_healthcheck_sweep", str(SCRIPT))
-    spec = importlib.util.spec_from_loader(loader.name, loader)
-    module = importlib.util.module_from_spec(spec)
-    loader.exec_module(module)
-    return module
 
 
 @pytest.mark.parametrize("version", ["slurm-22.05", "slurm-24.11"])
 def test_sweep_picks_only_the_plainly_idle_nodes_of_the_partition(version):
-    sweep = _sweep()
-    nodes = sweep.parse_nodes((SHOW_NODES / f"{version}.txt").read_text())
-    assert [n["NodeName"] for n in nodes] == ["gpu-a", "gpu-b", "gpu-c"]
+    nodes = parse_show_nodes((SHOW_NODES / f"{version}.txt").read_text())
+    assert [n.name for n in nodes] == ["gpu-a", "gpu-b", "gpu-c"]
     # a Reason with spaces stays one field, and does not hide the fields after it
-    assert nodes[1]["Reason"].startswith("bad fan, ticket 4711")
-    assert [n["State"] for n in nodes] == ["IDLE+DRAIN", "IDLE+DRAIN", "IDLE"]
-    assert sweep.idle_nodes(nodes, "gpu") == ["gpu-c"]  # the drained nodes are never swept
-    assert sweep.idle_nodes(nodes, "gpu-healthcheck-sweep") == []  # not in that partition
-    assert sweep.idle_nodes(nodes, "gpu", already=["gpu-c"]) == []  # its sweep job is queued
+    assert nodes[1].reason.startswith("bad fan, ticket 4711")
+    assert [n.state for n in nodes] == ["IDLE+DRAIN", "IDLE+DRAIN", "IDLE"]
+    assert idle_nodes(nodes, "gpu") == ["gpu-c"]  # the drained nodes are never swept
+    assert idle_nodes(nodes, "gpu-healthcheck-sweep") == []  # not in that partition
+    assert idle_nodes(nodes, "gpu", already=["gpu-c"]) == []  # its sweep job is queued
 
 
 def test_sweep_submits_one_exclusive_deep_job_per_node_into_the_hidden_partition():
-    sweep = _sweep()
     argv = sweep.sbatch_argv("sbatch", "gpu-healthcheck-sweep", "gpu-c", 30, "/usr/bin/gpu-healthcheck")
     assert argv[:9] == ["sbatch", "-p", "gpu-healthcheck-sweep", "-w", "gpu-c", "--exclusive",
                         "-J", "gpu-healthcheck-sweep", "-t"]
@@ -46,7 +35,6 @@ def test_sweep_submits_one_exclusive_deep_job_per_node_into_the_hidden_partition
 
 
 def test_sweep_fabric_runs_the_fabric_sweep_on_the_same_partition_and_names_its_end():
-    sweep = _sweep()
     assert sweep.fabric_argv("/usr/bin/gpu-healthcheck", "gpu-healthcheck-sweep") == \
         ["/usr/bin/gpu-healthcheck", "--fabric-sweep", "--act", "--partition", "gpu-healthcheck-sweep"]
     # 0, 2 and 3 are the fabric sweep's own outcomes: none is an error of the timer's run

@@ -3,6 +3,9 @@ by mode, on snapshot records."""
 
 from __future__ import annotations
 
+import pytest
+from hypothesis import given, settings, strategies as st
+
 from healthcheck.checks import CheckContext, run_checks
 from healthcheck.config import Config
 from healthcheck.model import Action, KernelLogRead, Mode, NodeSnapshot, Severity, XidEvent
@@ -59,3 +62,67 @@ def test_xid_a_fatal_nvlink5_line_is_not_hidden_by_non_fatal_ones_of_the_same_xi
                 pci + "NETIR_LINK_EVT Fatal XC0 i0 Link 08 (0x004505c6 0x00000000 0x0 0x0 0x0 0x0)")
     assert sorted((f.severity.value, f.action.value) for f in found(node, Mode.EPILOG, "xid")) == [
         ("fail", "reset"), ("warn", "none")]
+
+
+# Xid 154 by its code (issue 36, case 9): the driver's own line (tests/fixtures/kernel-log/
+# xid-blackwell-nvlink5-lines.tsv) with the labels drivers print for the same codes
+@pytest.mark.parametrize("target,expected", [
+    ("0x1 (PF FLR)", (FAIL, Action.RESET)),                  # NVML GPU_RESET, newer drivers' label
+    ("0x1 (GPU Reset Required)", (FAIL, Action.RESET)),
+    ("0x2 (OS Reboot)", (FAIL, Action.REBOOT)),              # NODE_REBOOT
+    ("0x3 (Drain P2P)", (FAIL, Action.DRAIN)),               # DRAIN_P2P
+    ("0x4 (Drain and Reset)", (FAIL, Action.RESET)),         # DRAIN_AND_RESET
+    ("0x1 (Some Future Words)", (FAIL, Action.RESET)),       # the code decides, not the label
+    ("0x2 (Reset)", (FAIL, Action.REBOOT)),
+    ("0x0 (Reset Required)", (INFO, Action.NONE)),
+])
+def test_xid_154_is_decided_by_nvmls_recovery_action_code_not_the_label(target, expected):
+    line = f"NVRM: Xid (PCI:0000:18:00): 154, GPU recovery action changed from 0x0 (None) to {target}"
+    [f] = found(xids(line), Mode.EPILOG, "xid")
+    assert (f.severity, f.action) == expected
+    assert target in f.message
+
+
+def test_xid_154_a_code_nvml_does_not_define_is_for_a_person_naming_the_code():
+    line = "NVRM: Xid (PCI:0000:18:00): 154, GPU recovery action changed from 0x0 (None) to 0x2a (Rebuild)"
+    [f] = found(xids(line), Mode.EPILOG, "xid")
+    assert (f.severity, f.action) == (FAIL, Action.DRAIN)
+    assert "0x2a (Rebuild), which NVML does not define here: a person must look" in f.message
+
+
+# A finding quotes only what the log holds (issue 36, case 11): real lines of
+# tests/fixtures/kernel-log/blocks (akash-network/support#209, NVIDIA/NVSentinel#155)
+AKASH = "[Fri Apr  5 21:29:39 2024] NVRM: GPU 0000:a1:00.0: GPU has fallen off the bus."
+NVSENTINEL = ["[ 1843.308145] NVRM: The NVIDIA GPU 0000:b3:00.0",
+              "               NVRM: (PCI ID: 10de:26b5) installed in this system has",
+              "               NVRM: fallen off the bus and is not responding to commands."]
+
+
+def test_xid_fallen_off_the_bus_quotes_the_logs_own_line_not_catalogue_words():
+    [f] = found(xids(AKASH), Mode.EPILOG, "xid")
+    assert (f.severity, f.action) == (FAIL, Action.REBOOT)
+    quote = f.message.split("Log: ", 1)[1]
+    assert quote == "NVRM: GPU 0000:a1:00.0: GPU has fallen off the bus."
+    assert "not responding" not in f.message
+
+
+def test_xid_fallen_off_the_bus_over_three_lines_quotes_the_three_lines():
+    [f] = found(xids(*NVSENTINEL), Mode.EPILOG, "xid")
+    quote = f.message.split("Log: ", 1)[1]
+    logged = [line.strip() for line in NVSENTINEL]
+    # every word quoted is in the log, in its order; the stamp is not the driver's
+    assert quote.split() == " ".join(line[line.index("NVRM:"):] for line in logged).split()[:len(quote.split())]
+    assert quote.startswith("NVRM: The NVIDIA GPU 0000:b3:00.0")
+
+
+@settings(max_examples=200, deadline=None)
+@given(lines=st.lists(st.one_of(st.sampled_from([AKASH, *NVSENTINEL, "NVRM: GPU 0000:18:00.0: GPU has",
+                                                 "NVRM: fallen off the bus.", "[ 5.0] NVRM: loading"]),
+                                st.text(alphabet="NVRM: GPUfalenofthbus0123456789.[] ", max_size=50)),
+                      max_size=12))
+def test_xid_fallen_off_the_bus_message_holds_only_words_of_the_log(lines):
+    logged = " ".join(lines).split()
+    for event in parse_lines(lines, 2024):
+        if event.xid is None:
+            assert "fallen off the bus" in event.message
+            assert all(word in logged for word in event.message.split())

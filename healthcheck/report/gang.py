@@ -1,5 +1,11 @@
-"""What the gang check's privileged side leaves in node_exporter's textfile folder (pure:
-act/gang.py writes it as `gpu_healthcheck_gang.prom` beside `metrics_file`, on the node that ran
+"""What the gang check writes into the job's output (commands/gang.py runs it): the words for
+each bad node's drain, and the --json document.
+
+    words = drain_words(actions, requeue, act, requeueable)
+    json.dump(document(result, job_id, actions, requeue, act), out)
+
+What the gang check's privileged side leaves in node_exporter's textfile folder (commands/gang.py
+writes it as `gpu_healthcheck_gang.prom` beside `metrics_file`, on the node that ran
 `--gang --act`, the job's batch host).
 
     metrics_text(result, nodes, now)     # result None: the check could not run
@@ -21,16 +27,42 @@ Metrics (the last gang check measured on this node; gauges, replaced at every ch
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, List, Optional, Sequence, Tuple
+from typing import TYPE_CHECKING, Dict, List, Optional, Sequence, Tuple
 
-from ..decide.gang import FAILED, PASSED, SINGLE, UNKNOWN
+from ..decide.gang import FAILED, PASSED, SINGLE, UNKNOWN, GangResult, suspects
 from ..decide.sweep import BAD, PASS, TRANSIENT
 from ..decide.sweep import UNKNOWN as NODE_UNKNOWN
-from .sweeprecord import Samples, pair_samples, render_families
+from ..model import Outcome
+from .sweep import Samples, pair_samples, render_families
 
 if TYPE_CHECKING:
-    from ..decide.gang import GangResult
     from ..decide.sweep import JobResult
+
+
+def drain_words(actions: Dict[str, str], requeue: bool, act: bool, requeueable: bool) -> Dict[str, str]:
+    said = {Outcome.APPLIED.value: "drained", Outcome.ALREADY_OURS.value: "already drained by us",
+            Outcome.ADMIN_OWNED.value: "already drained by an admin",
+            Outcome.REFUSED.value: "not drained: drain.max_fraction is spent",
+            Outcome.REPORT_ONLY.value: "would drain (report_only)" if act else
+            "the privileged side (SPANK allow_gang=yes) drains it and requeues the job"}
+    tail = "; requeuing the job" if requeue else "" if requeueable or not act else \
+        "; the job is not requeueable (--no-requeue): it goes on"
+    return {node: said.get(taken, taken) + tail for node, taken in actions.items()}
+
+
+def document(result: GangResult, job_id: str, actions: Dict[str, str], requeue: bool,
+              act: bool) -> Dict[str, object]:
+    whole = result.whole
+    named = suspects(result)
+    return {"schema": 1, "mode": "gang", "job_id": job_id, "act": act, "outcome": result.outcome,
+            "why": result.why, "rounds": result.rounds, "jobs": result.jobs,
+            "nodes": list(whole.job.nodes) if whole else [],
+            "busbw_gbps": whole.busbw_gbps if whole else None,
+            "bad": [{"node": n.node, "busbw_gbps": n.busbw_gbps, "partners": list(n.partners),
+                     "why": n.why, "action": actions.get(n.node)} for n in result.bad],
+            "suspects": [{"node": n.node, "why": n.why} for n in result.others if n.node in named],
+            "requeue": requeue}
+
 
 COULD_NOT_RUN = "could_not_run"
 OUTCOMES = (PASSED, FAILED, UNKNOWN, SINGLE, COULD_NOT_RUN)

@@ -1,7 +1,11 @@
-"""One run of gpu-healthcheck: read the node, judge it, act on it, report it, in that order.
+"""`gpu-healthcheck --node | --prolog | --epilog | --repair`: one run of the node pipeline, read
+the node, judge it, act on it, report it, in that order.
 
     outcome = run(RunRequest(mode=Mode.PROLOG, environ=os.environ), config)
     outcome.exit_code, outcome.report, outcome.events
+    code = execute(Mode.NODE, args, config, started)    # the command line's run: prints, emits
+
+commands/prolog.py (the job's level) and commands/repair.py call execute() for their modes.
 
 Every line here calls into one room and decides nothing itself:
 - healthcheck.read: the node snapshot (NVML, sysfs, kernel log, CUDA probes, the Slurm
@@ -10,26 +14,32 @@ Every line here calls into one room and decides nothing itself:
 - healthcheck.act: the drain, the pending drain, the resume, the Xid acknowledgements, the
   baseline (the only code that changes the node or the cluster);
 - healthcheck.report: the JSON document and the log events.
-The caller (cli) prints the report and hands the events to the sinks (act.sinks).
+execute() prints the report and hands the events to the sinks (act.sinks).
 """
 
 from __future__ import annotations
 
 import os
+import sys
 import time
-from typing import Callable, List, Optional
+from typing import TYPE_CHECKING, Callable, List, Optional
 
-from .act.slurm import Slurm, report_only
-from .act.state import StateStore, read_acks, read_known_gpus, remember_gpus
-from .config import Config
-from .decide.budget import fit_to_budget, probe_cap_s, run_budget_s
-from .decide.exitcodes import run_exit
-from .decide.judge import judge
-from .decide.plan import Step, next_step, plan_run
-from .decide.verdict import drain_reason
-from .model import CRIT, WARNING, LogEvent, NodeAction, RunOutcome, RunRequest
-from .read.node import NodeInputs, read_node
-from .report.document import build_report, finding_events
+from ..act.slurm import Slurm, report_only
+from ..act.state import StateStore, read_acks, read_known_gpus, remember_gpus
+from ..config import Config
+from ..decide.budget import fit_to_budget, probe_cap_s, run_budget_s
+from ..decide.exitcodes import run_exit
+from ..decide.judge import judge
+from ..decide.plan import Step, next_step, plan_run
+from ..decide.verdict import drain_reason
+from ..model import CRIT, WARNING, LogEvent, NodeAction, RunOutcome, RunRequest
+from ..read.node import NodeInputs, read_node
+from ..report.document import build_report, finding_events
+
+if TYPE_CHECKING:
+    import argparse
+
+    from ..model import Mode
 
 
 def run(request: RunRequest, config: Config, node_name: Optional[str] = None) -> RunOutcome:
@@ -66,7 +76,7 @@ def run(request: RunRequest, config: Config, node_name: Optional[str] = None) ->
     if plan.health_check and plan.changes_node:  # how a GPU that vanishes later is named
         remember_gpus(store, snapshot, events)
     if plan.health_check and plan.changes_node:
-        from .act.xidack import acknowledge_resets, acknowledge_xids
+        from ..act.xidack import acknowledge_resets, acknowledge_xids
 
         snapshot = (acknowledge_xids(snapshot, config, store, events, None, by="resume", upto=resumed_upto)
                     if resumed_upto else acknowledge_resets(snapshot, config, store, node, events))
@@ -80,7 +90,7 @@ def run(request: RunRequest, config: Config, node_name: Optional[str] = None) ->
         base_fields["SLURM_JOB_SLUID"] = snapshot.job.sluid
 
     if job_id and plan.records_baseline(job_id):
-        from .act.state import record_baseline
+        from ..act.state import record_baseline
 
         position = record_baseline(store, snapshot, job_id, config.kernel_log, events, config.kernel_log_marker)
         snapshot = snapshot._replace(kernel_log=snapshot.kernel_log._replace(end=position))
@@ -90,9 +100,9 @@ def run(request: RunRequest, config: Config, node_name: Optional[str] = None) ->
     if step == Step.REPORT_ONLY:
         action = report_only(node, reason, mode, events, base_fields)
     elif step == Step.DRAIN and reason:
-        from .decide.levels import found_at
-        from .decide.verdict import draining
-        from .decide.xidack import volatile_ecc
+        from ..decide.levels import found_at
+        from ..decide.verdict import draining
+        from ..decide.xidack import volatile_ecc
 
         checks = tuple(dict.fromkeys(f.check for f in draining(findings)))
         action = slurm.drain(store, node, reason, mode, job_id, events, base_fields,
@@ -103,7 +113,7 @@ def run(request: RunRequest, config: Config, node_name: Optional[str] = None) ->
                                     request.level, partial=request.gpus is not None)
 
     if plan.health_check and (request.repair or config.repair.enabled) and request.gpus is None:
-        from .act.repair import Repairer
+        from ..act.repair import Repairer
 
         repairer = Repairer(config, slurm, store, node, events, base_fields, ends_at)
         if repairer.start(snapshot, findings, plan.report_only, request.level):
@@ -112,7 +122,7 @@ def run(request: RunRequest, config: Config, node_name: Optional[str] = None) ->
             # today's resume (the drain's own context judged too)
             level = repairer.validation_level()
             snapshot, selected = read_node(request._replace(level=level), config, host, node, inputs, events)
-            from .act.xidack import acknowledge_resets
+            from ..act.xidack import acknowledge_resets
 
             snapshot = acknowledge_resets(snapshot, config, store, node, events, repairer.reset_at)
             findings, crashes, verdict = judge(snapshot, config, mode, level, selected, None)
@@ -132,3 +142,64 @@ def run(request: RunRequest, config: Config, node_name: Optional[str] = None) ->
               for e in events]
     return RunOutcome(exit_code, report, events, snapshot, findings, crashes)
 
+
+
+def execute(mode: "Mode", args: "argparse.Namespace", config: Config, started: float,
+            level: Optional[str] = None, refused: Optional[str] = None) -> int:
+    """One run of `mode` from the command line: the pipeline, then its report printed (the JSON
+    document, or --node's table) and its events handed to the sinks.  `level`: the level to
+    run at (default: --level, else quick); `refused`: why the job's own level ask is not
+    honoured (logged as a warning)."""
+    from ..act.sinks import emit
+    from ..model import Mode, RunRequest
+
+    gpus = parse_gpus(args.gpus) if args.gpus else None
+    request = RunRequest(mode=mode, environ=os.environ, level=level or args.level or "quick",
+                         act=args.act, gpus=gpus, started_monotonic=started, repair=args.repair)
+    outcome = run(request, config)
+    if refused:
+        job = os.environ.get("SLURM_JOB_ID")
+        outcome.events.append(LogEvent("error", WARNING, refused, {
+            "GPU_HEALTHCHECK_MODE": mode.value, **({"SLURM_JOB_ID": job} if job else {})}))
+    try:
+        if args.json:
+            from ..report.table import write_json
+
+            write_json(outcome.report, sys.stdout)
+        elif mode is Mode.NODE:
+            from ..report.table import write_table
+
+            write_table(outcome.report, sys.stdout, colour=sys.stdout.isatty())
+        sys.stdout.flush()
+    except BrokenPipeError:
+        # `gpu-healthcheck --node | head`: the reader left; the run itself still counts
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+    emit(outcome, config, mode)
+    return outcome.exit_code
+
+
+def usage(args: "argparse.Namespace") -> None:
+    """--node's own refusal (UsageError), before the config is read: a wrong --gpus."""
+    if args.gpus:
+        parse_gpus(args.gpus)
+
+
+def main(args: "argparse.Namespace", config: Config, started: float) -> int:
+    """--node [--act] [--gpus LIST] [--level L]."""
+    from ..model import Mode
+
+    return execute(Mode.NODE, args, config, started)
+
+
+def parse_gpus(text: str) -> tuple:
+    """--gpus LIST (--node, --repair, --ack): NVML indices; UsageError otherwise."""
+    from ..model import UsageError
+    from ..read.slurmenv import GpuListError, parse_gpu_list
+
+    try:
+        ids = parse_gpu_list(text)
+    except GpuListError as exc:
+        raise UsageError(f"--gpus: {exc}") from None
+    if not ids or not all(i.isdigit() for i in ids):
+        raise UsageError("--gpus takes NVML indices, e.g. 0,3")
+    return tuple(int(i) for i in ids)

@@ -5,7 +5,8 @@ and requeue the job so that it starts again without that node.
     srun --ntasks-per-node=1 gpu-healthcheck --gang      # in a batch script, as the job's user
     code = gang(GangRequest(act=False), config, os.environ, sys.stdout, sys.stderr)
 
-Two sides, one code path (decide/gang.py plans, this module runs and acts):
+Two sides, one code path (decide/gang.py plans, act/gangrun.py runs the collectives, this module
+conducts and acts through act/, report/gang.py words its output):
 - **The user's side** (`--gang`, the job's own tasks; rank 0 of the step works, the others
   return at once): measures and reports into the job's output; it changes nothing and needs no
   privilege.  Exit 0 passed (or one node), 2 the fabric failed, 3 it could not run.
@@ -27,97 +28,32 @@ start a step is "could not run" (exit 3), never a node's fault.
 
 from __future__ import annotations
 
-import concurrent.futures
 import json
 import os
-import re
 import time
-from typing import TYPE_CHECKING, Callable, Dict, List, Mapping, Optional, Sequence, TextIO, Tuple
+from typing import TYPE_CHECKING, Dict, List, Mapping, Optional, Sequence, TextIO, Tuple
 
+from ..act.gangrun import GangError, GangRunner
 from ..config import Config
 from ..decide.exitcodes import CONFIG_ERROR, fabric_exit
 from ..decide.gang import (FAILED, LINE, PASSED, SINGLE, GangPlan, GangResult, gang_reason, job_lines, parse_show_job,
                            suspects)
-from ..decide.sweep import FABRIC_PREFIX, Job, JobResult, Thresholds, judge_collective
+from ..decide.sweep import FABRIC_PREFIX, JobResult, Thresholds
 from ..model import CRIT, ERR, NOTICE, DoorError, LogEvent, Outcome
 from ..records import NamedTuple
+from ..report.gang import document, drain_words
 from ..text import iso_utc
 
 if TYPE_CHECKING:
+    import argparse
+
+    from ..act.scontrol import Scontrol
     from ..decide.gang import GangJob
-    from .scontrol import Scontrol
-
-# slurmstepd's words when the program is not on the nodes (Slurm 22.05-24.11)
-_MISSING_RE = re.compile(r"execve\(\): (\S+): No such file or directory")
-_SRUN_ERROR_RE = re.compile(r"^srun: error: (.*)$", re.M)
-RUN_SHARE = 5  # each collective gets at most gang_timeout_s / RUN_SHARE
-
-
-class GangError(Exception):
-    """The check could not run (a program missing, srun refused): nobody's node is at fault."""
 
 
 class GangRequest(NamedTuple):
     act: bool = False
     as_json: bool = False
-
-
-def srun_env(environ: Mapping[str, str]) -> Dict[str, str]:
-    """The nested srun's environment: ours without the step's SLURM_* (SLURM_NTASKS and the
-    like would override what we ask for); the job is named by --jobid."""
-    return {k: v for k, v in environ.items() if not k.startswith("SLURM_") or k == "SLURM_CONF"}
-
-
-class GangRunner:
-    """Runs a round's jobs at once, each an `srun --overlap` step inside the job."""
-
-    def __init__(self, srun: str, job_id: str, config: Config, environ: Mapping[str, str],
-                 deadline: float) -> None:
-        fabric = config.fabric
-        self.srun, self.job_id, self.deadline = srun, job_id, deadline
-        self.collective = (os.path.join(fabric.nccl_tests, fabric.collective) if fabric.nccl_tests
-                           else fabric.collective)
-        self.nbytes = fabric.gang_bytes
-        self.tasks_per_node = fabric.tasks_per_node
-        self.srun_args = fabric.srun_args
-        self.run_limit = max(5.0, fabric.gang_timeout_s / RUN_SHARE)
-        self.env = srun_env(environ)
-
-    def argv(self, job: Job) -> List[str]:
-        return [self.srun, f"--jobid={self.job_id}", "--overlap", f"--nodes={len(job.nodes)}",
-                f"--nodelist={','.join(job.nodes)}", f"--ntasks-per-node={self.tasks_per_node}",
-                # the job may hold fewer CPUs than ranks (one task a node): the ranks mostly wait
-                # on GPUs and the fabric, so they may share them
-                "--overcommit", "--kill-on-bad-exit=1", *self.srun_args, self.collective,
-                "-b", str(self.nbytes), "-e", str(self.nbytes), "-g", "1"]
-
-    def run(self, jobs: Sequence[Job]) -> List[JobResult]:
-        left = self.deadline - time.monotonic()
-        if left <= 1.0:
-            raise GangError("gang_timeout_s spent before the node could be found")
-        limit = min(left, self.run_limit)
-        with concurrent.futures.ThreadPoolExecutor(max_workers=max(1, len(jobs))) as pool:
-            return list(pool.map(lambda job: self._one(job, limit), jobs))
-
-    def _one(self, job: Job, limit: float) -> JobResult:
-        from ..outside import run_bounded
-        from ..read.nccltests import parse_nccl_tests
-
-        ran = run_bounded(self.argv(job), limit, merge_stderr=True, env=self.env, term_grace_s=3.0)
-        if ran.error and not ran.timed_out:
-            raise GangError(ran.error)
-        text = ran.text()
-        missing = _MISSING_RE.search(text)
-        if missing or ran.returncode == 127:
-            raise GangError(f"{missing.group(1) if missing else self.collective} is not installed on "
-                            f"{','.join(job.nodes)}")
-        run = parse_nccl_tests(text)
-        srun_errors = _SRUN_ERROR_RE.findall(text)
-        if not ran.timed_out and not run.rows and not run.hosts and srun_errors:
-            # srun never started the collective (no step, a node Slurm lost): not a fabric figure
-            raise GangError(f"srun could not run {self.collective} on {','.join(job.nodes)}: {srun_errors[0]}")
-        busbw, problem = judge_collective(run, ran.returncode, ran.timed_out)
-        return JobResult(job, busbw, problem)
 
 
 def _job(ctl: "Scontrol", job_id: str) -> "GangJob":
@@ -126,23 +62,15 @@ def _job(ctl: "Scontrol", job_id: str) -> "GangJob":
     return parse_show_job(ctl.show_job(job_id), expand_hostlist)
 
 
-def cli_main(config_path: Optional[str], act: bool, as_json: bool,
-             load: Callable[[Optional[str]], Config]) -> int:
-    """--gang from the command line: the config (a mistake in it exits 3), then the check."""
+def main(args: "argparse.Namespace", config: Config, started: float) -> int:
+    """--gang [--act] [--json] from the command line."""
     import sys
 
-    from ..config import ConfigError
-
-    try:
-        config = load(config_path)
-    except ConfigError as exc:
-        print(f"gpu-healthcheck: config error: {exc}", file=sys.stderr)
-        return CONFIG_ERROR
-    return gang(GangRequest(act, as_json), config, os.environ, sys.stdout, sys.stderr)
+    return gang(GangRequest(args.act, args.json), config, os.environ, sys.stdout, sys.stderr)
 
 
 def gang(request: GangRequest, config: Config, environ: Mapping[str, str], out: TextIO, err: TextIO) -> int:
-    from .scontrol import Scontrol, find_scontrol
+    from ..act.scontrol import Scontrol, find_scontrol
     from ..tools import find_tool
 
     if environ.get("SLURM_PROCID", "0") != "0":
@@ -200,10 +128,10 @@ def gang(request: GangRequest, config: Config, environ: Mapping[str, str], out: 
         actions, requeue = _drain_bad(ctl, config, result, job_id, request.act, events, fields)
     requeue = requeue and job.requeue
     if request.as_json:
-        json.dump(_document(result, job_id, actions, requeue, request.act), out, indent=2)
+        json.dump(document(result, job_id, actions, requeue, request.act), out, indent=2)
         out.write("\n")
     else:
-        words = _words(actions, requeue, request.act, job.requeue)
+        words = drain_words(actions, requeue, request.act, job.requeue)
         out.write("\n".join(job_lines(result, job_id, fabric.gang_bytes, words)) + "\n")
     out.flush()
     if request.act:
@@ -219,7 +147,7 @@ def gang(request: GangRequest, config: Config, environ: Mapping[str, str], out: 
         except DoorError as exc:
             print(f"{LINE} cannot requeue job {job_id}: {exc}", file=out, flush=True)
             if config.journal:
-                from .journal import send_events
+                from ..act.journal import send_events
 
                 send_events([LogEvent("error", ERR, f"cannot requeue job {job_id}: {exc}", fields)], "gang")
     return fabric_exit(result.outcome not in (PASSED, SINGLE))
@@ -229,7 +157,7 @@ def _thresholds(ctl: "Scontrol", config: Config, nodes: Sequence[str]) -> Thresh
     """[fabric]'s thresholds; with `[fabric] floors`, each node's per-model floor from its Gres=
     (one `scontrol show nodes` of the job's nodes, only then)."""
     from ..decide.sweep import fabric_thresholds
-    from .scontrol import parse_show_nodes
+    from ..act.scontrol import parse_show_nodes
 
     if not config.fabric.floors:
         return fabric_thresholds(config.fabric, {})
@@ -256,7 +184,7 @@ def _drain_bad(ctl: "Scontrol", config: Config, result: GangResult, job_id: str,
     """Drain each bad node (with act: the privileged side) and name it in the job's
     AdminComment.  Returns ({node: what became of its drain}, whether to requeue: only once
     every bad node is out of service, else the job would start on it again)."""
-    from .fabricdrain import drain_fabric_node
+    from ..act.fabricdrain import drain_fabric_node
 
     actions: Dict[str, str] = {}
     comment = ""
@@ -273,31 +201,6 @@ def _drain_bad(ctl: "Scontrol", config: Config, result: GangResult, job_id: str,
     except DoorError as exc:
         events.append(LogEvent("error", ERR, f"cannot set job {job_id}'s AdminComment: {exc}", fields))
     return actions, True
-
-
-def _words(actions: Dict[str, str], requeue: bool, act: bool, requeueable: bool) -> Dict[str, str]:
-    said = {Outcome.APPLIED.value: "drained", Outcome.ALREADY_OURS.value: "already drained by us",
-            Outcome.ADMIN_OWNED.value: "already drained by an admin",
-            Outcome.REFUSED.value: "not drained: drain.max_fraction is spent",
-            Outcome.REPORT_ONLY.value: "would drain (report_only)" if act else
-            "the privileged side (SPANK allow_gang=yes) drains it and requeues the job"}
-    tail = "; requeuing the job" if requeue else "" if requeueable or not act else \
-        "; the job is not requeueable (--no-requeue): it goes on"
-    return {node: said.get(taken, taken) + tail for node, taken in actions.items()}
-
-
-def _document(result: GangResult, job_id: str, actions: Dict[str, str], requeue: bool,
-              act: bool) -> Dict[str, object]:
-    whole = result.whole
-    named = suspects(result)
-    return {"schema": 1, "mode": "gang", "job_id": job_id, "act": act, "outcome": result.outcome,
-            "why": result.why, "rounds": result.rounds, "jobs": result.jobs,
-            "nodes": list(whole.job.nodes) if whole else [],
-            "busbw_gbps": whole.busbw_gbps if whole else None,
-            "bad": [{"node": n.node, "busbw_gbps": n.busbw_gbps, "partners": list(n.partners),
-                     "why": n.why, "action": actions.get(n.node)} for n in result.bad],
-            "suspects": [{"node": n.node, "why": n.why} for n in result.others if n.node in named],
-            "requeue": requeue}
 
 
 def _record(config: Config, job_id: str, result: Optional[GangResult], actions: Dict[str, str],
@@ -321,14 +224,14 @@ def _record(config: Config, job_id: str, result: Optional[GangResult], actions: 
                          "dry_run": any(t == Outcome.REPORT_ONLY.value for t in actions.values())},
               "events": [{"kind": e.kind, "message": e.message[:500]} for e in events][:50]}
     try:
-        from .history import append_line, encode
+        from ..act.history import append_line, encode
 
         append_line(config.history_path(), encode(record), config.history_max_bytes)
     except OSError as exc:
         print(f"gpu-healthcheck: --gang: cannot write the history: {exc}", file=err)
     if config.metrics_file:
-        from .gangrecord import FILE_NAME, metrics_text
-        from .metrics import write_textfile
+        from ..report.gang import FILE_NAME, metrics_text
+        from ..act.metrics import write_textfile
 
         path = os.path.join(os.path.dirname(os.path.abspath(config.metrics_file)), FILE_NAME)
         try:
@@ -336,6 +239,6 @@ def _record(config: Config, job_id: str, result: Optional[GangResult], actions: 
         except OSError as exc:
             print(f"gpu-healthcheck: --gang: {exc}", file=err)
     if config.journal:
-        from .journal import send_events
+        from ..act.journal import send_events
 
         send_events(events, "gang")

@@ -3,11 +3,13 @@ it with --act.
 
     code = fabric_sweep(SweepRequest(nodes="gpu-[01-64]", partition=None, act=True, as_json=False),
                         config, os.environ, sys.stdout, sys.stderr)
+    code = main(args, config, started)                   # from the command line (cli.py)
 
 On a submit host, as root or SlurmUser.  The candidates are the nodes `scontrol show nodes` shows
 plainly idle (no DRAIN, DOWN, RESERVED, MAINT, REBOOT or other flag; with `[fabric] reservation`
 the idle nodes of that reservation), not claimed by the repair loop, with GPUs, in the
-partition; decide/sweep.py plans the rounds and act/sweeprun.py runs them as exclusive jobs.
+partition (decide/sweepnodes.py), decide/sweep.py plans the rounds and act/sweeprun.py
+runs them as exclusive jobs.
 A bad node is drained through the one scontrol door, within `drain.max_fraction` (decided
 before and held after, as every drain of ours), never over an admin's reason, and not at all
 under `drain.report_only` or without --act.  Nodes the repair loop rebooted for their fabric
@@ -26,25 +28,25 @@ from __future__ import annotations
 import fcntl
 import os
 import re
-import signal
 import time
-from typing import TYPE_CHECKING, Any, Callable, Dict, List, Mapping, Optional, Sequence, TextIO, Tuple
+from typing import TYPE_CHECKING, List, Mapping, Optional, Sequence, TextIO, Tuple
 
+from ..act.fabricretest import Retester
+from ..act.scontrol import parse_show_nodes
+from ..act.sweeprun import JOB_NAME, Setup, SlurmRunner, SweepError
 from ..config import Config
 from ..decide.exitcodes import CONFIG_ERROR, fabric_exit
 from ..decide.fabricjob import JobSpec, MissingProgram
-from ..decide.repair import parse_mark, reboot_flags
-from ..decide.sweep import BAD, UNKNOWN, NodeOutcome, SweepPlanner, SweepReport, Thresholds, fabric_reason  # noqa: F401  (SweepReport: re-exported)
-from ..model import CRIT, ERR, NOTICE, DoorError, LogEvent
+from ..decide.sweep import BAD, UNKNOWN, NodeOutcome, SweepPlanner, SweepReport, Thresholds, fabric_reason
+from ..decide.sweepnodes import candidates, retest_candidates, retest_refused
+from ..model import CRIT, ERR, NOTICE, DoorError, LogEvent, Terminated, UsageError
 from ..records import NamedTuple
-from .fabricretest import Retester
-from .scontrol import parse_show_nodes
-from .sweeprun import JOB_NAME, Setup, SlurmRunner, SweepError
 
 if TYPE_CHECKING:
+    import argparse
+
     from ..decide.verdict import NodeState
 
-_PARTITIONS_RE = re.compile(r"\sPartitions=(\S+)")
 _COMMENT_ID_RE = re.compile(r"gpu-healthcheck sweep=(\S+)")
 
 
@@ -53,78 +55,6 @@ class SweepRequest(NamedTuple):
     partition: Optional[str] = None  # --partition (else [fabric] partition)
     act: bool = False
     as_json: bool = False
-
-
-def candidates(show_nodes: str, wanted: Optional[Sequence[str]], partition: Optional[str],
-               reservation_nodes: Optional[Sequence[str]]) -> Tuple[List[str], Dict[str, str]]:
-    """(the nodes to sweep, {a node of --nodes left out: why}) from `scontrol -o show nodes`."""
-    from .scontrol import parse_node_line
-
-    chosen: List[str] = []
-    why_not: Dict[str, str] = {}
-    seen = set()
-    allowed = {"IDLE"} | ({"RESERVED", "MAINT"} if reservation_nodes is not None else set())
-    for line in show_nodes.splitlines():
-        node = parse_node_line(line)
-        if node is None:
-            continue
-        seen.add(node.name)
-        if wanted is not None and node.name not in wanted:
-            continue
-        flags = set(node.state.upper().replace("*", "+NOT_RESPONDING").split("+"))
-        reason = None
-        if not _in_partition(line, partition):
-            reason = f"not in partition {partition}"
-        elif reservation_nodes is not None and node.name not in reservation_nodes:
-            reason = "not in the reservation"
-        elif "IDLE" not in flags or not flags <= allowed or node.drained or reboot_flags(node.state):
-            reason = f"not idle ({node.state})"
-        elif parse_mark(node.comment):
-            reason = f"claimed by the repair loop ({node.comment})"
-        elif not node.has_gpus:
-            reason = "no GPUs"
-        if reason is None:
-            chosen.append(node.name)
-        elif wanted is not None:
-            why_not[node.name] = reason
-    for name in wanted or ():
-        if name not in seen:
-            why_not[name] = "not a node scontrol knows"
-    return chosen, why_not
-
-
-def _in_partition(show_node_line: str, partition: Optional[str]) -> bool:
-    """Whether the node of one `scontrol -o show nodes` line is in `partition` (None: any)."""
-    if not partition:
-        return True
-    partitions = _PARTITIONS_RE.search(show_node_line)
-    return partitions is not None and partition in partitions.group(1).split(",")
-
-
-def retest_candidates(show_nodes: str, wanted: Optional[Sequence[str]],
-                      partition: Optional[str]) -> Tuple[List["NodeState"], Dict[str, str]]:
-    """(the nodes the repair loop rebooted for their fabric that this sweep re-tests, {a node
-    awaiting its re-test that is not re-tested now: why}) from `scontrol -o show nodes`
-    (decide.fabricretest.awaiting_retest)."""
-    from ..decide.fabricretest import awaiting_retest
-    from .scontrol import parse_node_line
-
-    chosen: List["NodeState"] = []
-    why_not: Dict[str, str] = {}
-    for line in show_nodes.splitlines():
-        node = parse_node_line(line)
-        if node is None or (wanted is not None and node.name not in wanted):
-            continue
-        why = awaiting_retest(node)
-        if why == "":
-            continue  # not awaiting a re-test
-        if why is None and not _in_partition(line, partition):
-            why = f"awaiting a fabric re-test, not in partition {partition}"
-        if why is None:
-            chosen.append(node)
-        else:
-            why_not[node.name] = why
-    return chosen, why_not
 
 
 class _SweepLock:
@@ -151,8 +81,6 @@ class _SweepLock:
 
 
 def _spec(config: Config) -> JobSpec:
-    from ..tools import find_tool
-
     fabric = config.fabric
     collective = (os.path.join(fabric.nccl_tests, fabric.collective) if fabric.nccl_tests
                   else fabric.collective)
@@ -160,42 +88,28 @@ def _spec(config: Config) -> JobSpec:
                    fabric.time_limit_s, fabric.ib_write_bw or "ib_write_bw", fabric.rails)
 
 
-def sweep_command(args: Any, load_config: Callable[[Optional[str]], Config]) -> int:
-    """`--fabric-sweep` from the command line (cli.py's parsed arguments and config loader)."""
-    import sys
-
-    from ..config import ConfigError
-    from ..model import UsageError
-
+def usage(args: "argparse.Namespace") -> None:
     if args.gpus or args.level:
         raise UsageError("--fabric-sweep takes --nodes, --partition, --act, --json and --config")
-    try:
-        config = load_config(args.config)
-    except ConfigError as exc:
-        print(f"gpu-healthcheck: config error: {exc}", file=sys.stderr)
-        return CONFIG_ERROR
+
+
+def main(args: "argparse.Namespace", config: Config, started: float) -> int:
+    """--fabric-sweep from the command line.  SIGTERM (the idle-sweep timer's deadline, systemd
+    stopping it, an admin's kill) raises Terminated (cli.py's guard): the sweep stops as one
+    that cannot go on does, cancelling its jobs and draining nothing.  (A Slurm call cut short
+    may leave one job unknown to us; its --time ends it.)"""
+    import sys
+
     request = SweepRequest(args.nodes, args.partition, args.act, args.json)
-    previous = signal.signal(signal.SIGTERM, _stop)
-    try:
-        return fabric_sweep(request, config, os.environ, sys.stdout, sys.stderr)
-    finally:
-        signal.signal(signal.SIGTERM, previous)
-
-
-def _stop(signum: int, frame: object) -> None:
-    """SIGTERM (the idle-sweep timer's deadline, systemd stopping it, an admin's kill): stop as
-    a sweep that cannot go on does, cancelling its jobs and draining nothing.  (A Slurm call cut
-    short may leave one job unknown to us; its --time ends it.)"""
-    signal.signal(signal.SIGTERM, signal.SIG_IGN)  # a second one must not cut the cancel short
-    raise SweepError("stopped by SIGTERM")
+    return fabric_sweep(request, config, os.environ, sys.stdout, sys.stderr)
 
 
 def fabric_sweep(request: SweepRequest, config: Config, environ: Mapping[str, str],
                  out: TextIO, err: TextIO) -> int:
+    from ..act.scontrol import Scontrol, find_scontrol
+    from ..act.slurmjobs import SlurmJobs
     from ..read.gres import GresConfError, expand_hostlist
     from ..report.sweep import write_report
-    from .scontrol import Scontrol, find_scontrol
-    from .slurmjobs import SlurmJobs
 
     host = os.uname().nodename.split(".")[0]
     sweep_id = f"{time.strftime('%Y%m%dT%H%M%S')}-{host}-{os.getpid()}"
@@ -227,8 +141,9 @@ def fabric_sweep(request: SweepRequest, config: Config, environ: Mapping[str, st
         shown = ctl.show_nodes_raw()
         if acting and retester.recover(parse_show_nodes(shown)):
             shown = ctl.show_nodes_raw()
-        chosen, why_not = candidates(shown, wanted, partition, reservation)
-        retest, waiting = retest_candidates(shown, wanted, partition)
+        nodes = parse_show_nodes(shown)
+        chosen, why_not = candidates(nodes, wanted, partition, reservation)
+        retest, waiting = retest_candidates(nodes, wanted, partition)
         why_not.update(waiting)
         if len(chosen) < 2:
             print(f"gpu-healthcheck: --fabric-sweep: {len(chosen)} idle candidate node(s), a sweep "
@@ -244,7 +159,7 @@ def fabric_sweep(request: SweepRequest, config: Config, environ: Mapping[str, st
                       queue_grace_s=max(60.0, fabric.time_limit_s))
         runner = SlurmRunner(door, _spec(config), setup)
         runner.reservations = retester.reservations
-        planner = SweepPlanner(chosen, _thresholds(config, shown),
+        planner = SweepPlanner(chosen, _thresholds(config, nodes),
                                partners=fabric.partners, group_size=fabric.group_size,
                                first=_last_unknown(config.state_dir), retest=list(retester.held))
         try:
@@ -253,7 +168,7 @@ def fabric_sweep(request: SweepRequest, config: Config, environ: Mapping[str, st
                 if not jobs:
                     break
                 planner.record(runner.run(jobs))
-        except (SweepError, MissingProgram) as exc:
+        except (SweepError, MissingProgram, Terminated) as exc:
             runner.cancel_all()
             retested = tuple(retester.held)
             report = SweepReport(sweep_id, None, retester.abandon(f"the sweep stopped: {exc}"), why_not,
@@ -276,7 +191,7 @@ def fabric_sweep(request: SweepRequest, config: Config, environ: Mapping[str, st
         write_report(report, request.as_json, out)
         _record(config, report, events, err)
         return fabric_exit(any(n.outcome == BAD for n in outcome.nodes))
-    except (DoorError, GresConfError, OSError, SweepError) as exc:
+    except (DoorError, GresConfError, OSError, SweepError, Terminated) as exc:
         print(f"gpu-healthcheck: --fabric-sweep: {exc}; nothing drained", file=err)
         return fabric_exit(False, could_run=False)
     finally:
@@ -284,16 +199,16 @@ def fabric_sweep(request: SweepRequest, config: Config, environ: Mapping[str, st
             retester.abandon("the sweep stopped before judging it")
         lock.close()
         if events and config.journal:
-            from .journal import send_events
+            from ..act.journal import send_events
 
             send_events(events, "fabric-sweep")
 
 
-def _thresholds(config: Config, show_nodes: str) -> Thresholds:
+def _thresholds(config: Config, nodes: Sequence["NodeState"]) -> Thresholds:
     """[fabric]'s thresholds, with each node's per-model floor from its Gres= (`[fabric] floors`)."""
     from ..decide.sweep import fabric_thresholds
 
-    gres_of = {n.name: n.gres for n in parse_show_nodes(show_nodes)} if config.fabric.floors else {}
+    gres_of = {n.name: n.gres for n in nodes} if config.fabric.floors else {}
     return fabric_thresholds(config.fabric, gres_of)
 
 
@@ -325,19 +240,6 @@ def _keep_unknown(state_dir: str, sweep_id: str, nodes: Sequence[str], err: Text
               f"in {state_dir}: {exc}", file=err)
 
 
-def retest_refused(act: bool, report_only: bool, reservation: Optional[str]) -> Optional[str]:
-    """Why a node awaiting its fabric re-test is not re-tested by this sweep (its re-test
-    resumes it into a reservation of its own), or None."""
-    if not act:
-        return "awaiting a fabric re-test: only --fabric-sweep --act re-tests it"
-    if report_only:
-        return "awaiting a fabric re-test: report_only: would re-test it"
-    if reservation:
-        return (f"awaiting a fabric re-test: not re-tested while the sweep runs in [fabric] "
-                f"reservation {reservation}")
-    return None
-
-
 def _running_sweep(door: "object", sweep_id: str) -> Optional[str]:
     """Another sweep's id, from the live jobs named gpu-healthcheck-fabric (a sweep on another
     submit host holds no lock of ours)."""
@@ -362,7 +264,7 @@ def _drain(ctl: "object", node: NodeOutcome, collective: str, config: Config, ac
     """Drain one bad node through the scontrol door, as every drain of ours (act/fabricdrain.py:
     within the budget, decided then held, never over an admin's reason; report_only and a run
     without --act only say it).  Returns (what became of it, the reason)."""
-    from .fabricdrain import drain_fabric_node
+    from ..act.fabricdrain import drain_fabric_node
 
     return drain_fabric_node(ctl, node.node, fabric_reason(node, collective), config, act,  # type: ignore[arg-type]
                              events, {"GPU_HEALTHCHECK_MODE": "fabric-sweep", "GPU_HEALTHCHECK_SWEEP": sweep_id})
@@ -382,17 +284,17 @@ def _summary_event(report: SweepReport) -> LogEvent:
 
 def _record(config: Config, report: SweepReport, events: List[LogEvent], err: TextIO) -> None:
     """History line and metrics textfile; a failure is said on stderr, never a crash."""
-    from .sweeprecord import history_record, metrics_text
+    from ..report.sweep import history_record, metrics_text
 
     try:
-        from .history import append_line, encode
+        from ..act.history import append_line, encode
 
         append_line(config.history_path(), encode(history_record(report, events, time.time())),
                     config.history_max_bytes)
     except OSError as exc:
         print(f"gpu-healthcheck: --fabric-sweep: cannot write the history: {exc}", file=err)
     if config.metrics_file:
-        from .metrics import write_textfile
+        from ..act.metrics import write_textfile
 
         path = os.path.join(os.path.dirname(os.path.abspath(config.metrics_file)), "gpu_healthcheck_fabric.prom")
         try:

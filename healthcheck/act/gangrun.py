@@ -1,0 +1,85 @@
+"""The gang check's collectives (commands/gang.py conducts it): each job of a round an `srun
+--overlap` step inside the job's own allocation, all of a round's at once, each within its share
+of gang_timeout_s, its output read by read/nccltests.py and judged by decide/sweep.py.
+
+    runner = GangRunner(srun, job_id, config, os.environ, deadline)
+    results = runner.run(jobs)          # JobResult per Job; GangError: the check could not run
+"""
+
+from __future__ import annotations
+
+import concurrent.futures
+import os
+import re
+import time
+from typing import Dict, List, Mapping, Sequence
+
+from ..config import Config
+from ..decide.sweep import Job, JobResult, judge_collective
+
+# slurmstepd's words when the program is not on the nodes (Slurm 22.05-24.11)
+_MISSING_RE = re.compile(r"execve\(\): (\S+): No such file or directory")
+_SRUN_ERROR_RE = re.compile(r"^srun: error: (.*)$", re.M)
+RUN_SHARE = 5  # each collective gets at most gang_timeout_s / RUN_SHARE
+
+
+class GangError(Exception):
+    """The check could not run (a program missing, srun refused): nobody's node is at fault."""
+
+
+def srun_env(environ: Mapping[str, str]) -> Dict[str, str]:
+    """The nested srun's environment: ours without the step's SLURM_* (SLURM_NTASKS and the
+    like would override what we ask for); the job is named by --jobid."""
+    return {k: v for k, v in environ.items() if not k.startswith("SLURM_") or k == "SLURM_CONF"}
+
+
+class GangRunner:
+    """Runs a round's jobs at once, each an `srun --overlap` step inside the job."""
+
+    def __init__(self, srun: str, job_id: str, config: Config, environ: Mapping[str, str],
+                 deadline: float) -> None:
+        fabric = config.fabric
+        self.srun, self.job_id, self.deadline = srun, job_id, deadline
+        self.collective = (os.path.join(fabric.nccl_tests, fabric.collective) if fabric.nccl_tests
+                           else fabric.collective)
+        self.nbytes = fabric.gang_bytes
+        self.tasks_per_node = fabric.tasks_per_node
+        self.srun_args = fabric.srun_args
+        self.run_limit = max(5.0, fabric.gang_timeout_s / RUN_SHARE)
+        self.env = srun_env(environ)
+
+    def argv(self, job: Job) -> List[str]:
+        return [self.srun, f"--jobid={self.job_id}", "--overlap", f"--nodes={len(job.nodes)}",
+                f"--nodelist={','.join(job.nodes)}", f"--ntasks-per-node={self.tasks_per_node}",
+                # the job may hold fewer CPUs than ranks (one task a node): the ranks mostly wait
+                # on GPUs and the fabric, so they may share them
+                "--overcommit", "--kill-on-bad-exit=1", *self.srun_args, self.collective,
+                "-b", str(self.nbytes), "-e", str(self.nbytes), "-g", "1"]
+
+    def run(self, jobs: Sequence[Job]) -> List[JobResult]:
+        left = self.deadline - time.monotonic()
+        if left <= 1.0:
+            raise GangError("gang_timeout_s spent before the node could be found")
+        limit = min(left, self.run_limit)
+        with concurrent.futures.ThreadPoolExecutor(max_workers=max(1, len(jobs))) as pool:
+            return list(pool.map(lambda job: self._one(job, limit), jobs))
+
+    def _one(self, job: Job, limit: float) -> JobResult:
+        from ..outside import run_bounded
+        from ..read.nccltests import parse_nccl_tests
+
+        ran = run_bounded(self.argv(job), limit, merge_stderr=True, env=self.env, term_grace_s=3.0)
+        if ran.error and not ran.timed_out:
+            raise GangError(ran.error)
+        text = ran.text()
+        missing = _MISSING_RE.search(text)
+        if missing or ran.returncode == 127:
+            raise GangError(f"{missing.group(1) if missing else self.collective} is not installed on "
+                            f"{','.join(job.nodes)}")
+        run = parse_nccl_tests(text)
+        srun_errors = _SRUN_ERROR_RE.findall(text)
+        if not ran.timed_out and not run.rows and not run.hosts and srun_errors:
+            # srun never started the collective (no step, a node Slurm lost): not a fabric figure
+            raise GangError(f"srun could not run {self.collective} on {','.join(job.nodes)}: {srun_errors[0]}")
+        busbw, problem = judge_collective(run, ran.returncode, ran.timed_out)
+        return JobResult(job, busbw, problem)

@@ -1,0 +1,48 @@
+"""`gpu-healthcheck --cluster [--json]`: the nodes gpu-healthcheck drained, with their reasons in
+columns (report/cluster.py says what each column holds), from one `scontrol -o show nodes` call.
+
+    code = show_cluster(config, os.environ, as_json=False, out=sys.stdout)
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+from typing import TYPE_CHECKING, Mapping, Optional, TextIO
+
+from ..decide.exitcodes import done_exit
+from ..report.cluster import RUNBOOK, format_table, rows_from_show_nodes
+
+if TYPE_CHECKING:
+    import argparse
+
+    from ..config import Config
+
+
+def main(args: "argparse.Namespace", config: "Config", started: float) -> int:
+    return show_cluster(config, os.environ, args.json, sys.stdout)
+
+
+def show_cluster(config: "Config", environ: Mapping[str, str], as_json: bool, out: TextIO,
+                 err: Optional[TextIO] = None) -> int:
+    """`--cluster`: exit 0, or 3 when scontrol fails (the message names it)."""
+    from ..act.scontrol import Scontrol, ScontrolError, find_scontrol
+
+    err = err if err is not None else sys.stderr
+    ctl = Scontrol(find_scontrol(config.scontrol, environ), config.scontrol_timeout_s)
+    try:
+        text = ctl.show_nodes_raw()
+    except ScontrolError as exc:
+        print(f"gpu-healthcheck: --cluster: cannot list nodes with scontrol: {exc}", file=err)
+        return done_exit(False)
+    rows = rows_from_show_nodes(text, config.repair.max_concurrent)
+    if as_json:
+        json.dump(rows, out, indent=2)
+        out.write("\n")
+    else:
+        for line in format_table(rows):
+            out.write(line + "\n")
+        if rows:
+            out.write(f"\nwhat each reason means and what to do: {RUNBOOK}\n")
+    return done_exit(True)
