@@ -138,7 +138,9 @@ def test_suspects_a_lemon_among_eight_nodes_is_found_from_2_and_4_node_jobs_with
         fails = rng.random() < (0.8 if LEMON in where else 0.125)
         jobs.append(_submit(cluster, uids[i % 3], ",".join(where), "#!/bin/sh\nsleep 2\n" + ("exit 1" if fails else "true")))
     _wait_until(lambda: _ended_in_accounting(cluster, jobs), 480, 1.0, "the jobs' ends in slurmdbd")
-    done = _suspects(cluster, tmp_path, "incident_gap_s = 1.0\n")
+    # and a job is "fast" below 1 s: these all live 2 s, so the lemon is judged as a lemon (with
+    # the default 60 s its jobs that fail within seconds would name it a black hole first)
+    done = _suspects(cluster, tmp_path, "incident_gap_s = 1.0\nblack_hole_s = 1.0\n")
     doc = json.loads(done.stdout)
     lemons = [s["node"] for s in doc["suspects"] if s["kind"] == "lemon"]
     assert lemons == [LEMON], doc["suspects"]
