@@ -81,7 +81,15 @@ class _Hosts:
             elif "[" not in text:
                 got = tuple(sorted(set(text.split(","))))
             else:
-                from ClusterShell.NodeSet import NodeSet, NodeSetParseError
+                try:
+                    from ClusterShell.NodeSet import NodeSet, NodeSetParseError
+                except ImportError:
+                    # every multi-node job would be skipped: the statistics would lean on
+                    # single-node jobs alone, so the whole answer is unknown instead
+                    raise SacctFormatError(
+                        f"NodeList {text!r} needs ClusterShell to expand it, and it is not "
+                        "installed (Debian/Ubuntu: python3-clustershell; EL: python3-clustershell "
+                        "from EPEL; pip: ClusterShell)") from None
 
                 try:
                     got = tuple(NodeSet(text))
@@ -139,6 +147,8 @@ def parse_sacct_lines(lines: Iterator[str], source: str,
             continue  # pending, running, or cancelled before it started
         try:
             nodes = hosts.expand(nodelist)
+        except SacctFormatError:
+            raise  # not this line's fault: no line could be read (ClusterShell missing)
         except ValueError as exc:
             notes.append(f"{source}:{number}: {exc}; skipped")
             continue

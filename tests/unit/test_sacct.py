@@ -157,3 +157,21 @@ def test_sacct_file_unreadable_is_unknown_naming_the_file(tmp_path: Path) -> Non
     acct = read_sacct_file(str(tmp_path / "bad.txt"))
     assert acct.unknown and "NodeList" in acct.unknown
     assert os.path.exists(tmp_path / "bad.txt")
+
+
+def test_sacct_parse_without_clustershell_is_unknown_naming_the_package(monkeypatch) -> None:
+    """A site without ClusterShell: a bracketed NodeList cannot be expanded, and skipping every
+    multi-node job would leave statistics of single-node jobs alone, so the answer is unknown."""
+    import sys
+    monkeypatch.setitem(sys.modules, "ClusterShell.NodeSet", None)  # import fails as if absent
+    text = HEADER + "\n" + "|".join(("42", "alice", "FAILED", "1:0", "2026-12-01T10:00:00",
+                                      "2026-12-01T10:00:05", "2", "gpu-[01-02]")) + "\n"
+    try:
+        parse_sacct(text, "t")
+    except SacctFormatError as exc:
+        assert "python3-clustershell" in str(exc) and "gpu-[01-02]" in str(exc)
+    else:
+        raise AssertionError("a bracketed NodeList without ClusterShell was read")
+    # a plain list needs no ClusterShell
+    jobs, notes = parse_sacct(text.replace("gpu-[01-02]", "gpu-01,gpu-02"), "t")
+    assert [j.nodes for j in jobs] == [("gpu-01", "gpu-02")] and notes == []
