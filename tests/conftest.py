@@ -74,6 +74,26 @@ def pytest_collection_modifyitems(config, items) -> None:
     if misplaced:
         raise pytest.UsageError("a test with the slurm marker belongs in tests/slurm/, and only such a "
                                 "test: " + ", ".join(misplaced[:10]))
+    if config.pluginmanager.hasplugin("xdist"):
+        for item in items:
+            group = xdist_group(item)
+            if group:
+                item.add_marker(pytest.mark.xdist_group(group))
+
+
+def xdist_group(item) -> Optional[str]:
+    """Under pytest-xdist (`make test`: -n, --dist loadgroup) the tests of one group run on one
+    worker, in order: the Slurm tests all together (one cluster at a time, as make slurm-matrix
+    runs them), and the tests of a module with a module- or session-scoped fixture of its own
+    (a built wheel, a replayed dump: made once, not once per worker).  Every other test goes to
+    whichever worker is free."""
+    if item.get_closest_marker("slurm"):
+        return "slurm"
+    module = item.nodeid.split("::", 1)[0]
+    for defs in item._fixtureinfo.name2fixturedefs.values():
+        if any(d.scope != "function" and d.baseid == module for d in defs):
+            return module
+    return None
 
 
 def pytest_terminal_summary(terminalreporter) -> None:
