@@ -75,18 +75,18 @@ def test_fakegpu_fabric_hang_never_finishes(tmp_path: Path, fakegpu: Path) -> No
     path.write_text("node.gpu-b.nccl.hang = 1\n")
     env = {k: v for k, v in os.environ.items() if not k.startswith("SLURM")}
     env.update(FAKEGPU_FABRIC=str(path), SLURM_STEP_NODELIST="gpu-a,gpu-b", SLURM_PROCID="0", SLURM_NTASKS="4")
-    proc = subprocess.Popen([str(FAKE / "all_reduce_perf")], env=env, stdout=subprocess.PIPE, text=True)
+    proc = subprocess.Popen([str(FAKE / "all_reduce_perf")], env=env, stdout=subprocess.PIPE)
     try:
-        lines = []
+        out = b""
         with selectors.DefaultSelector() as sel:
             sel.register(proc.stdout, selectors.EVENT_READ)
             deadline = time.monotonic() + 120
-            while not any("# Using devices" in line for line in lines) and time.monotonic() < deadline:
+            while b"# Using devices" not in out and time.monotonic() < deadline:
                 if sel.select(timeout=deadline - time.monotonic()):
-                    line = proc.stdout.readline()
-                    assert line, "".join(lines)  # it ended instead of hanging
-                    lines.append(line)
-        assert any("# Using devices" in line for line in lines), "".join(lines)
+                    chunk = os.read(proc.stdout.fileno(), 65536)
+                    assert chunk, out.decode()  # it ended instead of hanging
+                    out += chunk
+        assert b"# Using devices" in out, out.decode()
         with pytest.raises(subprocess.TimeoutExpired):
             proc.wait(timeout=2)
     finally:
