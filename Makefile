@@ -84,11 +84,11 @@ venv-demo: apt-demo
 	$(call venv_install,-e . nvidia-nvml-dev,demo)
 
 # The whole suite, in the venv. pytest exits 5 when it collected no tests: that fails too.
-# --dist loadgroup: the Slurm tests run one after another on one worker, and a module with a
-# fixture of its own on one worker (tests/conftest.py, xdist_group).
+# --dist loadfile: a test file runs on one worker, and the Slurm tests all on one worker, one
+# after another (tests/conftest.py, pytest_xdist_make_scheduler).
 test: venv
 	@$(MAKE) -s -C tests/fakegpu PYTHON=$(abspath $(VPY))
-	$(VPY) -m pytest -q -p no:cacheprovider -n $(PYTEST_JOBS) --dist loadgroup $(PYTEST_ARGS) tests
+	$(VPY) -m pytest -q -p no:cacheprovider -n $(PYTEST_JOBS) --dist loadfile $(PYTEST_ARGS) tests
 
 # The unit layer (tests/README.md): pure and in-process, so it needs neither the fake GPUs nor Slurm.
 test-unit: venv

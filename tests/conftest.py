@@ -74,26 +74,24 @@ def pytest_collection_modifyitems(config, items) -> None:
     if misplaced:
         raise pytest.UsageError("a test with the slurm marker belongs in tests/slurm/, and only such a "
                                 "test: " + ", ".join(misplaced[:10]))
-    if config.pluginmanager.hasplugin("xdist"):
-        for item in items:
-            group = xdist_group(item)
-            if group:
-                item.add_marker(pytest.mark.xdist_group(group))
 
 
-def xdist_group(item) -> Optional[str]:
-    """Under pytest-xdist (`make test`: -n, --dist loadgroup) the tests of one group run on one
-    worker, in order: the Slurm tests all together (one cluster at a time, as make slurm-matrix
-    runs them), and the tests of a module with a module- or session-scoped fixture of its own
-    (a built wheel, a replayed dump: made once, not once per worker).  Every other test goes to
-    whichever worker is free."""
-    if item.get_closest_marker("slurm"):
-        return "slurm"
-    module = item.nodeid.split("::", 1)[0]
-    for defs in item._fixtureinfo.name2fixturedefs.values():
-        if any(d.scope != "function" and d.baseid == module for d in defs):
-            return module
-    return None
+def pytest_xdist_make_scheduler(config, log):
+    """Under pytest-xdist with `--dist loadfile` (`make test`): each test file runs on one
+    worker, in order (a module's own fixtures, a built wheel or a replayed dump, are made once,
+    not once per worker), and the Slurm tests, tests/slurm/ (see above), all on one worker, one
+    cluster at a time, as make slurm-matrix runs them.  (pytest-xdist's own --dist loadgroup
+    cannot do this here: its group marks rename test ids in a way pytest 9 no longer reads.)"""
+    if config.getvalue("dist") != "loadfile":
+        return None
+    from xdist.scheduler import LoadFileScheduling
+
+    class FileOrSlurm(LoadFileScheduling):
+        def _split_scope(self, nodeid: str) -> str:
+            path = nodeid.split("::", 1)[0]
+            return "tests/slurm/" if path.startswith("tests/slurm/") else path
+
+    return FileOrSlurm(config, log)
 
 
 def pytest_terminal_summary(terminalreporter) -> None:
