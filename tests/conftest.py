@@ -76,6 +76,7 @@ def pytest_collection_modifyitems(config, items) -> None:
                                 "test: " + ", ".join(misplaced[:10]))
 
 
+@pytest.hookimpl(optionalhook=True)  # a venv without pytest-xdist (a Slurm root's) runs without it
 def pytest_xdist_make_scheduler(config, log):
     """Under pytest-xdist with `--dist loadfile` (`make test`): each test file runs on one
     worker, in order (a module's own fixtures, a built wheel or a replayed dump, are made once,
