@@ -1,6 +1,7 @@
 # gpu-healthcheck: top-level entry points.
 #   make demo    the incident replayed on a local 3-node Slurm cluster (the main job; root)
-#   make test    the test suite, in the venv .venv (no timed assertions) [PYTEST_ARGS=...]
+#   make test    the test suite, in the venv .venv, on PYTEST_JOBS pytest-xdist workers (no timed
+#                assertions) [PYTEST_ARGS=... PYTEST_JOBS=N; 0: in one process]
 #   make test-unit  the fast layer alone (tests/unit: in-process, no fake GPUs, no Slurm), in seconds
 #   make venv    make or repair .venv with the distro's python3 and install .[test] into it
 #   make fake    build the simulated NVML/CUDA libraries (tests/fakegpu/build)
@@ -24,6 +25,9 @@
 PYTHON ?= python3
 BENCH_ARGS ?=
 PYTEST_ARGS ?=
+# pytest-xdist workers for make test: one per CPU, at most 8 (the tests wait on child processes
+# more than they compute, but a worker per CPU was the quickest on 2 cores: docs/development.md)
+PYTEST_JOBS ?= $(shell n=$$(nproc 2>/dev/null || echo 2); [ "$$n" -gt 8 ] && n=8; echo $$n)
 VENV ?= .venv
 VENV_PYTHON ?= $(shell test -x /usr/bin/python3 && echo /usr/bin/python3 || command -v python3)
 VPY = $(VENV)/bin/python
@@ -83,9 +87,11 @@ venv-demo: apt-demo
 	$(call venv_install,-e . nvidia-nvml-dev,demo)
 
 # The whole suite, in the venv. pytest exits 5 when it collected no tests: that fails too.
+# --dist loadfile: a test file runs on one worker, and the Slurm tests all on one worker, one
+# after another (tests/conftest.py, pytest_xdist_make_scheduler).
 test: venv
 	@$(MAKE) -s -C tests/fakegpu PYTHON=$(abspath $(VPY))
-	$(VPY) -m pytest -q -p no:cacheprovider $(PYTEST_ARGS) tests
+	$(VPY) -m pytest -q -p no:cacheprovider -n $(PYTEST_JOBS) --dist loadfile $(PYTEST_ARGS) tests
 
 # The unit layer (tests/README.md): pure and in-process, so it needs neither the fake GPUs nor Slurm.
 test-unit: venv
