@@ -36,7 +36,7 @@ from ..act.scontrol import parse_show_nodes
 from ..act.sweeprun import JOB_NAME, Setup, SlurmRunner, SweepError
 from ..config import Config
 from ..decide.exitcodes import CONFIG_ERROR, fabric_exit
-from ..decide.fabricjob import JobSpec, MissingProgram
+from ..decide.fabricjob import JobSpec, SetupProblem
 from ..decide.sweep import BAD, UNKNOWN, NodeOutcome, SweepPlanner, SweepReport, Thresholds, fabric_reason
 from ..decide.sweepnodes import candidates, retest_candidates, retest_refused
 from ..model import CRIT, ERR, NOTICE, DoorError, LogEvent, Terminated, UsageError
@@ -168,7 +168,7 @@ def fabric_sweep(request: SweepRequest, config: Config, environ: Mapping[str, st
                 if not jobs:
                     break
                 planner.record(runner.run(jobs))
-        except (SweepError, MissingProgram, Terminated) as exc:
+        except (SweepError, SetupProblem, Terminated) as exc:
             runner.cancel_all()
             retested = tuple(retester.held)
             report = SweepReport(sweep_id, None, retester.abandon(f"the sweep stopped: {exc}"), why_not,

@@ -49,13 +49,14 @@ class JobSpec(NamedTuple):
     rails: Tuple[str, ...] = ()
 
 
-class MissingProgram(Exception):
-    """The job shows the site's setup keeps it from testing its nodes, not a node fault: a
+class SetupProblem(Exception):
+    """The output shows the site's setup keeps it from testing its nodes, not a node fault: a
     program not installed (this class), or a collective that never crossed the network
-    (NotSpanned).  The sweep stops, nothing drained (act/sweep.py catches this class)."""
+    (NotSpanned).  The fabric sweep and the gang check stop, nothing drained, exit 3
+    (commands/fabricsweep.py and act/gangrun.py catch this class)."""
 
 
-class NotSpanned(MissingProgram):
+class NotSpanned(SetupProblem):
     """The collective's output does not prove it ran across the job's nodes: nccl-tests built
     without MPI, or srun without `--mpi=pmix`, runs each task as its own single-node job."""
 
@@ -80,6 +81,17 @@ def span_problem(run: NcclRun, nodes: Sequence[str]) -> Optional[str]:
     if len(run.hosts) < len(nodes):
         return f"ranks on {', '.join(run.hosts)} only ({run.ranks} ranks, {len(nodes)} nodes)"
     return None
+
+
+def require_span(run: NcclRun, nodes: Sequence[str], problem: Optional[str], where: str = "") -> None:
+    """Raises NotSpanned when the collective's output does not prove it spanned `nodes`.
+
+    Ranks shown on too few hosts is the setup whatever the figure; no rank lines at all is,
+    unless the run failed on its own (`problem`: a hang or an NCCL error before the header, a
+    node's fault).  `where` ends the message (" (job 12)")."""
+    span = span_problem(run, nodes)
+    if span is not None and (run.rank_lines or problem is None):
+        raise NotSpanned(f"the collective did not span {','.join(nodes)}: {span}; {SPAN_ADVICE}{where}")
 
 
 def job_script(spec: JobSpec, job: Job, sweep_id: str) -> str:
@@ -135,25 +147,21 @@ def judge_job_output(spec: JobSpec, job: Job, text: str, state: str, job_id: Opt
     """What the job printed, and the state Slurm gave it, as a JobResult.
 
     Raises:
-        MissingProgram: the collective or ib_write_bw is not installed where the job ran.
+        SetupProblem: the collective or ib_write_bw is not installed where the job ran.
         NotSpanned: the collective's output does not prove it ran across the job's nodes.
     """
     sections = split_output(text)
     body, rc = sections.get("collective", ("", None))
     missing = missing_program(body)
     if missing is not None or rc == 127:
-        raise MissingProgram(f"{missing or spec.collective} is not installed on {','.join(job.nodes)} "
+        raise SetupProblem(f"{missing or spec.collective} is not installed on {','.join(job.nodes)} "
                              f"(job {job_id}: {_last_line(body)})")
     killed = state not in ("COMPLETED", "FAILED", "")  # TIMEOUT (its --time), CANCELLED (ours), ...
     timed_out = rc in TIMEOUT_STATUSES or (rc is None and killed)
     collective = parse_nccl_tests(body)
     busbw, problem = judge_collective(collective, rc, timed_out)
-    span = span_problem(collective, job.nodes) if "collective" in sections else None
-    # ranks shown on too few hosts is the setup whatever the figure; no rank lines at all is,
-    # unless the run failed on its own (a hang or an NCCL error before the header: a node's)
-    if span is not None and (collective.rank_lines or problem is None):
-        raise NotSpanned(f"the collective did not span {','.join(job.nodes)}: {span}; {SPAN_ADVICE} "
-                         f"(job {job_id})")
+    if "collective" in sections:
+        require_span(collective, job.nodes, problem, f" (job {job_id})")
     if rc is None and not killed and problem is None:
         problem = "the job ended before the collective finished"
     if "collective" not in sections:
@@ -162,7 +170,7 @@ def judge_job_output(spec: JobSpec, job: Job, text: str, state: str, job_id: Opt
     for rail in spec.rails if len(job.nodes) >= 2 else ():
         rail_body, rail_rc = sections.get(rail, ("", None))
         if missing_program(rail_body) is not None or rail_rc == 127:
-            raise MissingProgram(f"{spec.ib_write_bw} is not installed on {','.join(job.nodes[:2])} "
+            raise SetupProblem(f"{spec.ib_write_bw} is not installed on {','.join(job.nodes[:2])} "
                                  f"(job {job_id}: {_last_line(rail_body)})")
         run = parse_ib_write_bw(rail_body)
         why = None

@@ -13,7 +13,7 @@ from healthcheck.decide.sweep import SweepReport
 from healthcheck.decide.sweepnodes import candidates
 from healthcheck.report.sweep import history_record, metrics_text
 from healthcheck.act.sweeprun import minutes, sbatch_args, Setup
-from healthcheck.decide.fabricjob import (JobSpec, MissingProgram, NotSpanned, job_script, judge_job_output,
+from healthcheck.decide.fabricjob import (JobSpec, SetupProblem, NotSpanned, job_script, judge_job_output,
                                          split_output)
 from healthcheck.decide.sweep import Job, JobResult, NodeOutcome, SweepOutcome
 
@@ -78,7 +78,7 @@ def test_fabric_job_output_rail_hang_and_no_result() -> None:
 def test_fabric_job_missing_program_stops_the_sweep() -> None:
     text = output("slurmstepd: error: execve(): /opt/nccl-tests/build/all_reduce_perf: No such file or directory\n"
                   "srun: error: gpu-a: task 0: Exited with exit code 2\n", 2)
-    with pytest.raises(MissingProgram, match="all_reduce_perf is not installed on gpu-a,gpu-b"):
+    with pytest.raises(SetupProblem, match="all_reduce_perf is not installed on gpu-a,gpu-b"):
         judge_job_output(SPEC, JOB, text, "FAILED", "12")
 
 
@@ -135,7 +135,7 @@ def test_fabric_job_two_single_node_runs_at_235_gbps_are_a_setup_problem_never_a
     with pytest.raises(NotSpanned, match="did not span gpu-a,gpu-b: its ranks were numbered anew on each host") as err:
         judge_job_output(SPEC, JOB, text, "COMPLETED", "12")
     assert "build nccl-tests with MPI" in str(err.value) and "srun --mpi=pmix" in str(err.value)
-    assert isinstance(err.value, MissingProgram)  # the sweep stops: nothing drained, exit 3
+    assert isinstance(err.value, SetupProblem)  # the sweep stops: nothing drained, exit 3
 
 
 def test_fabric_job_g1_single_rank_runs_reading_zero_are_a_setup_problem() -> None:
