@@ -4,7 +4,7 @@
 
 The readers are NVML, sysfs, procfs, the Slurm environment and gres.conf, the kernel log and
 the CUDA probe.  What comes from state_dir (the prolog's baseline, the Xid acknowledgements)
-and from slurmctld (`scontrol listpids`) is handed in through NodeInputs by the orchestrator,
+and from slurmctld (`scontrol listpids`) is handed in through NodeInputs by the command (commands/node.py),
 which owns those doors: a reader never opens scontrol or writes the state store.
 """
 
