@@ -35,17 +35,15 @@ nothing is drained; so is every node the evidence cannot tell about (every pair 
 from __future__ import annotations
 
 import re
-from typing import TYPE_CHECKING, Callable, Dict, FrozenSet, List, Optional, Sequence, Set, Tuple
+from typing import Callable, Dict, FrozenSet, List, Optional, Sequence, Set, Tuple
 
+from ..netmodel import NcclRun
 from ..records import NamedTuple
 from .fabricjob import require_span
 from .sweep import (BAD, FABRIC_PREFIX, PASS, TRANSIENT, Job, JobResult, NodeOutcome, SweepPlanner,
                     Thresholds, failure, judge_collective, reason_token)
 from .sweep import UNKNOWN as NODE_UNKNOWN
 from .verdict import sanitise
-
-if TYPE_CHECKING:
-    from ..read.nccltests import NcclRun
 
 PASSED, FAILED, SINGLE, UNKNOWN = "passed", "failed", "single", "unknown"
 LINE = "gpu-healthcheck: gang:"  # every line the gang check writes into the job's output
@@ -98,7 +96,7 @@ def parse_show_job(text: str, expand: Optional[Callable[[str], List[str]]] = Non
                    int(restarts) if restarts.isdigit() else 0, fields.get("Requeue", "1") != "0")
 
 
-def judge_gang_run(job: Job, run: "NcclRun", exited: Optional[int], timed_out: bool) -> JobResult:
+def judge_gang_run(job: Job, run: NcclRun, exited: Optional[int], timed_out: bool) -> JobResult:
     """One collective of the gang check, judged as the fabric sweep judges its jobs: first
     whether its output proves it spanned the job's nodes (decide/fabricjob.span_problem), then
     its figure and errors (decide/sweep.judge_collective).
