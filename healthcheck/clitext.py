@@ -16,6 +16,9 @@ exit status:
                   3 could not run (a program missing, srun refused, not in a job)
   any mode        3 for a command-line mistake (an unknown option, an option the mode does
                   not take) or an invalid config under --node; 143 on SIGTERM
+  refused config  (not owned by root, or writable by others) nothing is acted on in any
+                  mode; --node, --repair, --check-config, --ack, --gang, --fabric-sweep exit 3,
+                  --prolog and --epilog 0
 
 configuration: /etc/gpu-healthcheck/config.toml, or $GPU_HEALTHCHECK_CONFIG, or --config.
 Slurm: Prolog=/usr/libexec/gpu-healthcheck/gpu-healthcheck-prolog (see deploy/slurm/).

@@ -157,6 +157,8 @@ def execute(mode: "Mode", args: "argparse.Namespace", config: Config, started: f
     request = RunRequest(mode=mode, environ=os.environ, level=level or args.level or "quick",
                          act=args.act, gpus=gpus, started_monotonic=started, repair=args.repair)
     outcome = run(request, config)
+    if config.refused:  # the run was report_only (config.load_config): it acted on nothing
+        outcome.report["config_refused"] = config.refused
     if refused:
         job = os.environ.get("SLURM_JOB_ID")
         outcome.events.append(LogEvent("error", WARNING, refused, {
@@ -170,11 +172,19 @@ def execute(mode: "Mode", args: "argparse.Namespace", config: Config, started: f
             from ..report.table import write_table
 
             write_table(outcome.report, sys.stdout, colour=sys.stdout.isatty())
+        if config.refused and not args.json:
+            from ..config import refusal_line
+
+            print(refusal_line(config.refused))
         sys.stdout.flush()
     except BrokenPipeError:
         # `gpu-healthcheck --node | head`: the reader left; the run itself still counts
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
     emit(outcome, config, mode)
+    if config.refused:
+        from ..decide.exitcodes import refused_config_exit
+
+        return refused_config_exit(mode)
     return outcome.exit_code
 
 

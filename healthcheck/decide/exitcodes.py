@@ -5,7 +5,7 @@ non-zero epilog drains it, and HealthCheckProgram's status is logged.  So each c
 is one function of what happened, never of how a message was worded (CONTRACTS §1):
 
     --node          0 pass, 1 warn, 2 fail, 3 unknown (could not check; also a usage or
-                    config error, and a bug of ours)
+                    config error, a refused config, and a bug of ours)
     --prolog        non-zero exactly when the job must not start here
     --epilog        non-zero exactly when it drained the node (or left a pending drain)
     --check-config  0 valid, 3 invalid (as --node exits on the same file)
@@ -68,6 +68,13 @@ def run_exit(mode: Mode, verdict: Verdict, reason: "str | None", action: NodeAct
         return prolog_exit(reason is not None
                            and action.outcome not in (Outcome.REFUSED, Outcome.REPORT_ONLY))
     return epilog_exit(action.taken == "drain")
+
+
+def refused_config_exit(mode: Mode) -> int:
+    """A config refused for its ownership or mode (nothing was acted on): --node and --repair
+    could not check as configured (3); the prolog and epilog exit 0, so Slurm drains nothing
+    for our own config."""
+    return ExitCode.UNKNOWN if mode is Mode.NODE else ExitCode.OK
 
 
 def internal_error_exit(mode: Mode) -> int:

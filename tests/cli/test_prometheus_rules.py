@@ -28,7 +28,7 @@ def test_prometheus_rules_pass_promtool_check_rules():
     assert done.returncode == 0, done.stdout + done.stderr
     alerts = re.findall(r"^\s+- alert: (\S+)", RULES.read_text(), re.M)
     assert f"SUCCESS: {len(alerts)} rules found" in done.stdout, done.stdout
-    assert len(alerts) == 9
+    assert len(alerts) == 10
 
 
 def test_prometheus_rules_unit_tests_pass_and_test_every_alert_firing_and_not():
