@@ -28,7 +28,7 @@ from ..act.slurm import Slurm, report_only
 from ..act.state import StateStore, read_acks, read_known_gpus, remember_gpus
 from ..config import Config
 from ..decide.budget import fit_to_budget, probe_cap_s, run_budget_s
-from ..decide.exitcodes import run_exit
+from ..decide.exitcodes import CONFIG_ERROR, run_exit
 from ..decide.judge import judge
 from ..decide.plan import Step, next_step, plan_run
 from ..decide.verdict import drain_reason
@@ -112,11 +112,14 @@ def run(request: RunRequest, config: Config, node_name: Optional[str] = None) ->
         action = slurm.maybe_resume(store, node, findings, snapshot, events, base_fields,
                                     request.level, partial=request.gpus is not None)
 
+    unreached: Optional[str] = None  # --repair: why slurmctld did not answer (nothing repaired)
     if plan.health_check and (request.repair or config.repair.enabled) and request.gpus is None:
         from ..act.repair import Repairer
 
         repairer = Repairer(config, slurm, store, node, events, base_fields, ends_at)
-        if repairer.start(snapshot, findings, plan.report_only, request.level):
+        started_repair = repairer.start(snapshot, findings, plan.report_only, request.level)
+        unreached = repairer.unreached if request.repair else None
+        if started_repair:
             # Prove the repaired GPUs healthy: every GPU checked at the level that found the
             # fault (the deep tests and dcgmi diag for a deep drain), at least full, then
             # today's resume (the drain's own context judged too)
@@ -133,9 +136,15 @@ def run(request: RunRequest, config: Config, node_name: Optional[str] = None) ->
     if job_id and plan.consumes_baseline(job_id, snapshot.baseline is not None):
         store.remove_baseline(job_id)
 
-    exit_code = run_exit(mode, verdict, reason, action)
+    # --repair that could not reach slurmctld repaired nothing: could not do what was asked
+    exit_code = run_exit(mode, verdict, reason, action) if unreached is None else CONFIG_ERROR
     report = build_report(snapshot, findings, verdict, action, mode, job_id, node, started,
                           time.monotonic() - t0, request.level, plan.only_gpus)
+    if unreached is not None:
+        from ..model import SLURMCTLD_ADVICE
+
+        report["repair_error"] = (f"--repair could not run: slurmctld did not answer ({unreached}); "
+                                  f"nothing repaired; {SLURMCTLD_ADVICE}")
     events += finding_events(findings, crashes, snapshot, mode, node, verdict, action, base_fields)
     # every entry findable by job and node (journalctl SLURM_JOB_ID=...), whoever made it
     events = [e._replace(fields={**base_fields, **{k: v for k, v in e.fields.items() if v}})
@@ -176,6 +185,8 @@ def execute(mode: "Mode", args: "argparse.Namespace", config: Config, started: f
             from ..config import refusal_line
 
             print(refusal_line(config.refused))
+        if outcome.report.get("repair_error") and not args.json:
+            print(f"gpu-healthcheck: {outcome.report['repair_error']}")
         sys.stdout.flush()
     except BrokenPipeError:
         # `gpu-healthcheck --node | head`: the reader left; the run itself still counts

@@ -9,9 +9,10 @@ is one function of what happened, never of how a message was worded (CONTRACTS Â
     --prolog        non-zero exactly when the job must not start here
     --epilog        non-zero exactly when it drained the node (or left a pending drain)
     --check-config  0 valid, 3 invalid (as --node exits on the same file)
-    --repair        as --node (the check that follows the repair)
+    --repair        as --node (the check that follows the repair); 3 when slurmctld did not
+                    answer (nothing repaired)
     --history, --cluster, --ack   0 done, 3 could not
-    --job-report    0 healthy, 2 a GPU of the job is at fault, 3 could not check
+    --job-report    0 healthy, 2 a GPU of the job is at fault, 3 could not check (or no job)
     --fabric-sweep  0 no bad node, 2 a bad node found (drained with --act), 3 could not run
     --gang          0 the fabric passed (or one node: nothing to check), 2 it failed, 3 could not run
     SIGTERM         128 + 15, as a shell reports it
