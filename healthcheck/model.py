@@ -232,6 +232,14 @@ def trailing_number(path: str) -> Optional[int]:
     return int(m.group(1)) if m else None
 
 
+def file_minors(layout: GresLayout) -> List[Optional[int]]:
+    """Each File='s device number: st_rdev's minor as read/gres.py stat'ed it, else (a pure
+    parse) the name's trailing digits."""
+    if len(layout.minors) == len(layout.files):
+        return list(layout.minors)
+    return [trailing_number(f) for f in layout.files]
+
+
 # AutoDetect values of NVIDIA's plugins
 NVIDIA_AUTODETECT = ("nvml", "nvidia", "full")
 OTHER_VENDORS = ("rsmi", "oneapi", "nrt")  # AMD, Intel, AWS Neuron: not GPUs NVML lists

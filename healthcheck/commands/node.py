@@ -29,6 +29,7 @@ from ..act.state import StateStore, read_acks, read_known_gpus, remember_gpus
 from ..config import Config
 from ..decide.budget import fit_to_budget, probe_cap_s, probe_timeout, run_budget_s
 from ..decide.exitcodes import CONFIG_ERROR, run_exit
+from ..decide.gpumap import map_job_gpus
 from ..decide.judge import judge
 from ..decide.plan import Step, next_step, plan_run
 from ..decide.verdict import drain_reason
@@ -77,7 +78,8 @@ def run(request: RunRequest, config: Config, node_name: Optional[str] = None) ->
         # without a cap probe_timeout always has a deadline: the probe's own
         return (probe_timeout(fitted, level, largest_mib, cap), probe_timeout(fitted, level, largest_mib) or 0.0)
 
-    inputs = NodeInputs(probe_limits=probe_limits, baseline=store.read_baseline, listpids=slurm.listpids,
+    inputs = NodeInputs(probe_limits=probe_limits, map_gpus=map_job_gpus, baseline=store.read_baseline,
+                        listpids=slurm.listpids,
                         known=lambda: read_known_gpus(store))
     snapshot, selected = _read(request, config, host, node, inputs, events, store)
     if plan.health_check and plan.changes_node:  # how a GPU that vanishes later is named

@@ -13,10 +13,10 @@ from __future__ import annotations
 
 import os
 import time
-from typing import Any, Callable, List, Mapping, Optional, Tuple
+from typing import Any, Callable, List, Mapping, Optional, Sequence, Tuple
 
 from ..config import Config
-from ..model import (ERR, NOTICE, WARNING, Baseline, DoorError, GpuSnapshot, JobContext,
+from ..model import (ERR, NOTICE, WARNING, Baseline, DoorError, GpuSnapshot, GresLayout, JobContext,
                      KernelLogWindow, LogEvent, Mode, NodeSnapshot, ProbeResult, ProbeStatus,
                      RunRequest, UsageError, co_tenant_mib)
 from ..staterecords import KnownGpu
@@ -30,6 +30,10 @@ from .slurmenv import job_from_env
 from .sysfs import read_driver_age, read_sysfs_nvidia
 
 
+MapGpus = Callable[[Sequence[str], Sequence[GpuSnapshot], Optional[GresLayout]],
+                   Tuple[Tuple[int, ...], Optional[str]]]
+
+
 class NodeInputs(NamedTuple):
     """What read_node needs from the command: how long the probe may take, and the answers of
     doors it does not own (optional: None = not asked)."""
@@ -38,6 +42,9 @@ class NodeInputs(NamedTuple):
     # None: no time left to probe; their own deadline): decide/budget.probe_timeout, which the
     # command applies with the run's budget (HealthCheckProgram, the SPANK plugin's deadline)
     probe_limits: Callable[[str, int], Tuple[Optional[float], float]]
+    # Slurm's GPU ids of a job -> (NVML indices, why they cannot be told apart): how slurmd
+    # numbers them is decide/gpumap.map_job_gpus's rule, which the command hands in
+    map_gpus: MapGpus
 
     # the epilog's baseline: (baseline, why it is missing) from the state store
     baseline: Optional[Callable[[str], Tuple[Optional[Baseline], Optional[str]]]] = None
@@ -79,11 +86,9 @@ def read_node(request: RunRequest, config: Config, host: str, node: str,
     layout = None
     if job is not None:
         if job.gpu_ids is not None:
-            from ..decide.gpumap import map_job_gpus
-
             if any(i.isdigit() for i in job.gpu_ids):
                 layout = job_layout(config, request, job, host, events)
-            selected, error = map_job_gpus(job.gpu_ids, gpus, layout) if nvml.error is None else ((), None)
+            selected, error = inputs.map_gpus(job.gpu_ids, gpus, layout) if nvml.error is None else ((), None)
             if error:
                 job = job._replace(gpu_ids_error=f"{job.gpu_ids_source}={','.join(job.gpu_ids)}: {error}")
                 selected = ()
@@ -91,7 +96,7 @@ def read_node(request: RunRequest, config: Config, host: str, node: str,
             selected = ()  # malformed list: probe nothing, judge with NVML only
         if gpus and layout is None:
             layout = job_layout(config, request, job, host, events)
-        gpus = with_slurm_jobs(gpus, selected or (), inputs.listpids, node, events,
+        gpus = with_slurm_jobs(gpus, selected or (), inputs.listpids, inputs.map_gpus, node, events,
                                layout, job.job_id, config.proc_root)
     from .sysfs import read_unbound
 
@@ -184,8 +189,7 @@ def out_of_service(gpus: Tuple[GpuSnapshot, ...], exclude: Tuple[str, ...],
             pcis.add(normalise_pci(entry))
         except ValueError:
             pass  # a serial or UUID
-    from ..decide.gpumap import file_minors
-    from ..model import NVIDIA_AUTODETECT, autodetect_kind
+    from ..model import NVIDIA_AUTODETECT, autodetect_kind, file_minors
 
     in_gres = None
     if (layout is not None and not layout.error and not layout.uncertain and layout.files
@@ -252,7 +256,7 @@ def peer_plan(snapshot: NodeSnapshot, tested: List[int]) -> Tuple[Any, Tuple[Any
 
 
 def with_slurm_jobs(gpus: Tuple[GpuSnapshot, ...], selected: Tuple[int, ...],
-                    listpids: Optional[Callable[[str], Mapping[int, str]]], node: str,
+                    listpids: Optional[Callable[[str], Mapping[int, str]]], map_gpus: MapGpus, node: str,
                     events: List[LogEvent], layout: Any = None, this_job: Optional[str] = None,
                     proc_root: str = "/proc") -> Tuple[GpuSnapshot, ...]:
     """With gres/mps or gres/shard several live jobs share a GPU.  On such a node only, a
@@ -274,7 +278,6 @@ def with_slurm_jobs(gpus: Tuple[GpuSnapshot, ...], selected: Tuple[int, ...],
                                                  f"({exc}); processes on the job's GPUs count as "
                                                  f"leftovers"))
         return gpus
-    from ..decide.gpumap import map_job_gpus
     from .procinfo import job_gpus_of
 
     live = set(jobs.values())
@@ -284,7 +287,7 @@ def with_slurm_jobs(gpus: Tuple[GpuSnapshot, ...], selected: Tuple[int, ...],
         if not job_id or job_id == this_job or is_mps_daemon(proc):
             return proc._replace(job_id=job_id)
         ids = job_gpus_of(proc.pid, proc_root) if job_id in live else None
-        given = map_job_gpus(ids, gpus, layout) if ids is not None else None
+        given = map_gpus(ids, gpus, layout) if ids is not None else None
         return proc._replace(job_id=job_id, job_live=job_id in live,
                              job_gpus=given[0] if given is not None and given[1] is None else None)
 
