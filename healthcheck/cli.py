@@ -71,6 +71,11 @@ COMMANDS = {
 }
 
 
+# Modes that only act (or write what acting reads) stop at a refused config; the node
+# pipeline's modes run their checks report_only and say so (commands/node.py).
+_STOP_ON_REFUSED = ("fabric_sweep", "gang", "ack")
+
+
 def _on_sigterm(signum: int, frame: object) -> None:
     # A second SIGTERM must not interrupt the unwinding (probe children killed, jobs cancelled)
     # or the last log lines.
@@ -258,6 +263,12 @@ def _guarded(mode: str, command: Command, args: "argparse.Namespace", started: f
         config = _config(command.config, args.config)
         if isinstance(config, int):
             return config
+        if config is not None and config.refused and mode in _STOP_ON_REFUSED:
+            from .config import refusal_line
+
+            print(refusal_line(config.refused), flush=True)
+            _log_refused(name, config)
+            return exitcodes.CONFIG_ERROR
         if config is not None:
             loaded.append(config)
         code = int(module.main(args, config, started))
@@ -359,6 +370,16 @@ class _ReaderMayLeave:
 
     def __getattr__(self, name: str) -> Any:
         return getattr(self._stream, name)
+
+
+def _log_refused(mode: str, config: "Config") -> None:
+    """The refusal in the journal (critical), for a mode that stopped at it."""
+    if not config.journal:
+        return
+    from .act.journal import send_events
+    from .model import CRIT, LogEvent
+
+    send_events([LogEvent("error", CRIT, w, {"GPU_HEALTHCHECK_MODE": mode}) for w in config.warnings], mode)
 
 
 def _log_internal_error(mode: str, config: Optional["Config"]) -> None:

@@ -79,6 +79,9 @@ class Config(NamedTuple):
     suspects: SuspectsConfig = SuspectsConfig()
     source: Optional[str] = None  # the file this came from, for messages
     warnings: Tuple[str, ...] = ()  # problems found while loading that did not stop us
+    # "PATH: world-writable": the file was refused (unsafe_ownership); the built-in defaults
+    # stand in, with report_only set, and no mode acts (refusal_line says so on stdout)
+    refused: Optional[str] = None
 
     def history_path(self) -> str:
         return self.history_file or os.path.join(self.state_dir, "history.jsonl")
@@ -287,6 +290,14 @@ def unsafe_ownership(st: os.stat_result, running_as_root: bool) -> Optional[str]
     return None
 
 
+def refusal_line(refused: str) -> str:
+    """What a run on a refused config says on stdout (and --check-config on stderr)."""
+    return (f"gpu-healthcheck: CONFIG REFUSED: {refused}: a root process takes no orders from a file "
+            f"another user can change; nothing was acted on (no drain, resume, reset, reboot or RMA). "
+            f"Make it owned by root, not world-writable, and group-writable only by group root "
+            f"(chown root:root; chmod 0644, 0640 or 0600)")
+
+
 def config_path(cli_path: Optional[str], environ: Mapping[str, str]) -> Tuple[str, bool]:
     """The config file to read and whether the user named it explicitly."""
     if cli_path:
@@ -303,7 +314,9 @@ def load_config(cli_path: Optional[str], environ: Mapping[str, str],
 
     The default path may be absent (defaults apply); a file the user named must exist.
     A file an unprivileged user could have written is refused when we run as root: the checks
-    then run with defaults and the refusal is carried in Config.warnings for a critical log.
+    then run with the built-in defaults under `report_only` (a refused config never leads to
+    a drain, resume, reset, reboot or RMA, whatever the defaults say), the refusal is carried
+    in Config.refused and in Config.warnings for a critical log.
 
     Raises:
         ConfigError: unreadable, invalid TOML, unknown key, wrong type.
@@ -315,8 +328,9 @@ def load_config(cli_path: Optional[str], environ: Mapping[str, str],
     st, text = found
     problem = unsafe_ownership(st, os.geteuid() == 0)
     if problem:
-        return Config(source=path, warnings=(
-            f"{path}: refused: {problem}; running with built-in defaults",))
+        return Config(source=path, refused=f"{path}: {problem}", drain=DrainConfig(report_only=True),
+                      warnings=(f"{path}: refused: {problem}; running the checks with built-in defaults "
+                                f"and acting on nothing",))
     return parse_config(text, path, known_checks)
 
 

@@ -53,6 +53,7 @@ class Repairer(ClaimMixin):
         self.events, self.fields = events, fields
         self.ends_at = ends_at if ends_at is not None else time.monotonic() + config.act_budget_s
         self.plan: Optional[rd.RepairPlan] = None
+        self.unreached: Optional[str] = None  # why slurmctld did not answer: nothing was done
         self.drained_at: Optional[str] = None
         self.reason: Optional[str] = None  # the node's reason when this run read it
         self.seen: Optional[NodeState] = None  # the node as the repair was decided on
@@ -93,6 +94,7 @@ class Repairer(ClaimMixin):
         try:
             this, cluster = self.slurm.node(self.node)  # type: ignore[attr-defined]
         except DoorError as exc:
+            self.unreached = str(exc)
             self._log("skipped", WARNING, f"slurmctld did not answer ({exc}): nothing done")
             return False
         if this is None:

@@ -34,7 +34,10 @@ def show_cluster(config: "Config", environ: Mapping[str, str], as_json: bool, ou
     try:
         text = ctl.show_nodes_raw()
     except ScontrolError as exc:
-        print(f"gpu-healthcheck: --cluster: cannot list nodes with scontrol: {exc}", file=err)
+        from ..model import SLURMCTLD_ADVICE
+
+        print(f"gpu-healthcheck: --cluster: cannot list nodes with scontrol: {exc}; {SLURMCTLD_ADVICE}",
+              file=err)
         return done_exit(False)
     rows = rows_from_show_nodes(text, config.repair.max_concurrent)
     if as_json:

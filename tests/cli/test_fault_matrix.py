@@ -89,7 +89,9 @@ def test_config_file_world_writable_or_not_owned_by_root_refused_checks_run_with
     result = node.run("--node", "--json", scenario="gpus = 8\ngpu.0.ecc.volatile.uncorrected = 1\n")
     assert "CRITICAL" in result.stderr and "refused" in result.stderr
     assert str(node.config_path) in result.stderr
-    assert result.rc == 2 and result.checks("fail") == ["ecc.volatile_uncorrected"]  # checks ran
+    assert result.checks("fail") == ["ecc.volatile_uncorrected"]  # checks ran
+    # ... and acted on nothing: could not check as configured (issue 36, case 12)
+    assert result.rc == 3 and str(node.config_path) in result.json["config_refused"]
 
 
 def test_xid_kernel_log_unreadable_unknown_for_the_xid_check_only(node, tmp_path):

@@ -117,6 +117,7 @@ def test_fakegpu_fabric_malformed_scenario_is_an_error(tmp_path: Path, fakegpu: 
 
 def test_fakegpu_fabric_no_mpi_runs_each_task_alone_and_the_pair_is_a_setup_problem(tmp_path: Path, fakegpu: Path) -> None:
     from healthcheck.decide.fabricjob import JobSpec, NotSpanned, judge_job_output
+    from healthcheck.read.fabricjob import read_job_output
     from healthcheck.decide.sweep import Job
 
     spec = JobSpec("all_reduce_perf", ("-b", "1G", "-e", "1G", "-g", "1"), (), 1, 60.0)
@@ -137,9 +138,9 @@ def test_fakegpu_fabric_no_mpi_runs_each_task_alone_and_the_pair_is_a_setup_prob
     assert parse_nccl_tests(both).busbw_gbps == 0.0 and parse_nccl_tests(both).rank_lines == 2
     text = f"== gpu-healthcheck collective begin\n{both}== gpu-healthcheck collective rc=0\n== gpu-healthcheck end\n"
     with pytest.raises(NotSpanned, match="each task ran as its own single-node job"):
-        judge_job_output(spec, job, text, "COMPLETED", "5")
+        judge_job_output(spec, job, read_job_output(text), "COMPLETED", "5")
     # the same pair with MPI: rank 0 prints both nodes' ranks, and it passes
     path.write_text("")
     mpi = task(0, "gpu-a")
     text = f"== gpu-healthcheck collective begin\n{mpi}== gpu-healthcheck collective rc=0\n== gpu-healthcheck end\n"
-    assert judge_job_output(spec, job, text, "COMPLETED", "5").problem is None
+    assert judge_job_output(spec, job, read_job_output(text), "COMPLETED", "5").problem is None

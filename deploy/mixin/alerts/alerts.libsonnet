@@ -102,6 +102,15 @@
                 '{{ $labels.instance }}: no gpu-healthcheck --node run for over %d minutes' % (c.notReportingSeconds / 60),
                 "The textfile's last --node run is {{ $value | humanizeDuration }} old: check HealthCheckProgram / the gpu-healthcheck timer, metrics_file, and node_exporter's textfile directory.",
                 '5m'),
+          // A config file the tool refuses (not root's, or writable by others): every run
+          // falls back to the built-in defaults with report_only forced on, so nothing is
+          // drained, resumed or repaired until a person fixes the file.
+          alert('GpuHealthcheckConfigRefused',
+                'gpu_healthcheck_config_refused%s == 1' % s(),
+                'critical',
+                '{{ $labels.instance }}: gpu-healthcheck refuses its config file',
+                'The config is not owned by root or is writable by others: the checks run with built-in defaults and nothing is drained, resumed or repaired. Fix it (chown root:root; chmod 0644, 0640 or 0600); the journal and `gpu-healthcheck --check-config` name the file.',
+                '5m'),
         ],
       },
       {
