@@ -193,7 +193,7 @@ def test_deb_control_depends_conffile_and_scripts(deb: Path, tmp_path: Path) -> 
     fields = {k: _deb("-f", str(deb), k).strip() for k in ("Package", "Version", "Architecture",
                                                               "Depends", "Recommends")}
     assert fields == {"Package": "gpu-healthcheck", "Version": __version__, "Architecture": "all",
-                      "Depends": "python3 (>= 3.9), python3-psutil", "Recommends": "python3-systemd"}
+                      "Depends": "python3 (>= 3.9), python3-psutil", "Recommends": "python3-systemd, python3-clustershell"}
     subprocess.run(["dpkg-deb", "-e", str(deb), str(tmp_path / "DEBIAN")], check=True, timeout=60)
     assert (tmp_path / "DEBIAN" / "conffiles").read_text().split() == [CONFFILE]
     scripts = "".join((tmp_path / "DEBIAN" / s).read_text() for s in ("postinst", "prerm", "postrm"))
