@@ -205,11 +205,11 @@ def fabric_sweep(request: SweepRequest, config: Config, environ: Mapping[str, st
 
 
 def _thresholds(config: Config, nodes: Sequence["NodeState"]) -> Thresholds:
-    """[fabric]'s thresholds, with each node's per-model floor from its Gres= (`[fabric] floors`)."""
+    """[fabric]'s thresholds, with each node's GPU model (its own median) and per-model floor
+    (`[fabric] floors`) from its Gres=."""
     from ..decide.sweep import fabric_thresholds
 
-    gres_of = {n.name: n.gres for n in nodes} if config.fabric.floors else {}
-    return fabric_thresholds(config.fabric, gres_of)
+    return fabric_thresholds(config.fabric, {n.name: n.gres for n in nodes})
 
 
 UNKNOWN_FILE = "fabric-unknown.json"

@@ -35,11 +35,11 @@ nothing is drained; so is every node the evidence cannot tell about (every pair 
 from __future__ import annotations
 
 import re
-from typing import Callable, Dict, FrozenSet, List, Optional, Sequence, Set, Tuple
+from typing import Callable, Dict, FrozenSet, List, Optional, Sequence, Set, Tuple, Union
 
 from ..records import NamedTuple
-from .sweep import (BAD, FABRIC_PREFIX, PASS, TRANSIENT, Job, JobResult, NodeOutcome, SweepPlanner,
-                    Thresholds, failure, reason_token)
+from .sweep import (BAD, FABRIC_PREFIX, PASS, TRANSIENT, Job, JobResult, Medians, NodeOutcome,
+                    SweepPlanner, Thresholds, failure, reason_token)
 from .sweep import UNKNOWN as NODE_UNKNOWN
 from .verdict import sanitise
 
@@ -95,7 +95,7 @@ def parse_show_job(text: str, expand: Optional[Callable[[str], List[str]]] = Non
 
 
 def judge_pairs(nodes: Sequence[str], results: Sequence[JobResult], thresholds: Thresholds,
-                median: Optional[float], partners: int) -> Dict[str, NodeOutcome]:
+                median: "Union[Medians, float, None]", partners: int) -> Dict[str, NodeOutcome]:
     """Every two-node run of the job judged together (pure).  A node of a passing pair is known
     good (transient when it also failed a pair); a node that never passed is bad when it failed
     with at least `partners` different known-good nodes, else unknown.  The order the runs came
@@ -179,7 +179,7 @@ class GangPlan:
 
     def _judged(self) -> Dict[str, NodeOutcome]:
         assert self.planner is not None
-        return judge_pairs(self.nodes, self._pair_results(), self.thresholds, self.planner.median,
+        return judge_pairs(self.nodes, self._pair_results(), self.thresholds, self.planner.medians,
                            self.partners)
 
     def _cross_jobs(self) -> List[Job]:
