@@ -242,12 +242,19 @@ def _keep_unknown(state_dir: str, sweep_id: str, nodes: Sequence[str], err: Text
 
 def _running_sweep(door: "object", sweep_id: str) -> Optional[str]:
     """Another sweep's id, from the live jobs named gpu-healthcheck-fabric (a sweep on another
-    submit host holds no lock of ours)."""
-    for job_id, state, comment in door.named(JOB_NAME):  # type: ignore[attr-defined]
-        m = _COMMENT_ID_RE.search(comment)
+    submit host holds no lock of ours).  Any user may name a job so, and write its comment: a job
+    is a sweep's only when slurmctld says root, or the user running this sweep, submitted it, so
+    a user's held job of that name never stops the sweeps."""
+    import os
+
+    ours = {0, os.geteuid()}
+    for job in door.named(JOB_NAME):  # type: ignore[attr-defined]
+        if job.user_id not in ours:
+            continue
+        m = _COMMENT_ID_RE.search(job.comment)
         other = m.group(1) if m else "unknown"
         if other != sweep_id:
-            return f"{other} (its job {job_id} is {state})"
+            return f"{other} (its job {job.job_id} is {job.state})"
     return None
 
 

@@ -7,15 +7,18 @@ a child process with the cluster's Slurm clients on PATH."""
 from __future__ import annotations
 
 import json
+import shutil
 import subprocess
 import sys
+import tempfile
 from pathlib import Path
-from typing import Dict, Optional
+from typing import Dict, Iterator, Optional
 
 import pytest
 
 from tests.lib.fakenode import ROOT
 from tests.lib.gpucluster import GpuCluster, require_slurm
+from tests.lib.localuser import as_user, local_user
 from tests.lib.slurmcluster import _wait_until
 
 pytestmark = pytest.mark.slurm
@@ -231,3 +234,35 @@ def test_fabric_sweep_second_sweep_refuses_with_the_first_ones_id(tmp_path: Path
         finally:
             out, err = first.communicate(timeout=240)
         assert first.returncode == 0 or first.returncode == 2, err
+
+
+@pytest.fixture
+def open_path() -> Iterator[Path]:
+    """A work folder an ordinary user can reach (pytest's tmp is 0700 above the test's folder):
+    her sbatch reads the cluster's slurm.conf and talks to its munge socket in there."""
+    path = Path(tempfile.mkdtemp(prefix="hc36-"))
+    path.chmod(0o711)
+    try:
+        yield path
+    finally:
+        shutil.rmtree(path, ignore_errors=True)
+
+
+def test_fabric_sweep_a_users_job_of_the_sweeps_name_does_not_stop_it(open_path: Path, fakegpu: Path,
+                                                                       isolation) -> None:
+    """Any user may name a job gpu-healthcheck-fabric and write `gpu-healthcheck sweep=...` in its
+    comment; her held job stopped every sweep (exit 3, "another fabric sweep is running").  A job
+    is a sweep's only when slurmctld says root submitted it (test_fabric_sweep_second_sweep_...:
+    root's own sweep still stops a second one)."""
+    require_slurm()
+    c = fabric_cluster(open_path, fakegpu, "node.gpu-c.busbw_gbps = 41.2\n")
+    with c.cluster, local_user("hc36") as user:
+        held = as_user(user, "sbatch --parsable --hold -J gpu-healthcheck-fabric -N1 --output=/dev/null "
+                             "--comment='gpu-healthcheck sweep=20261204T000000-x-1' --wrap true",
+                       env=c.cluster.env, cwd="/tmp").stdout.strip().split(";")[0]
+        assert c.cluster.run(["squeue", "-h", "-j", held, "-o", "%U|%T|%j"]).stdout.strip() == \
+            f"{user.pw_uid}|PENDING|gpu-healthcheck-fabric"
+        done = sweep(c, open_path, "--act", "--json")
+        assert done.returncode == 2, done.stdout + done.stderr
+        assert [n for n, v in outcomes(done).items() if v["outcome"] == "bad"] == ["gpu-c"]
+        assert [n for n in NODES if c.drained(n)] == ["gpu-c"]
