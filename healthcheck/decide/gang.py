@@ -38,6 +38,7 @@ import re
 from typing import Callable, Dict, FrozenSet, List, Optional, Sequence, Set, Tuple, Union
 
 from ..records import NamedTuple
+from ..slurmjob import job_fields
 from .sweep import (BAD, FABRIC_PREFIX, PASS, TRANSIENT, Job, JobResult, Medians, NodeOutcome,
                     SweepPlanner, Thresholds, failure, reason_token)
 from .sweep import UNKNOWN as NODE_UNKNOWN
@@ -46,7 +47,6 @@ from .verdict import sanitise
 PASSED, FAILED, SINGLE, UNKNOWN = "passed", "failed", "single", "unknown"
 LINE = "gpu-healthcheck: gang:"  # every line the gang check writes into the job's output
 _JOB_ID_RE = re.compile(r"[1-9][0-9]{0,9}")
-_FIELD_RE = re.compile(r"(?:^|\s)(JobId|UserId|JobState|NodeList|Restarts|Requeue|BatchHost)=(\S*)")
 
 
 class GangJob(NamedTuple):
@@ -77,11 +77,11 @@ def parse_show_job(text: str, expand: Optional[Callable[[str], List[str]]] = Non
     """`scontrol show job ID` (either layout: one line with -o, or several) -> GangJob.
 
     `expand` turns a hostlist into names (read/slurmconf.expand_hostlist; a parameter so that
-    this module imports no reader).  Raises ValueError when the text names no job or no nodes.
+    this module imports no reader).  Raises ValueError when the text names no job or no nodes,
+    or when the job's own text (its name, its comment) holds one of the keys read here
+    (slurmjob.job_fields: read by key, never by position, never guessed).
     """
-    fields: Dict[str, str] = {}
-    for m in _FIELD_RE.finditer(text):
-        fields.setdefault(m.group(1), m.group(2))
+    fields = job_fields(text, (), ("JobId", "NodeList", "UserId", "JobState", "Restarts", "Requeue"))
     job_id = fields.get("JobId", "")
     if not valid_job_id(job_id):
         raise ValueError(f"scontrol show job printed no job id: {text[:200]!r}")
