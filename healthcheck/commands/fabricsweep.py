@@ -37,7 +37,8 @@ from ..act.sweeprun import JOB_NAME, Setup, SlurmRunner, SweepError
 from ..config import Config
 from ..decide.exitcodes import CONFIG_ERROR, fabric_exit
 from ..decide.fabricjob import JobSpec, MissingProgram
-from ..decide.sweep import BAD, UNKNOWN, NodeOutcome, SweepPlanner, SweepReport, Thresholds, fabric_reason
+from ..decide.sweep import (BAD, UNKNOWN, NodeOutcome, SweepOutcome, SweepPlanner, SweepReport, Thresholds,
+                             fabric_reason)
 from ..decide.sweepnodes import candidates, retest_candidates, retest_refused
 from ..model import CRIT, ERR, NOTICE, DoorError, LogEvent, Terminated, UsageError
 from ..records import NamedTuple
@@ -283,10 +284,18 @@ def _summary_event(report: SweepReport) -> LogEvent:
     bad = outcome.of(BAD)
     retested = [f"{n} {report.actions.get(n, ('-', None))[0]}" for n in report.retested]
     text = (f"fabric sweep {report.sweep_id}: {len(outcome.nodes)} nodes, {outcome.rounds} rounds, "
-            f"{outcome.jobs} jobs, median busbw {outcome.median_gbps or 0:.1f} GB/s; "
+            f"{outcome.jobs} jobs, median busbw {outcome.median_gbps or 0:.1f} GB/s{_per_model(outcome)}; "
             f"bad: {','.join(bad) or 'none'}" + (f"; re-tested: {', '.join(retested)}" if retested else ""))
     return LogEvent("summary", CRIT if bad else NOTICE, text, {"GPU_HEALTHCHECK_SWEEP": report.sweep_id,
                                                               "GPU_HEALTHCHECK_MODE": "fabric-sweep"})
+
+
+def _per_model(outcome: "SweepOutcome") -> str:
+    """Each GPU model's own median, when the sweep had several: " (a100 200.0, h100 380.0)"."""
+    by_model = outcome.medians.by_model
+    if len(by_model) < 2:
+        return ""
+    return " (" + ", ".join(f"{model or 'untyped'} {figure:.1f}" for model, figure in by_model) + ")"
 
 
 def _record(config: Config, report: SweepReport, events: List[LogEvent], err: TextIO) -> None:

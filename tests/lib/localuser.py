@@ -9,9 +9,12 @@ the account out of the host's lastlog and faillog.
 
 from __future__ import annotations
 
+import shutil
 import subprocess
+import tempfile
 import uuid
 from contextlib import contextmanager
+from pathlib import Path
 from typing import Dict, Iterator, NamedTuple, Optional
 
 
@@ -40,3 +43,16 @@ def as_user(user: LocalUser, script: str, env: Optional[Dict[str, str]] = None,
     return subprocess.run(["sh", "-c", script], user=user.pw_uid, group=user.pw_gid, extra_groups=[],
                           check=True, env=env or {"PATH": "/usr/bin:/bin"}, timeout=30, cwd=cwd,
                           capture_output=True, text=True)
+
+
+@contextmanager
+def open_dir(prefix: str, mode: int) -> Iterator[Path]:
+    """A folder in /tmp with `mode` (pytest's tmp is 0700 above each test's folder, which no
+    other user can pass), removed after: 0o1777 for one she may write into, as /tmp is; 0o711
+    for a cluster's work folder whose slurm.conf and munge socket her sbatch must reach."""
+    path = Path(tempfile.mkdtemp(prefix=prefix))
+    path.chmod(mode)
+    try:
+        yield path
+    finally:
+        shutil.rmtree(path, ignore_errors=True)

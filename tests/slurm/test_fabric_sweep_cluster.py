@@ -7,10 +7,8 @@ a child process with the cluster's Slurm clients on PATH."""
 from __future__ import annotations
 
 import json
-import shutil
 import subprocess
 import sys
-import tempfile
 from pathlib import Path
 from typing import Dict, Iterator, Optional
 
@@ -18,7 +16,7 @@ import pytest
 
 from tests.lib.fakenode import ROOT
 from tests.lib.gpucluster import GpuCluster, require_slurm
-from tests.lib.localuser import as_user, local_user
+from tests.lib.localuser import as_user, local_user, open_dir
 from tests.lib.slurmcluster import _wait_until
 
 pytestmark = pytest.mark.slurm
@@ -240,12 +238,8 @@ def test_fabric_sweep_second_sweep_refuses_with_the_first_ones_id(tmp_path: Path
 def open_path() -> Iterator[Path]:
     """A work folder an ordinary user can reach (pytest's tmp is 0700 above the test's folder):
     her sbatch reads the cluster's slurm.conf and talks to its munge socket in there."""
-    path = Path(tempfile.mkdtemp(prefix="hc36-"))
-    path.chmod(0o711)
-    try:
+    with open_dir("hc36-", 0o711) as path:
         yield path
-    finally:
-        shutil.rmtree(path, ignore_errors=True)
 
 
 def test_fabric_sweep_a_users_job_of_the_sweeps_name_does_not_stop_it(open_path: Path, fakegpu: Path,

@@ -8,14 +8,12 @@ account created with useradd and removed afterwards.
 from __future__ import annotations
 
 import json as _json
-import shutil
-import tempfile
 from pathlib import Path
 
 import pytest
 
 from tests.lib.gpucluster import GpuCluster, HEALTHY, pci, require_slurm
-from tests.lib.localuser import as_user
+from tests.lib.localuser import as_user, open_dir
 from tests.lib.localuser import local_user as make_local_user
 
 HER_REASON = "Maintenance by ops - do not resume until 2027"
@@ -30,12 +28,8 @@ def local_user(isolation):
 @pytest.fixture
 def shared_dir():
     """A directory every user may write into, sticky, as /tmp is."""
-    path = Path(tempfile.mkdtemp(prefix="hc17-shared-"))
-    path.chmod(0o1777)
-    try:
+    with open_dir("hc17-shared-", 0o1777) as path:
         yield path
-    finally:
-        shutil.rmtree(path, ignore_errors=True)
 
 
 @pytest.fixture(scope="module")

@@ -197,3 +197,12 @@ def test_fabric_floor_the_gang_localisation_holds_a_mixed_job_to_each_model() ->
     result = plan.result()
     assert result.outcome == FAILED and [n.node for n in result.bad] == ["h3"], result
     assert not [n for n in result.others if n.node.startswith("a") and n.outcome != PASS], result.others
+
+
+def test_fabric_floor_the_sweeps_summary_names_each_models_median() -> None:
+    from healthcheck.commands.fabricsweep import _summary_event
+    from healthcheck.decide.sweep import SweepReport
+
+    outcome = sweep(["h0", "h1", "h2", "h3", "h4", "h5", "a0", "a1"])
+    event = _summary_event(SweepReport("s1", outcome, {}, {}))
+    assert "median busbw 380.0 GB/s (a100 200.0, h100 380.0); bad: none" in event.message, event.message
