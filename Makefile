@@ -1,6 +1,7 @@
 # gpu-healthcheck: top-level entry points.
 #   make demo    the incident replayed on a local 3-node Slurm cluster (the main job; root)
-#   make test    the test suite, in the venv .venv (no timed assertions) [PYTEST_ARGS=...]
+#   make test    the test suite, in the venv .venv, on PYTEST_JOBS pytest-xdist workers (no timed
+#                assertions) [PYTEST_ARGS=... PYTEST_JOBS=N; 0: in one process]
 #   make test-unit  the fast layer alone (tests/unit: in-process, no fake GPUs, no Slurm), in seconds
 #   make venv    make or repair .venv with the distro's python3 and install .[test] into it
 #   make fake    build the simulated NVML/CUDA libraries (tests/fakegpu/build)
@@ -9,7 +10,10 @@
 #   make ptx     healthcheck/read/ptx/deep_kernels.ptx and deep_tensor.ptx from their .cu (NVRTC, in the venv)
 #   make ptx-check  assemble the committed PTX with ptxas for sm_70..sm_120 (tensor: sm_80..) and print each memory kernel's load width (in the venv)
 #   make man     regenerate docs/gpu-healthcheck.8 from the argparse definition and the config schema, and docs/configuration.md's key reference
+#   make mixin   regenerate deploy/mixin's rules, alerts and dashboards from its jsonnet (in the venv)
 #   make deb     dist/gpu-healthcheck_VERSION_all.deb (deploy/deb/build-deb; dpkg-deb only)
+#   make deb-spank  dist/gpu-healthcheck-spank_VERSION+slurmX.Y_ARCH.deb: the SPANK plugin built
+#                against this machine's Slurm (deploy/deb/build-deb-spank; gcc, libslurm-dev)
 #   make rpm     dist/gpu-healthcheck-VERSION-1.elN.noarch.rpm: EL=9 (default) or EL=8 [EL8_PYTHON=3.11|3.9]
 #   make slurm-matrix  the Slurm tests against Slurm 22.05 (host), 24.11 (a Debian 13 root) and
 #                26.05 (a Debian unstable root), the roots built and cached by
@@ -21,6 +25,9 @@
 PYTHON ?= python3
 BENCH_ARGS ?=
 PYTEST_ARGS ?=
+# pytest-xdist workers for make test: one per CPU, at most 8 (the tests wait on child processes
+# more than they compute, but a worker per CPU was the quickest on 2 cores: docs/development.md)
+PYTEST_JOBS ?= $(shell n=$$(nproc 2>/dev/null || echo 2); [ "$$n" -gt 8 ] && n=8; echo $$n)
 VENV ?= .venv
 VENV_PYTHON ?= $(shell test -x /usr/bin/python3 && echo /usr/bin/python3 || command -v python3)
 VPY = $(VENV)/bin/python
@@ -30,7 +37,7 @@ SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 DEMO_APT = gcc make munge slurmctld slurmd slurm-client python3-venv
 TEST_APT = $(DEMO_APT) python3-dev pkg-config libsystemd-dev
 
-.PHONY: ptx ptx-check fake test test-unit venv venv-demo apt-demo apt-test bench validate demo man deb rpm slurm-matrix test-py313
+.PHONY: ptx ptx-check fake test test-unit venv venv-demo apt-demo apt-test bench validate demo man mixin deb deb-spank rpm slurm-matrix test-py313
 
 fake:
 	$(MAKE) -C tests/fakegpu
@@ -80,9 +87,11 @@ venv-demo: apt-demo
 	$(call venv_install,-e . nvidia-nvml-dev,demo)
 
 # The whole suite, in the venv. pytest exits 5 when it collected no tests: that fails too.
+# --dist loadfile: a test file runs on one worker, and the Slurm tests all on one worker, one
+# after another (tests/conftest.py, pytest_xdist_make_scheduler).
 test: venv
 	@$(MAKE) -s -C tests/fakegpu PYTHON=$(abspath $(VPY))
-	$(VPY) -m pytest -q -p no:cacheprovider $(PYTEST_ARGS) tests
+	$(VPY) -m pytest -q -p no:cacheprovider -n $(PYTEST_JOBS) --dist loadfile $(PYTEST_ARGS) tests
 
 # The unit layer (tests/README.md): pure and in-process, so it needs neither the fake GPUs nor Slurm.
 test-unit: venv
@@ -105,6 +114,9 @@ validate:
 deb:
 	deploy/deb/build-deb dist
 
+deb-spank:
+	deploy/deb/build-deb-spank dist
+
 # RPM for RHEL/Rocky 9 (EL=9) or 8 (EL=8, with AppStream's python3.11 or EL8_PYTHON=3.9).
 # --nodeps where rpmbuild cannot see build dependencies as RPMs (a Debian build host).
 EL ?= 9
@@ -119,6 +131,12 @@ rpm:
 man:
 	$(PYTHON) docs/make-manpage > docs/gpu-healthcheck.8.new && mv docs/gpu-healthcheck.8.new docs/gpu-healthcheck.8
 	$(PYTHON) docs/make-configdoc
+
+# The monitoring mixin's generated files (deploy/mixin/): rules, alerts and dashboards from its
+# jsonnet, with the PyPI `jsonnet` package (the [test] extra); tests/cli/test_mixin.py fails
+# when the committed files differ from the source.
+mixin: venv
+	$(VPY) deploy/mixin/build.py
 
 # The Slurm tests on every supported Slurm version (tests/slurmroot/matrix): 22.05 from the
 # host through the venv, 24.11 in a Debian 13 root and 26.05 in a Debian unstable root that

@@ -66,7 +66,14 @@ COMMANDS = {
     # SIGTERM: the sweep cancels its jobs and drains nothing (commands/fabricsweep.py)
     "fabric_sweep": Command("fabricsweep", sigterm=True),
     "gang": Command("gang"),
+    "suspects": Command("suspects"),
+    "replay_failures": Command("suspects"),
 }
+
+
+# Modes that only act (or write what acting reads) stop at a refused config; the node
+# pipeline's modes run their checks report_only and say so (commands/node.py).
+_STOP_ON_REFUSED = ("fabric_sweep", "gang", "ack")
 
 
 def _on_sigterm(signum: int, frame: object) -> None:
@@ -139,6 +146,10 @@ def build_parser() -> "argparse.ArgumentParser":
     what.add_argument("--gang", action="store_true", help="inside a multi-node job, one task per "
                       "node: a short collective over the job's nodes; on failure find the node "
                       "(drained and the job requeued by the SPANK plugin's privileged side)")
+    what.add_argument("--suspects", action="store_true", help="black holes and lemons from sacct "
+                      "and this host's history, with evidence; changes nothing (docs/suspects.md)")
+    what.add_argument("--replay-failures", metavar="FILE.csv", help="a GPU failure history "
+                      "(time,node,serial,kind) through the repeat rules and the naive rule")
     what.add_argument("--version", action="store_true", help="print the version and exit")
     parser.add_argument("--json", action="store_true", help="print one JSON document")
     parser.add_argument("--act", action="store_true", help="with --node: drain on failure, "
@@ -150,6 +161,10 @@ def build_parser() -> "argparse.ArgumentParser":
     parser.add_argument("--nodes", metavar="HOSTLIST", help="with --fabric-sweep: only these nodes")
     parser.add_argument("--partition", metavar="P", help="with --fabric-sweep: the partition to "
                         "sweep and run the jobs in ([fabric] partition)")
+    parser.add_argument("--since", metavar="WHEN", help="with --suspects: from WHEN (ISO date or "
+                        "time, or a duration before now: 14d; default [suspects] lookback_s)")
+    parser.add_argument("--until", metavar="WHEN", help="with --suspects: up to WHEN (default now)")
+    parser.add_argument("--sacct-file", metavar="FILE", help="with --suspects: saved `sacct --parsable2`")
     parser.add_argument("--gpus", metavar="LIST", help="with --node: only these NVML indices, "
                         "e.g. 0,3")
     parser.add_argument("--level", choices=LEVELS, default=None,
@@ -204,9 +219,10 @@ def _refuse_meaningless(args: "argparse.Namespace") -> str:
     mislead)."""
     # every mode of the dispatch table (the fast path's namespace holds only its own flags)
     mode = next(m for m in (*COMMANDS, "version") if getattr(args, m, None) not in (None, False))
-    takes = {"act": ("node", "repair", "gang", "fabric_sweep"), "gpus": ("node", "repair", "ack"),
+    takes = {"act": ("node", "repair", "gang", "fabric_sweep", "suspects"), "gpus": ("node", "repair", "ack"),
              "level": ("node", "repair", "prolog", "epilog", "ack"), "gres": ("check_config",),
-             "nodes": ("fabric_sweep",), "partition": ("fabric_sweep",)}
+             "nodes": ("fabric_sweep",), "partition": ("fabric_sweep",), "since": ("suspects",),
+             "until": ("suspects",), "sacct_file": ("suspects",)}
     for option, modes in takes.items():
         if mode in ("prolog", "epilog") and option in ("act", "gpus"):
             continue  # refused below, with why (they act on the job's GPUs by themselves)
@@ -247,6 +263,12 @@ def _guarded(mode: str, command: Command, args: "argparse.Namespace", started: f
         config = _config(command.config, args.config)
         if isinstance(config, int):
             return config
+        if config is not None and config.refused and mode in _STOP_ON_REFUSED:
+            from .config import refusal_line
+
+            print(refusal_line(config.refused), flush=True)
+            _log_refused(name, config)
+            return exitcodes.CONFIG_ERROR
         if config is not None:
             loaded.append(config)
         code = int(module.main(args, config, started))
@@ -348,6 +370,16 @@ class _ReaderMayLeave:
 
     def __getattr__(self, name: str) -> Any:
         return getattr(self._stream, name)
+
+
+def _log_refused(mode: str, config: "Config") -> None:
+    """The refusal in the journal (critical), for a mode that stopped at it."""
+    if not config.journal:
+        return
+    from .act.journal import send_events
+    from .model import CRIT, LogEvent
+
+    send_events([LogEvent("error", CRIT, w, {"GPU_HEALTHCHECK_MODE": mode}) for w in config.warnings], mode)
 
 
 def _log_internal_error(mode: str, config: Optional["Config"]) -> None:

@@ -30,7 +30,7 @@ from .configschema import ALIASES, DEFAULTS as _D, KEYS, SECTIONS, Key
 from .configschema import MAX_GPU_MIB, PROBE_LEVELS  # noqa: F401  (re-exported)
 from .configsections import (DEEP_FLOOR_METRICS, FABRIC_COLLECTIVES, PORT_NAME_CHARS,  # noqa: F401  (re-exported)
                              SHAPES, ChecksConfig, ConfigError, DcgmConfig, DeepConfig, DrainConfig,
-                             FabricConfig, NetworkConfig, ProbeConfig, RepairConfig, Thresholds,
+                             FabricConfig, NetworkConfig, ProbeConfig, RepairConfig, SuspectsConfig, Thresholds,
                              count_or_share, floor_entry, port_list)
 from .records import NamedTuple
 
@@ -76,8 +76,12 @@ class Config(NamedTuple):
     thresholds: Thresholds = Thresholds()
     network: NetworkConfig = NetworkConfig()
     fabric: FabricConfig = FabricConfig()
+    suspects: SuspectsConfig = SuspectsConfig()
     source: Optional[str] = None  # the file this came from, for messages
     warnings: Tuple[str, ...] = ()  # problems found while loading that did not stop us
+    # "PATH: world-writable": the file was refused (unsafe_ownership); the built-in defaults
+    # stand in, with report_only set, and no mode acts (refusal_line says so on stdout)
+    refused: Optional[str] = None
 
     def history_path(self) -> str:
         return self.history_file or os.path.join(self.state_dir, "history.jsonl")
@@ -89,7 +93,8 @@ class Config(NamedTuple):
 # The record each [section] is read into.
 _RECORDS: Dict[str, Any] = {"drain": DrainConfig, "probe": ProbeConfig, "deep": DeepConfig,
                             "dcgm": DcgmConfig, "repair": RepairConfig, "checks": ChecksConfig,
-                            "thresholds": Thresholds, "network": NetworkConfig, "fabric": FabricConfig}
+                            "thresholds": Thresholds, "network": NetworkConfig, "fabric": FabricConfig,
+                            "suspects": SuspectsConfig}
 _TYPE_NAMES = {"bool": "bool", "int": "int", "float": "float", "str": "str", "path": "str",
                "list": "list of strings", "ports": "a count or a list of hca:port names",
                "nodes": 'a count of nodes or a share of the cluster (0.05 or "5%")'}
@@ -285,6 +290,14 @@ def unsafe_ownership(st: os.stat_result, running_as_root: bool) -> Optional[str]
     return None
 
 
+def refusal_line(refused: str) -> str:
+    """What a run on a refused config says on stdout (and --check-config on stderr)."""
+    return (f"gpu-healthcheck: CONFIG REFUSED: {refused}: a root process takes no orders from a file "
+            f"another user can change; nothing was acted on (no drain, resume, reset, reboot or RMA). "
+            f"Make it owned by root, not world-writable, and group-writable only by group root "
+            f"(chown root:root; chmod 0644, 0640 or 0600)")
+
+
 def config_path(cli_path: Optional[str], environ: Mapping[str, str]) -> Tuple[str, bool]:
     """The config file to read and whether the user named it explicitly."""
     if cli_path:
@@ -301,7 +314,9 @@ def load_config(cli_path: Optional[str], environ: Mapping[str, str],
 
     The default path may be absent (defaults apply); a file the user named must exist.
     A file an unprivileged user could have written is refused when we run as root: the checks
-    then run with defaults and the refusal is carried in Config.warnings for a critical log.
+    then run with the built-in defaults under `report_only` (a refused config never leads to
+    a drain, resume, reset, reboot or RMA, whatever the defaults say), the refusal is carried
+    in Config.refused and in Config.warnings for a critical log.
 
     Raises:
         ConfigError: unreadable, invalid TOML, unknown key, wrong type.
@@ -313,8 +328,9 @@ def load_config(cli_path: Optional[str], environ: Mapping[str, str],
     st, text = found
     problem = unsafe_ownership(st, os.geteuid() == 0)
     if problem:
-        return Config(source=path, warnings=(
-            f"{path}: refused: {problem}; running with built-in defaults",))
+        return Config(source=path, refused=f"{path}: {problem}", drain=DrainConfig(report_only=True),
+                      warnings=(f"{path}: refused: {problem}; running the checks with built-in defaults "
+                                f"and acting on nothing",))
     return parse_config(text, path, known_checks)
 
 

@@ -78,6 +78,7 @@ SECTIONS: Dict[str, str] = {
     "thresholds": "the limits of the checks on one node",
     "network": "the RDMA ports",
     "fabric": "the multi-node checks: --fabric-sweep on a submit host, --gang in a job",
+    "suspects": "--suspects: black holes and lemons from Slurm's accounting and our own history",
 }
 
 KEYS: Dict[str, Key] = {
@@ -319,6 +320,52 @@ KEYS: Dict[str, Key] = {
                                  "collective gets a fifth of it).", 5.0, 3600.0, _S),
     "fabric.srun": Key("str", None, "--gang: the srun that runs the collective inside the job's "
                        "own allocation (--overlap).", unset=_ON_PATH + "srun"),
+    "suspects.act": Key("bool", False, "--suspects --act sends suspects to verification only where "
+                        "this is also true (not built yet: --act is refused).", see="suspects.md"),
+    "suspects.sacct": Key("str", None, "Slurm's sacct (the accounting door of --suspects).", unset=_ON_PATH + "sacct",
+                          see="suspects.md"),
+    "suspects.sacct_timeout_s": Key("float", 60.0, "Deadline of one sacct call (one piece of the "
+                                    "window).", 1.0, 3600.0, _S, see="suspects.md"),
+    "suspects.sacct_max_bytes": Key("int", 64 << 20, "Output kept of one sacct call; more splits "
+                                    "the piece in two.", 1 << 16, 1 << 32, "bytes",
+                                    see="suspects.md"),
+    "suspects.sacct_piece_s": Key("float", DAY, "The window is read from sacct in pieces this long.", 600.0, 366 * DAY, _S,
+                                  see="suspects.md"),
+    "suspects.lookback_s": Key("float", 14 * DAY, "--since's default: this long before --until.", 3600.0, 3660 * DAY, _S,
+                               see="suspects.md"),
+    "suspects.half_life_s": Key("float", 14 * DAY, "A job's evidence halves every this long before "
+                                "--until.", 3600.0, 3660 * DAY, _S, see="suspects.md"),
+    "suspects.black_hole_s": Key("float", 60.0, "A job that fails within this of its start feeds a "
+                                 "black hole ...", 1.0, DAY, _S, see="suspects.md"),
+    "suspects.black_hole_jobs": Key("int", 5, "... this many such jobs in one incident ...", 2, 100000, "jobs",
+                                    see="suspects.md"),
+    "suspects.black_hole_users": Key("int", 3, "... of at least this many users ...", 1, 10000, "users",
+                                     see="suspects.md"),
+    "suspects.black_hole_share": Key("float", 0.8, "... and at least this share of the jobs the "
+                                     "node started meanwhile.", 0.0, 1.0, _SHARE,
+                                     see="suspects.md"),
+    "suspects.incident_gap_s": Key("float", 3600.0, "Failures (and one user's jobs) on one node "
+                                   "closer than this are one incident.", 1.0, 30 * DAY, _S,
+                                   see="suspects.md"),
+    "suspects.lemon_fdr": Key("float", 0.01, "False discovery rate of the lemon test across nodes "
+                              "(Benjamini-Hochberg).", 0.0, 1.0, _SHARE, see="suspects.md"),
+    "suspects.lemon_users": Key("int", 2, "A lemon's excess failures come from at least this many "
+                                "users.", 1, 10000, "users", see="suspects.md"),
+    "suspects.user_cap": Key("float", 2.0, "The user with the largest excess of failures on a node "
+                             "counts at most this much more than the next.", 0.5, 1000.0, "failures",
+                             see="suspects.md"),
+    "suspects.lemon_min_excess": Key("float", 3.0, "A lemon fails at least this many (decayed) jobs "
+                                     "above the fleet's expectation.", 0.0, 100000.0, "failures",
+                                     see="suspects.md"),
+    "suspects.remediations": Key("int", 5, "The lemon rule of our own history: this many resets or "
+                                 "reboots of a node or a GPU ...", 2, 1000, "remediations",
+                                 see="suspects.md"),
+    "suspects.remediation_window_s": Key("float", 7 * DAY, "... within this long (NVSentinel's 5 in "
+                                         "7 days).", 3600.0, 366 * DAY, _S, see="suspects.md"),
+    "suspects.xid_repeat_window_s": Key("float", DAY, "Xid 13 or 31 twice on one GPU within this "
+                                        "names it.", 60.0, 366 * DAY, _S, see="suspects.md"),
+    "suspects.same_xid_reboots": Key("int", 2, "The same Xid back after this many reboots names the "
+                                     "node (gpud's rule).", 1, 100, "reboots", see="suspects.md"),
 }
 
 # Old names still read: an old dotted name (a section, or a key) -> the name it has now.  A file

@@ -252,6 +252,31 @@ def deep_floors_problem(entries: Iterable[object]) -> Optional[str]:
     return None
 
 
+class SuspectsConfig(NamedTuple):
+    """[suspects]: fleet memory, `--suspects` (decide/suspects.py; docs/suspects.md)."""
+
+    act: bool = _D["suspects.act"]
+    sacct: Optional[str] = _D["suspects.sacct"]
+    sacct_timeout_s: float = _D["suspects.sacct_timeout_s"]
+    sacct_max_bytes: int = _D["suspects.sacct_max_bytes"]
+    sacct_piece_s: float = _D["suspects.sacct_piece_s"]
+    lookback_s: float = _D["suspects.lookback_s"]
+    half_life_s: float = _D["suspects.half_life_s"]
+    black_hole_s: float = _D["suspects.black_hole_s"]
+    black_hole_jobs: int = _D["suspects.black_hole_jobs"]
+    black_hole_users: int = _D["suspects.black_hole_users"]
+    black_hole_share: float = _D["suspects.black_hole_share"]
+    incident_gap_s: float = _D["suspects.incident_gap_s"]
+    lemon_fdr: float = _D["suspects.lemon_fdr"]
+    lemon_users: int = _D["suspects.lemon_users"]
+    user_cap: float = _D["suspects.user_cap"]
+    lemon_min_excess: float = _D["suspects.lemon_min_excess"]
+    remediations: int = _D["suspects.remediations"]
+    remediation_window_s: float = _D["suspects.remediation_window_s"]
+    xid_repeat_window_s: float = _D["suspects.xid_repeat_window_s"]
+    same_xid_reboots: int = _D["suspects.same_xid_reboots"]
+
+
 # configschema.Key.shape -> what is wrong with a list of entries, or None
 SHAPES: Dict[str, Callable[[Iterable[object]], Optional[str]]] = {
     "deep_floors": deep_floors_problem, "fabric_floors": fabric_floors_problem}

@@ -44,6 +44,13 @@ class DoorError(Exception):
     deadline.  Each door raises its own subclass (act.scontrol.ScontrolError)."""
 
 
+# What to do when a Slurm command cannot reach slurmctld (--repair, --cluster, --fabric-sweep
+# say it after scontrol's or squeue's own words): the usual cause is a host without the
+# cluster's slurm.conf, or a SLURM_CONF pointing elsewhere.
+SLURMCTLD_ADVICE = ("if slurmctld is unreachable from here: set SLURM_CONF to the cluster's "
+                    "slurm.conf, or run on a host that has the cluster's slurm.conf")
+
+
 class Severity(str, enum.Enum):
     """How bad one finding is.  `unknown` means "could not check", never "bad"."""
 
@@ -223,6 +230,14 @@ def trailing_number(path: str) -> Optional[int]:
     digits), e.g. 4 for /dev/nvidia4; None when the name ends in no digit."""
     m = re.search(r"(\d+)$", path)
     return int(m.group(1)) if m else None
+
+
+def file_minors(layout: GresLayout) -> List[Optional[int]]:
+    """Each File='s device number: st_rdev's minor as read/gres.py stat'ed it, else (a pure
+    parse) the name's trailing digits."""
+    if len(layout.minors) == len(layout.files):
+        return list(layout.minors)
+    return [trailing_number(f) for f in layout.files]
 
 
 # AutoDetect values of NVIDIA's plugins

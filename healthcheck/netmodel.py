@@ -1,5 +1,8 @@
-"""Records of the node's RDMA network: InfiniBand and RoCE ports as /sys/class/infiniband
-shows them (filled by healthcheck.read.infiniband, judged by healthcheck.checks.network).
+"""Records of the network: the node's InfiniBand and RoCE ports as /sys/class/infiniband shows
+them (filled by healthcheck.read.infiniband, judged by healthcheck.checks.network), and the
+fabric tests' outputs: nccl-tests' (NcclRun, filled by read/nccltests.py), perftest's
+ib_write_bw's (IbRun, read/perftest.py) and a fabric job's sections (JobSection,
+read/fabricjob.py), judged by decide/sweep.py, decide/fabricjob.py and decide/gang.py.
 
     port = IbPort(hca="mlx5_0", port=1, state=4, phys_state=5, rate_gbps=400.0, ...)
     port.name        # "mlx5_0:1", how the config, findings and the drain reason name it
@@ -91,3 +94,99 @@ class PortBaseline(NamedTuple):
     port_rcv_errors: Optional[int] = None
     local_link_integrity_errors: Optional[int] = None
     excessive_buffer_overrun_errors: Optional[int] = None
+
+
+class NcclRow(NamedTuple):
+    """One row of the table: out-of-place and in-place figures of one message size."""
+
+    size_bytes: int
+    elements: int  # the count column: elements per rank
+    dtype: str
+    redop: Optional[str]  # None: the older all_gather layout has no redop column
+    busbw_out_gbps: float
+    busbw_in_gbps: float
+    algbw_out_gbps: float
+    time_out_us: float
+    wrong_out: Optional[int]  # None: the column is N/A or a float error (older layout)
+    wrong_in: Optional[int]
+
+    @property
+    def busbw_gbps(self) -> float:
+        return max(self.busbw_out_gbps, self.busbw_in_gbps)
+
+
+class NcclRun(NamedTuple):
+    rows: Tuple[NcclRow, ...] = ()
+    avg_busbw_gbps: Optional[float] = None
+    out_of_bounds: Optional[int] = None
+    oob_failed: bool = False
+    warnings: Tuple[str, ...] = ()
+    errors: Tuple[str, ...] = ()
+    hosts: Tuple[str, ...] = ()  # in rank order, each host once
+    ranks: int = 0  # distinct rank numbers of the "#  Rank N ... on HOST" lines
+    rank_lines: int = 0  # those lines: more than `ranks` when several runs each printed rank 0
+
+    @property
+    def complete(self) -> bool:
+        """The summary line was printed: the run reached its end."""
+        return self.avg_busbw_gbps is not None
+
+    @property
+    def busbw_gbps(self) -> Optional[float]:
+        """Bus bandwidth (GB/s) at the largest message size; None without a row."""
+        if not self.rows:
+            return None
+        largest = max(r.size_bytes for r in self.rows)
+        return max(r.busbw_gbps for r in self.rows if r.size_bytes == largest)
+
+    @property
+    def wrong(self) -> int:
+        """Wrong elements the rows count (out-of-place and in-place), plus the out-of-bounds
+        count where the rows cannot say (older layout)."""
+        counted = sum((r.wrong_out or 0) + (r.wrong_in or 0) for r in self.rows)
+        return max(counted, self.out_of_bounds or 0)
+
+
+class IbRow(NamedTuple):
+    size_bytes: int
+    iterations: int
+    peak_gbps: float
+    avg_gbps: float
+
+
+class IbRun(NamedTuple):
+    rows: Tuple[IbRow, ...] = ()
+    device: Optional[str] = None
+    link_type: Optional[str] = None  # IB | Ethernet (RoCE)
+    unit: Optional[str] = None  # "Gb" or "MB": how the run printed it
+    errors: Tuple[str, ...] = ()
+
+    @property
+    def avg_gbps(self) -> Optional[float]:
+        """The average bandwidth (Gb/s) of the largest message size measured; None: none was."""
+        if not self.rows:
+            return None
+        largest = max(r.size_bytes for r in self.rows)
+        return min(r.avg_gbps for r in self.rows if r.size_bytes == largest)
+
+    @property
+    def peak_gbps(self) -> Optional[float]:
+        if not self.rows:
+            return None
+        largest = max(r.size_bytes for r in self.rows)
+        return min(r.peak_gbps for r in self.rows if r.size_bytes == largest)
+
+
+# The markers a fabric job's script echoes around each program (decide/fabricjob.job_script
+# writes them, read/fabricjob.py splits the output at them).
+MARK = "== gpu-healthcheck"
+
+
+class JobSection(NamedTuple):
+    """One program's part of a fabric job's output (between its `begin` and `rc=` markers)."""
+
+    rc: Optional[int]  # its exit status; None: it never ended (no `rc=` marker)
+    missing: Optional[str] = None  # the program slurmstepd or a shell said is not there
+    last_line: str = "no output"  # its last line, to quote
+    nccl: NcclRun = NcclRun()  # the collective's output read (rails: empty)
+    ib: IbRun = IbRun()  # a rail's ib_write_bw output read (the collective: empty)

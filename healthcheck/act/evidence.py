@@ -59,13 +59,40 @@ def collect(config: Config, node: str, key: Optional[LedgerRef], events: List[Lo
             # the GPU's ledger file, or the one an older version kept for it
             raw = next((r for r in (read_file(ledger.ledger_dir(config.state_dir), ledger.ledger_name(k))
                                     for k in (key.key, key.legacy)) if r is not None), None)
+            named = os.path.join(directory, naming_name(node, key.key))
+            extra = [named] if os.path.exists(named) else []  # how its GPU was named
             if raw is not None:
                 name = f"{node}-{key.key}-{_stamp()}-ledger.json"
                 atomic_write(directory, name, raw)
-                return [os.path.join(directory, name)]
+                return [os.path.join(directory, name)] + extra
+            return extra
     except OSError as exc:
         events.append(LogEvent("error", WARNING, f"evidence for {node}: {exc}"))
     return []
+
+
+def naming_name(node: str, key: str) -> str:
+    return f"{node}-{key}-named.json"
+
+
+def write_naming(config: Config, node: str, key: str, naming: Dict[str, Any],
+                 events: List[LogEvent]) -> bool:
+    """How a GPU lost before any run listed it was named, or why nothing names it (decide.
+    ledgers.Naming), kept beside the RMA evidence of the ledger `key`: written once, when it is
+    first named (the boots that follow may no longer tell it).  Whether it was written now."""
+    import json
+
+    directory = evidence_dir(config)
+    name = naming_name(node, key)
+    try:
+        if read_file(directory, name) is not None:
+            return False
+        atomic_write(directory, name, (json.dumps({"node": node, "ledger": key, **naming}, indent=2,
+                                                  sort_keys=True) + "\n").encode())
+    except OSError as exc:
+        events.append(LogEvent("error", WARNING, f"evidence for {node}: {exc}"))
+        return False
+    return True
 
 
 def collect_fabric(config: Config, node: str, bundle: Dict[str, Any], events: List[LogEvent]) -> List[str]:

@@ -1,6 +1,7 @@
 """The gang check's collectives (commands/gang.py conducts it): each job of a round an `srun
 --overlap` step inside the job's own allocation, all of a round's at once, each within its share
-of gang_timeout_s, its output read by read/nccltests.py and judged by decide/sweep.py.
+of gang_timeout_s, its output read by read/nccltests.py and judged by decide/gang.py
+(judge_gang_run: whether it spanned the nodes, then its figure, as the fabric sweep judges).
 
     runner = GangRunner(srun, job_id, config, os.environ, deadline)
     results = runner.run(jobs)          # JobResult per Job; GangError: the check could not run
@@ -15,7 +16,9 @@ import time
 from typing import Dict, List, Mapping, Sequence
 
 from ..config import Config
-from ..decide.sweep import Job, JobResult, judge_collective
+from ..decide.fabricjob import SetupProblem
+from ..decide.gang import judge_gang_run
+from ..decide.sweep import Job, JobResult
 
 # slurmstepd's words when the program is not on the nodes (Slurm 22.05-24.11)
 _MISSING_RE = re.compile(r"execve\(\): (\S+): No such file or directory")
@@ -24,7 +27,8 @@ RUN_SHARE = 5  # each collective gets at most gang_timeout_s / RUN_SHARE
 
 
 class GangError(Exception):
-    """The check could not run (a program missing, srun refused): nobody's node is at fault."""
+    """The check could not run (a program missing, srun refused, a collective that did not
+    span the nodes): nobody's node is at fault."""
 
 
 def srun_env(environ: Mapping[str, str]) -> Dict[str, str]:
@@ -81,5 +85,7 @@ class GangRunner:
         if not ran.timed_out and not run.rows and not run.hosts and srun_errors:
             # srun never started the collective (no step, a node Slurm lost): not a fabric figure
             raise GangError(f"srun could not run {self.collective} on {','.join(job.nodes)}: {srun_errors[0]}")
-        busbw, problem = judge_collective(run, ran.returncode, ran.timed_out)
-        return JobResult(job, busbw, problem)
+        try:
+            return judge_gang_run(job, run, ran.returncode, ran.timed_out)
+        except SetupProblem as exc:
+            raise GangError(str(exc)) from exc

@@ -68,6 +68,9 @@ FAMILIES: Tuple[Family, ...] = (
            "1 for the verdict of the last run of this mode, 0 for the others."),
     Family("gpu_healthcheck_findings", "gauge",
            "Findings of the last run of this mode, by check id and severity."),
+    Family("gpu_healthcheck_config_refused", "gauge",
+           "1 when the last run refused its config file (not owned by root, or writable by others): "
+           "it checked with built-in defaults and acted on nothing."),
     Family("gpu_healthcheck_drains_total", "counter",
            "Drains of this node applied through scontrol by gpu-healthcheck."),
     Family("gpu_healthcheck_drain_refusals_total", "counter",
@@ -88,6 +91,8 @@ FAMILIES: Tuple[Family, ...] = (
            "GPUs the repair loop marked for RMA (repair.max_attempts within repair.window_s)."),
     Family("gpu_healthcheck_gpus_read_timestamp_seconds", "gauge",
            "Unix time of the NVML read that the gpu_healthcheck_gpu_* series come from."),
+    Family("gpu_healthcheck_gpu_info", "gauge",
+           "1 for each GPU of the last read; modelName is NVML's name, as dcgm-exporter labels it."),
     Family("gpu_healthcheck_gpu_lost", "gauge",
            "1 when NVML reported the GPU lost, needing a reset, or it did not answer in time."),
     Family("gpu_healthcheck_gpu_ecc_errors_total", "counter",
@@ -99,6 +104,9 @@ FAMILIES: Tuple[Family, ...] = (
            "1 when a row remap is pending (the GPU needs a reset)."),
     Family("gpu_healthcheck_gpu_remap_failure", "gauge",
            "1 when a row remap failed (the GPU needs RMA)."),
+    Family("gpu_healthcheck_gpu_remap_banks", "gauge",
+           "Memory banks by the row remapper's availability of spare rows (max, high, partial, "
+           "low, none), from NVML's histogram (Ampere and later)."),
     Family("gpu_healthcheck_gpu_retired_pages_total", "counter",
            "Memory pages retired, by cause=sbe (multiple single-bit) or dbe (double-bit)."),
     Family("gpu_healthcheck_gpu_retired_pages_pending", "gauge",
@@ -115,6 +123,7 @@ FAMILIES: Tuple[Family, ...] = (
            "completed, completed_error), 0 for the others; absent where there is no fabric."),
 )
 FABRIC_STATES = ("not_started", "in_progress", "completed", "completed_error")
+REMAP_AVAILABILITY = ("max", "high", "partial", "low", "none")  # nvmlRowRemapperHistogramValues_t
 # The RDMA ports (checks/network.py), named as node_exporter's infiniband collector names its
 # own (node_infiniband_state_id, ..._rate_bytes_per_second), under our prefix.
 PORT_LABELS = ("device", "port", "link_layer", "pci_bus_id")
@@ -177,6 +186,8 @@ def gpu_values(outcome: "RunOutcome") -> List[Dict[str, Any]]:
             "remapped_rows": {"correctable": g.remap_correctable,
                               "uncorrectable": g.remap_uncorrectable},
             "remap_pending": g.remap_pending, "remap_failure": g.remap_failure,
+            "model": g.name or "",
+            "remap_banks": dict(zip(REMAP_AVAILABILITY, g.remap_histogram)) if g.remap_histogram else None,
             "retired_pages": {"sbe": g.retired_sbe, "dbe": g.retired_dbe},
             "retired_pending": g.retired_pending,
             "nvlink_errors": {"crc": g.nvlink_crc_errors, "replay": g.nvlink_replay_errors,
@@ -239,13 +250,14 @@ def valid_state(data: Any) -> bool:
 
 
 def update_state(state: Dict[str, Any], outcome: "RunOutcome", mode: str, now: float,
-                 gpu_repairs: Optional[List[Dict[str, Any]]] = None) -> Dict[str, Any]:
+                 gpu_repairs: Optional[List[Dict[str, Any]]] = None, refused: bool = False) -> Dict[str, Any]:
     """The new state after one run (pure: returns a new dict); gpu_repairs: each GPU's
     repairs within repair.window_s (metricsrepair.gpu_repairs), None to keep the last."""
     new = json.loads(json.dumps(state))
     for name, inc in count_actions(outcome.events).items():
         new["counters"][name] = int(new["counters"].get(name, 0)) + inc
     new["runs"][mode] = run_values(outcome, now)
+    new["config_refused"] = 1 if refused else 0
     gpus = gpu_values(outcome)
     # A run where NVML listed nothing (driver down) keeps the last read: the verdict series
     # carries the failure, and the read timestamp shows the GPU values are old.
@@ -292,6 +304,8 @@ def samples(state: Mapping[str, Any]) -> Dict[str, List[Tuple[Dict[str, str], An
                                        1 if run.get("verdict") == verdict else 0))
         for check, severity, count in run.get("findings") or ():
             out[p + "findings"].append(({"mode": mode, "check": check, "severity": severity}, count))
+    if "config_refused" in state:
+        out[p + "config_refused"].append(({}, int(state.get("config_refused") or 0)))
     for name in COUNTERS:
         out[p + name + "_total"].append(({}, int((state.get("counters") or {}).get(name, 0))))
     gpus = state.get("gpus")
@@ -299,7 +313,12 @@ def samples(state: Mapping[str, Any]) -> Dict[str, List[Tuple[Dict[str, str], An
         out[p + "gpus_read_timestamp_seconds"].append(({}, gpus.get("timestamp", 0)))
         for g in gpus.get("list") or ():
             ident = {k: str(g.get(k, "")) for k in GPU_LABELS}
+            if g.get("model"):
+                out[p + "gpu_info"].append(({**ident, "modelName": str(g["model"])}, 1))
             out[p + "gpu_lost"].append((ident, bool(g.get("lost"))))
+            for availability, banks in (g.get("remap_banks") or {}).items():
+                if isinstance(banks, int):
+                    out[p + "gpu_remap_banks"].append(({**ident, "availability": availability}, banks))
             for counter, by_type in (g.get("ecc") or {}).items():
                 for kind, value in by_type.items():
                     if value is not None:
@@ -384,11 +403,13 @@ def write_textfile(path: str, text: str) -> None:
                                       f"must exist; a symlink is refused)") from None
 
 
-def _update_and_write(state_dir: str, metrics_file: str, outcome: "RunOutcome", mode: str,
-                      now: float, gpu_repairs: Optional[List[Dict[str, Any]]] = None
+def _update_and_write(state_dir: str, metrics_file: Optional[str], outcome: "RunOutcome", mode: str,
+                      now: float, gpu_repairs: Optional[List[Dict[str, Any]]] = None, refused: bool = False
                       ) -> Tuple[Dict[str, Any], List[str]]:
     """Read-modify-write <state_dir>/metrics-state.json and rewrite metrics_file, both under
-    the flock, so a slower run can never put an older picture back; (new state, notes)."""
+    the flock, so a slower run can never put an older picture back; (new state, notes).
+    metrics_file None (a refused config): the textfile the state names, the last trusted
+    run's; none named, nothing is written."""
     from ..safefile import Locked, SafeFileError, atomic_write, open_dir, read_file
 
     notes: List[str] = []
@@ -419,12 +440,17 @@ def _update_and_write(state_dir: str, metrics_file: str, outcome: "RunOutcome", 
                     state = loaded
                 else:
                     notes.append(f"{path} is corrupt; counters start again at 0")
-            new = update_state(state, outcome, mode, now, gpu_repairs)
+            textfile = metrics_file or state.get("textfile")
+            if not isinstance(textfile, str) or not textfile:
+                return state, notes + ["the config was refused and no trusted run has named a metrics "
+                                       "textfile yet: gpu_healthcheck_config_refused is not written"]
+            new = update_state(state, outcome, mode, now, gpu_repairs, refused)
+            new["textfile"] = textfile
             try:
                 atomic_write(state_dir, STATE_FILE, json.dumps(new, sort_keys=True).encode())
             except OSError as exc:
                 raise MetricsError(exc.errno or 0, f"cannot write {path}: {exc.strerror or exc}") from None
-            write_textfile(metrics_file, render(new))
+            write_textfile(textfile, render(new))
             return new, notes
     finally:
         os.close(dfd)
@@ -437,7 +463,7 @@ def write_metrics(config: "Config", outcome: "RunOutcome", mode: str,
     Raises:
         MetricsError: the state or the metrics file cannot be written (names the path).
     """
-    if not config.metrics_file:
+    if not config.metrics_file and not config.refused:
         return []
     when = time.time() if now is None else now
     repairs: Optional[List[Dict[str, Any]]] = None
@@ -446,5 +472,8 @@ def write_metrics(config: "Config", outcome: "RunOutcome", mode: str,
         from .metricsrepair import gpu_repairs
 
         repairs, notes = gpu_repairs(config, outcome.snapshot, when)
-    _, more = _update_and_write(config.state_dir, config.metrics_file, outcome, mode, when, repairs)
+    # a refused config's own metrics_file is not trusted: the textfile the last trusted run
+    # wrote (kept in the state) gets the refusal
+    _, more = _update_and_write(config.state_dir, config.metrics_file, outcome, mode, when, repairs,
+                                refused=config.refused is not None)
     return notes + more

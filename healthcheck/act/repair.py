@@ -7,7 +7,7 @@ the ledger, mark rma with evidence.  The decisions are decide.repair's; the flow
 
 Every step is one LogEvent of kind "repair" (journald MESSAGE_ID, a history line, the metrics):
 its GPU_HEALTHCHECK_REPAIR_STEP field says which (skipped, would_reset, would_reboot, claimed,
-budget, persistence_off, reset, reset_refused, reset_blocked, persistence_on, reboot, rebooting, booted,
+budget, backed_off, stale_claim, named, persistence_off, reset, reset_refused, reset_blocked, persistence_on, reboot, rebooting, booted,
 reboot_timed_out, reboot_cancelled, released, would_validate, resumed, still_failing,
 unvalidated, fabric_retest, rma, error), GPU_HEALTHCHECK_REPAIR_ACTION the action,
 GPU_HEALTHCHECK_EVIDENCE the evidence files.
@@ -53,6 +53,7 @@ class Repairer(ClaimMixin):
         self.events, self.fields = events, fields
         self.ends_at = ends_at if ends_at is not None else time.monotonic() + config.act_budget_s
         self.plan: Optional[rd.RepairPlan] = None
+        self.unreached: Optional[str] = None  # why slurmctld did not answer: nothing was done
         self.drained_at: Optional[str] = None
         self.reason: Optional[str] = None  # the node's reason when this run read it
         self.seen: Optional[NodeState] = None  # the node as the repair was decided on
@@ -62,6 +63,7 @@ class Repairer(ClaimMixin):
         # where the kernel log stood once our reset returned: the Xids up to here are the
         # reset's to have dealt with, later ones count (act.xidack.acknowledge_resets)
         self.reset_at: Optional[KernelLogPosition] = None
+        self.slot: Optional[str] = None  # the budget's slot reservation this run holds
 
     def _log(self, step: str, priority: int, message: str, action: str = "",
              **extra: str) -> None:
@@ -92,6 +94,7 @@ class Repairer(ClaimMixin):
         try:
             this, cluster = self.slurm.node(self.node)  # type: ignore[attr-defined]
         except DoorError as exc:
+            self.unreached = str(exc)
             self._log("skipped", WARNING, f"slurmctld did not answer ({exc}): nothing done")
             return False
         if this is None:
@@ -101,6 +104,12 @@ class Repairer(ClaimMixin):
         self.seen, self.comment = this, this.comment
         mark = rd.parse_mark(this.comment)
         stale = rd.stale_own_claim(mark, time.time()) if mark else None
+        if rd.claim_outlived(this, mark):  # a killed run's claim on a node resumed since
+            assert mark is not None
+            if not report_only:
+                self._clear_stale(snapshot, mark, f"the node is no longer drained by us "
+                                                  f"(State={this.state}, Reason={this.reason})")
+            mark = stale = None
         if mark and stale is not None:  # a reset claim of this node, or an unfinished ask
             if not stale:
                 self._log("skipped", INFO, f"a repair of this node is under way (its claim: "
@@ -116,6 +125,7 @@ class Repairer(ClaimMixin):
         from ..decide.judge import as_drained
 
         findings = as_drained(findings, snapshot, self.config, this.reason, level)
+        snapshot = self._name_unseen(snapshot, report_only)
         gpus = snapshot.gpus
         now = time.time()
         try:
@@ -148,6 +158,40 @@ class Repairer(ClaimMixin):
         if plan.action == rd.REBOOT:
             return self._reboot(snapshot, plan)
         return self._reset(snapshot, plan)
+
+    def _name_unseen(self, snapshot: NodeSnapshot, report_only: bool) -> NodeSnapshot:
+        """A lost GPU no run had listed (no serial, UUID or address) named by what the node
+        still knows (decide.ledgers.name_unseen): the address the driver logged in its Xid 79
+        line, checked against the gres layout.  The address goes into known-gpus.json, so that
+        after the boot the GPU still missing is that one (its ledger, its RMA), and how it was
+        named (or why nothing names it: then the node's ledger counts) into the evidence."""
+        from ..read.gres import gres_conf_path, read_layout
+
+        if report_only or not any(g.lost is not None and not (g.serial or g.uuid or g.pci_bus_id)
+                                  for g in snapshot.gpus):
+            return snapshot  # nothing to name (the layout is read only for a nameless lost GPU)
+        layout = read_layout(gres_conf_path(self.config.gres_conf, dict(os.environ)), self.node,
+                             self.config.state_dir)
+        naming = rd.name_unseen(snapshot.gpus, snapshot.kernel_log.events, layout.files)
+        if naming is None:
+            return snapshot
+        named = tuple(g._replace(pci_bus_id=naming.pci) if g.index == naming.gpu and naming.pci else g
+                      for g in snapshot.gpus)
+        ref = rd.ledger_of(named[naming.gpu]) if naming.pci else rd.node_ledger(self.node)
+        from .evidence import write_naming
+        from .state import remember_lost
+
+        try:
+            if naming.pci:
+                remember_lost(self.store, naming.gpu, naming.pci)
+        except OSError as exc:
+            self._log("error", WARNING, f"cannot keep the lost GPU's address {naming.pci} in "
+                                        f"known-gpus.json ({exc}): after the boot it is not named")
+        if write_naming(self.config, self.node, ref.key, naming.as_json(), self.events):
+            self._log("named", NOTICE, f"GPU {naming.gpu} is lost and no run had listed it: "
+                      + ("; ".join(naming.named_by) + f": counted as {rd.ledger_words(ref._replace(gpu=None))}"
+                         if naming.pci else naming.why_node))
+        return snapshot._replace(gpus=named)
 
     def _from_the_future(self, key: str, attempts: List[rd.Attempt], now: float) -> List[rd.Attempt]:
         """Attempts stamped after now (the clock stepped back since) are restamped now, in the
@@ -255,6 +299,7 @@ class Repairer(ClaimMixin):
         attempt; `recorded`: the ledgers that hold it as started already), the node's Comment
         says `repair blocked` (--cluster; no budget held)."""
         outcome = f"{rd.BLOCKED}: {why}"[:300]
+        self._free_slot()  # a blocked node holds no budget
         if recorded:
             self._set_outcome(recorded, outcome)
         else:
@@ -310,6 +355,7 @@ class Repairer(ClaimMixin):
             self._set_outcome(list(plan.ledgers), f"refused: {str(exc)[:200]}")
             self._log("error", ERR, f"cannot ask Slurm for a reboot: {exc}", rd.REBOOT)
             return False
+        self._free_slot()  # the reboot claim in the Comment holds the budget from here
         self._log("reboot", NOTICE, f"asked Slurm to reboot it (scontrol reboot, our reason kept; "
                                     f"the site's RebootProgram runs once it is idle): {plan.why}",
                   rd.REBOOT)

@@ -4,6 +4,7 @@ part of the Comment kept beside the site's.  Repairer (act.repair) is a ClaimMix
 
 from __future__ import annotations
 
+import os
 import time
 from typing import Dict, List, Optional, Sequence, Tuple
 
@@ -15,6 +16,12 @@ from ..text import iso_utc
 from . import ledger
 
 SETTLE_S = 1.0  # after our ask, before the re-read: concurrent claims become visible
+# The budget's slot reservations: MAINT (slurmctld shows and accounts the node as in
+# maintenance, and lets the slot overlap the node's other reservations), IGNORE_JOBS (a job
+# still completing does not make slurmctld refuse it with "Requested nodes are busy", which
+# would read as no free slot).  Only the repairing node is in it: no other node's jobs wait.
+SLOT_FLAGS = "MAINT,IGNORE_JOBS"
+SLOT_SAFETY_S = 5.0
 
 
 class ClaimMixin:
@@ -26,6 +33,7 @@ class ClaimMixin:
     ends_at: float
     seen: Optional[NodeState]
     comment: Optional[str]
+    slot: Optional[str]  # the budget's slot reservation this run holds
 
     @property
     def ctl(self) -> object:
@@ -69,6 +77,17 @@ class ClaimMixin:
             if held:
                 return self._step_back(plan, f"stepped back: {', '.join(held)} hold repair claims "
                                              f"at once, more than repair.max_concurrent = {budget}")
+            # the mutex: a reservation of a fixed name per place of the budget (decide.repair.slot_name)
+            if self._take_slot(rd.repair_budget(cluster, budget)) is None:
+                return self._step_back(plan, f"stepped back: every slot of the repair budget is "
+                                             f"held ({self._slot_words()}; repair.max_concurrent "
+                                             f"= {budget})")
+            this, cluster = self._reread()
+            crowd = rd.over_budget(self.node, self._slot_holders(), cluster, budget, time.time())
+            if crowd:
+                return self._step_back(plan, f"stepped back: {', '.join(n for n in crowd if n != self.node)} "
+                                             f"repairing (a slot held, or a reboot under way; "
+                                             f"repair.max_concurrent = {budget})")
             changed = rd.changed_since(self.seen, this) if self.seen is not None else None
             if changed:
                 return self._step_back(plan, f"backed off: after the claim, {changed}: nothing "
@@ -81,6 +100,81 @@ class ClaimMixin:
         self._log("claimed", NOTICE, f"{plan.action} of GPU(s) {','.join(map(str, plan.gpus)) or 'all'}: "
                                      f"{plan.why}", plan.action, GPU_HEALTHCHECK_REPAIR_UNTIL=until if state == rd.RESETTING else "")
         return True
+
+    def _take_slot(self, places: int) -> Optional[str]:
+        """The first free place of the repair budget, as a reservation of this node that ends
+        with this run's deadline (a run killed mid-repair holds it no longer: others take the
+        place CLAIM_MARGIN_S later, when its claim expires), or None when every place is held.
+        Raises DoorError for any failure but a name slurmctld has already."""
+        import math
+        import pwd
+
+        from .scontrol import DUPLICATE_RESERVATION
+
+        seconds = max(1, math.ceil(self.ends_at - time.monotonic()))
+        user = pwd.getpwuid(os.getuid()).pw_name
+        for place in range(places):
+            for rename in range(rd.SLOT_NAMES):
+                name = rd.slot_name(place, rename)
+                try:
+                    self.ctl.create_reservation(name, [self.node], user, SLOT_FLAGS,  # type: ignore[attr-defined]
+                                                seconds)
+                except DoorError as exc:
+                    if DUPLICATE_RESERVATION not in str(exc):
+                        raise
+                    if any(rd.slot_of(n) == place for n in self._slots()):
+                        break  # held: the next place
+                    continue  # ended, not dropped yet: the place's next name
+                self.slot = name
+                others = [n for n in self._slots() if rd.slot_of(n) == place and n != name]
+                if not others:
+                    return name
+                self._free_slot()  # another name of this place is live: it holds the place
+                break
+        return None
+
+    def _slots(self) -> Dict[str, str]:
+        """Each live reservation of a place (rd.place_live) -> the node holding it.  Raises
+        DoorError."""
+        now = time.time()
+        return {name: r.nodes for name, r in self.ctl.show_reservations().items()  # type: ignore[attr-defined]
+                if rd.slot_of(name) is not None and rd.place_live(r.end_time, now)}
+
+    def _slot_holders(self) -> List[str]:
+        return list(self._slots().values())
+
+    def _slot_words(self) -> str:
+        try:
+            return ", ".join(f"{node} ({name})" for name, node in sorted(self._slots().items())) or "none seen now"
+        except DoorError as exc:
+            return f"holders not read: {exc}"
+
+    def _free_slot(self) -> None:
+        """Delete the slot this run holds, if any (the claim is over, or handed to slurmctld's
+        reboot state).  A delete that fails leaves it to end by itself, at the claim's expiry."""
+        if self.slot is None:
+            return
+        name, self.slot = self.slot, None
+        try:
+            self.ctl.delete_reservation(name)  # type: ignore[attr-defined]
+        except DoorError as exc:
+            self._log("error", WARNING, f"cannot delete the repair budget's reservation {name} "
+                                        f"({exc}): it ends by itself at the claim's expiry")
+
+    def _drop_own_slots(self) -> None:
+        """A killed run's slot of this node, still running (its node was resumed before the
+        claim's expiry: it would keep the node's jobs off until then): deleted.  One ending
+        within seconds is left to end, so a slot another node takes just after cannot be
+        deleted by mistake."""
+        try:
+            for name, r in self.ctl.show_reservations().items():  # type: ignore[attr-defined]
+                end = rd.stamp_epoch(r.end_time, utc=False)
+                if rd.slot_of(name) is not None and r.nodes == self.node \
+                        and end is not None and end > time.time() + SLOT_SAFETY_S:
+                    self.ctl.delete_reservation(name)  # type: ignore[attr-defined]
+        except DoorError as exc:
+            self._log("error", WARNING, f"cannot delete this node's repair budget reservation "
+                                        f"({exc}): it ends by itself at the claim's expiry")
 
     def _claim_until(self) -> float:
         """A reset claim's expiry (epoch): this run's deadline and a margin for clocks."""
@@ -103,15 +197,19 @@ class ClaimMixin:
         self._log(step, NOTICE, why, plan.action)
         return False
 
-    def _clear_stale(self, snapshot: NodeSnapshot, mark: Dict[str, str]) -> bool:
+    def _clear_stale(self, snapshot: NodeSnapshot, mark: Dict[str, str],
+                     why: str = "the run that made it ended without finishing") -> bool:
         """This node's own claim, left by a run that is over (killed mid-reset: slurmd's
-        HealthCheckProgram limit): cleared, and the reset it started, in the ledger before it
-        began, counted as an attempt ("killed").  False when the claim cannot be cleared."""
+        HealthCheckProgram limit; or killed after it, and the node resumed since): cleared
+        (only our part of the Comment), with the budget reservation it may still hold, and the
+        reset it started, in the ledger before it began, counted as an attempt ("killed").
+        False when the claim cannot be cleared."""
         try:
             self._write_ours("")
         except DoorError as exc:
             self._log("error", WARNING, f"cannot clear its stale repair claim ({exc}): nothing done")
             return False
+        self._drop_own_slots()
         gpus = {int(g) for g in mark["gpus"].split(",") if g.isdigit()}
         killed: List[rd.LedgerRef] = []
         for gpu in snapshot.gpus:
@@ -127,8 +225,7 @@ class ClaimMixin:
         self._set_outcome(killed, "killed")
         self._log("stale_claim", WARNING, f"cleared its own stale repair claim ({mark['state']} of "
                                           f"GPU(s) {mark['gpus'] or 'all'} at {mark['at']}, until "
-                                          f"{mark['until'] or 'no expiry'}): the run that made it "
-                                          f"ended without finishing"
+                                          f"{mark['until'] or 'no expiry'}): {why}"
                                           + (f"; its reset counts as an attempt "
                                              f"({', '.join(rd.ledger_words(r) for r in killed)})"
                                              if killed else ""))
@@ -137,6 +234,7 @@ class ClaimMixin:
     def release(self, reread: bool = True) -> None:
         """Remove our claim from the node's Comment, keeping the site's part (read again first,
         unless it was just read: a site's note written meanwhile stays)."""
+        self._free_slot()
         try:
             if reread:
                 self._reread()

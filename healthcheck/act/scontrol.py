@@ -118,6 +118,36 @@ def parse_listpids(text: str) -> Dict[int, str]:
     return found
 
 
+# slurmctld's answer to a reservation whose name exists (slurm_strerror of
+# ESLURM_RESERVATION_NAME_DUP; seen on 22.05, 24.11 and 26.05)
+DUPLICATE_RESERVATION = "Duplicate reservation name"
+
+
+class Reservation(NamedTuple):
+    """One line of `scontrol -o show reservation`."""
+
+    name: str
+    nodes: str  # as slurmctld prints it ("gpu-a", "gpu-[a-c]")
+    end_time: Optional[str]  # EndTime, the controller's zone
+
+
+_RESV_RE = re.compile(r"^ReservationName=(\S+)")
+_RESV_NODES_RE = re.compile(r"\sNodes=(\S+)")
+_RESV_END_RE = re.compile(r"\sEndTime=(\S+)")
+
+
+def parse_reservations(text: str) -> Dict[str, Reservation]:
+    found: Dict[str, Reservation] = {}
+    for line in text.splitlines():
+        name = _RESV_RE.match(line)
+        if not name:
+            continue
+        nodes, end = _RESV_NODES_RE.search(line), _RESV_END_RE.search(line)
+        found[name.group(1)] = Reservation(name.group(1), nodes.group(1) if nodes else "",
+                                           end.group(1) if end else None)
+    return found
+
+
 class Scontrol:
     """scontrol calls of one run.  After a call gets no answer within the timeout, the rest of
     the run's calls fail at once: slurmctld is not answering, and waiting again for each would
@@ -175,24 +205,32 @@ class Scontrol:
         (24.11 exits 1, 22.05 ignores it)."""
         self._run(["reboot", f"reason={sanitise(reason)}", node])
 
-    def create_reservation(self, name: str, nodes: Sequence[str], users: str, flags: str) -> None:
-        """A reservation of `nodes` from now, Duration=UNLIMITED (slurmctld 22.05 makes that a
-        year: seen), for `users`.  The fabric sweep's re-test holds a node in one while it is
-        resumed for its partner jobs: no other job can start there, and a sweep killed mid-test
-        leaves it held, never in service."""
+    def create_reservation(self, name: str, nodes: Sequence[str], users: str, flags: str,
+                           seconds: Optional[int] = None) -> None:
+        """A reservation of `nodes` from now, for `users`: Duration=UNLIMITED (slurmctld 22.05
+        makes that a year: seen), or ending `seconds` from now (EndTime=now+N, to the second).
+        The fabric sweep's re-test holds a node in one while it is resumed for its partner jobs:
+        no other job can start there, and a sweep killed mid-test leaves it held, never in
+        service.  The repair budget's slots are reservations with fixed names: slurmctld
+        refuses a second one of a name (ScontrolError whose problem has DUPLICATE_RESERVATION,
+        22.05, 24.11, 26.05), atomically."""
+        end = f"EndTime=now+{seconds}" if seconds is not None else "Duration=UNLIMITED"
         self._run(["create", "reservation", f"ReservationName={name}", f"Nodes={','.join(nodes)}",
-                   "StartTime=now", "Duration=UNLIMITED", f"Users={users}", f"Flags={flags}"])
+                   "StartTime=now", end, f"Users={users}", f"Flags={flags}"])
 
     def delete_reservation(self, name: str) -> None:
         self._run(["delete", f"ReservationName={name}"])
 
+    def show_reservations(self) -> Dict[str, Reservation]:
+        """Every reservation slurmctld knows, by name, from the list of them all (`show
+        reservation NAME` of an unknown one says so in words and exit statuses that differ
+        between versions; the list is "No reservations in the system" or one line each, on
+        every one).  Raises ScontrolError when it does not answer."""
+        return parse_reservations(self._run(["-o", "show", "reservation"]))
+
     def reservation_exists(self, name: str) -> bool:
-        """Whether slurmctld knows the reservation, from the list of them all (`show reservation
-        NAME` of an unknown one says so in words and exit statuses that differ between
-        versions; the list is "No reservations in the system" or one line each, on every one).
-        Raises ScontrolError when it does not answer."""
-        text = self._run(["-o", "show", "reservation"])
-        return any(line.startswith(f"ReservationName={name} ") for line in text.splitlines())
+        """Whether slurmctld knows the reservation.  Raises ScontrolError when it does not answer."""
+        return name in self.show_reservations()
 
     def show_job(self, job_id: str) -> str:
         """`scontrol show job ID` (several lines: AdminComment gets a line of its own)."""

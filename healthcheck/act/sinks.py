@@ -76,10 +76,10 @@ def emit(outcome: "RunOutcome", config: "Config", mode: "Mode", err: Optional[Te
         pass  # stderr closed: there is nowhere left to say so
 
     _guarded(err, "history", config.history_path(), lambda: _run_history(config, outcome))
-    if config.metrics_file:
+    if config.metrics_file or config.refused:  # a refusal goes to the last trusted textfile
         from .metrics import write_metrics
 
-        _guarded(err, "metrics", config.metrics_file,
+        _guarded(err, "metrics", config.metrics_file or "the last trusted metrics textfile",
                  lambda: write_metrics(config, outcome, mode_name))
 
 

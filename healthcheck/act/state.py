@@ -291,6 +291,30 @@ def known_after(known: Tuple[KnownGpu, ...], snapshot: "NodeSnapshot", now: floa
                                            else (1, (), str(k))))
 
 
+def remember_lost(store: "StateStore", index: int, pci: str) -> None:
+    """Keep a lost GPU that no run had listed, by the address that named it
+    (decide.ledgers.name_unseen), unless an entry is at that address: after the boot, the GPU
+    NVML lists no more is that one.  Raises OSError."""
+    from ..pci import normalise_pci
+
+    known, _ = read_known_gpus(store)
+    if any(k.pci and normalise_pci(k.pci) == normalise_pci(pci) for k in known if _is_pci(k.pci)):
+        return
+    after = known + (KnownGpu(index, pci, "", "", round(time.time(), 3)),)
+    atomic_write(store.state_dir, KNOWN_GPUS,
+                 json.dumps({"schema": 1, "gpus": [_plain(k) for k in after]}, sort_keys=True).encode())
+
+
+def _is_pci(text: str) -> bool:
+    from ..pci import normalise_pci
+
+    try:
+        normalise_pci(text)
+    except ValueError:
+        return False
+    return True
+
+
 def remember_gpus(store: "StateStore", snapshot: "NodeSnapshot", events: "List[LogEvent]") -> None:
     """Write the known-GPU record when this run changed it (a GPU's identity, or one more);
     a record that cannot be written is logged: the next run tries again."""

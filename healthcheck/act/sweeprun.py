@@ -21,6 +21,7 @@ import time
 from typing import Callable, Dict, List, Optional, Sequence
 
 from ..decide.fabricjob import JobSpec, judge_job_output, job_script
+from ..read.fabricjob import read_job_output
 from ..decide.sweep import Job, JobResult
 from ..records import NamedTuple
 from .slurmjobs import LIVE_STATES, JobsError, SlurmJobs
@@ -101,7 +102,8 @@ class SlurmRunner:
                     f"job {job_id} did not start within {self.setup.queue_grace_s:g} s "
                     f"(its nodes were taken); cancelled")))
                 continue
-            results.append(judge_job_output(self.spec, job, _read(outputs[job_id]), state, job_id))
+            results.append(judge_job_output(self.spec, job, read_job_output(_read(outputs[job_id])), state,
+                                                job_id))
         order = {job: i for i, job in enumerate(jobs)}
         return sorted(results, key=lambda r: order[r.job])
 

@@ -138,9 +138,9 @@ def check_deep_clock(gpu: GpuSnapshot, node: NodeSnapshot, ctx: CheckContext) ->
 def check_deep_tensor(gpu: GpuSnapshot, node: NodeSnapshot, ctx: CheckContext) -> Iterator[Finding]:
     """Tensor-core GEMM throughput (BF16 and FP16 mma.sync, sm_80 and newer) below the GPU's
     siblings' median: deep.sibling_ratio_warn (0.85) warns, deep.sibling_ratio_fail (0.7) fails
-    with action reset (checks/deep.py, the thresholds of every deep figure).  mma.sync reaches
-    well below the datasheet's dense peak (which needs wgmma on Hopper), so there is no
-    per-model floor.
+    with action reset (checks/deep.py, the thresholds of every deep figure).  The mma.sync
+    kernels reach well below the datasheet's dense peak (which needs wgmma on Hopper), so there
+    is no per-model floor.
     nvidia-smi equivalent: none (dcgmi diag -r 3, "Targeted Stress", comes closest).
     """
     yield from shared(judge_figure("deep.tensor", "tensor-core GEMM", "GFLOP/s", gpu, node, ctx,

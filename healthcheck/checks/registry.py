@@ -9,6 +9,7 @@ and its traceback is returned for logging.
 from __future__ import annotations
 
 import functools
+import re
 from typing import Callable, Dict, Iterable, List, Optional, Tuple
 
 from ..config import Config
@@ -47,9 +48,13 @@ class CheckSpec(NamedTuple):
 
     @property
     def summary(self) -> str:
-        """What the check catches: the first line of its docstring."""
-        doc = (self.fn.__doc__ or "").strip()
-        return doc.splitlines()[0].strip() if doc else ""
+        """What the check catches: the first sentence of its docstring, whole (it may wrap
+        over several lines; it ends at a full stop followed by a space and a capital, or at
+        the end of the first paragraph)."""
+        paragraph = (self.fn.__doc__ or "").strip().split("\n\n")[0]
+        text = " ".join(line.strip() for line in paragraph.splitlines())
+        end = re.search(r"\.(?=\s+[A-Z`(])", text)
+        return text[:end.end()] if end else text
 
 
 CATALOGUE: Dict[str, CheckSpec] = {}

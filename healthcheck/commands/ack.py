@@ -48,7 +48,8 @@ def ack(config: Config, gpus: Optional[Tuple[int, ...]]) -> Tuple[int, List[str]
     from ..decide.exitcodes import ack_exit
     from ..read.kernlog import read_kernel_log
     from ..read.nvml import read_nvml
-    from ..read.node import without_acknowledged, xid_window
+    from ..read.node import xid_window
+    from .node import without_acknowledged
 
     events: List[LogEvent] = []
     host = os.uname().nodename.split(".")[0]

@@ -12,7 +12,7 @@ import sys
 from typing import TYPE_CHECKING, Mapping, Optional, TextIO
 
 from ..decide.exitcodes import done_exit
-from ..report.cluster import format_table, rows_from_show_nodes
+from ..report.cluster import RUNBOOK, format_table, rows_from_show_nodes
 
 if TYPE_CHECKING:
     import argparse
@@ -34,7 +34,10 @@ def show_cluster(config: "Config", environ: Mapping[str, str], as_json: bool, ou
     try:
         text = ctl.show_nodes_raw()
     except ScontrolError as exc:
-        print(f"gpu-healthcheck: --cluster: cannot list nodes with scontrol: {exc}", file=err)
+        from ..model import SLURMCTLD_ADVICE
+
+        print(f"gpu-healthcheck: --cluster: cannot list nodes with scontrol: {exc}; {SLURMCTLD_ADVICE}",
+              file=err)
         return done_exit(False)
     rows = rows_from_show_nodes(text, config.repair.max_concurrent)
     if as_json:
@@ -43,4 +46,6 @@ def show_cluster(config: "Config", environ: Mapping[str, str], as_json: bool, ou
     else:
         for line in format_table(rows):
             out.write(line + "\n")
+        if rows:
+            out.write(f"\nwhat each reason means and what to do: {RUNBOOK}\n")
     return done_exit(True)

@@ -36,11 +36,11 @@ from ..act.scontrol import parse_show_nodes
 from ..act.sweeprun import JOB_NAME, Setup, SlurmRunner, SweepError
 from ..config import Config
 from ..decide.exitcodes import CONFIG_ERROR, fabric_exit
-from ..decide.fabricjob import JobSpec, MissingProgram
+from ..decide.fabricjob import JobSpec, SetupProblem
 from ..decide.sweep import (BAD, UNKNOWN, NodeOutcome, SweepOutcome, SweepPlanner, SweepReport, Thresholds,
                              fabric_reason)
 from ..decide.sweepnodes import candidates, retest_candidates, retest_refused
-from ..model import CRIT, ERR, NOTICE, DoorError, LogEvent, Terminated, UsageError
+from ..model import CRIT, ERR, NOTICE, SLURMCTLD_ADVICE, DoorError, LogEvent, Terminated, UsageError
 from ..records import NamedTuple
 
 if TYPE_CHECKING:
@@ -169,7 +169,7 @@ def fabric_sweep(request: SweepRequest, config: Config, environ: Mapping[str, st
                 if not jobs:
                     break
                 planner.record(runner.run(jobs))
-        except (SweepError, MissingProgram, Terminated) as exc:
+        except (SweepError, SetupProblem, Terminated) as exc:
             runner.cancel_all()
             retested = tuple(retester.held)
             report = SweepReport(sweep_id, None, retester.abandon(f"the sweep stopped: {exc}"), why_not,
@@ -193,7 +193,8 @@ def fabric_sweep(request: SweepRequest, config: Config, environ: Mapping[str, st
         _record(config, report, events, err)
         return fabric_exit(any(n.outcome == BAD for n in outcome.nodes))
     except (DoorError, GresConfError, OSError, SweepError, Terminated) as exc:
-        print(f"gpu-healthcheck: --fabric-sweep: {exc}; nothing drained", file=err)
+        advice = f"; {SLURMCTLD_ADVICE}" if isinstance(exc, DoorError) else ""
+        print(f"gpu-healthcheck: --fabric-sweep: {exc}; nothing drained{advice}", file=err)
         return fabric_exit(False, could_run=False)
     finally:
         if retester is not None and retester.held:  # stopped before they were judged

@@ -84,6 +84,13 @@ def job_report(environ: Mapping[str, str], out: TextIO, config: Optional["Config
     phase = environ.get("GPU_HEALTHCHECK_REPORT", "")
     status = job_report_exit(False)
     config = config or Config()
+    if not (environ.get("SLURM_JOB_ID") or environ.get("SLURM_JOBID")):
+        # no job, no job's GPUs: "the job's GPUs (none) look healthy" would be a claim unmade
+        print(f"{PREFIX} --job-report runs inside a Slurm job (as the SPANK plugin or a batch "
+              f"script runs it): SLURM_JOB_ID is unset, nothing checked; use --node for this "
+              f"node's GPUs", file=out)
+        out.flush()
+        return job_report_exit(False, could_check=False)
     if phase in ("", "requeued"):
         try:
             restarts = int(environ.get("SLURM_RESTART_COUNT", "0") or 0)

@@ -22,19 +22,21 @@ from __future__ import annotations
 import os
 import sys
 import time
-from typing import TYPE_CHECKING, Callable, List, Optional
+from typing import TYPE_CHECKING, Callable, Dict, List, Optional, Tuple
 
 from ..act.slurm import Slurm, report_only
 from ..act.state import StateStore, read_acks, read_known_gpus, remember_gpus
 from ..config import Config
-from ..decide.budget import fit_to_budget, probe_cap_s, run_budget_s
-from ..decide.exitcodes import run_exit
+from ..decide.budget import fit_to_budget, probe_cap_s, probe_timeout, run_budget_s
+from ..decide.exitcodes import CONFIG_ERROR, run_exit
+from ..decide.gpumap import map_job_gpus
 from ..decide.judge import judge
 from ..decide.plan import Step, next_step, plan_run
 from ..decide.verdict import drain_reason
-from ..model import CRIT, WARNING, LogEvent, NodeAction, RunOutcome, RunRequest
+from ..model import CRIT, ERR, WARNING, LogEvent, NodeAction, NodeSnapshot, RunOutcome, RunRequest
 from ..read.node import NodeInputs, read_node
 from ..report.document import build_report, finding_events
+from ..staterecords import XidAck
 
 if TYPE_CHECKING:
     import argparse
@@ -69,10 +71,17 @@ def run(request: RunRequest, config: Config, node_name: Optional[str] = None) ->
     # an admin's resume of our drain deals with the Xids up to where it was last seen drained
     resumed_upto = slurm.admin_resumed(store, node, events) if plan.health_check and plan.changes_node else None
 
-    inputs = NodeInputs(baseline=store.read_baseline, acks=lambda: read_acks(store),
-                        listpids=slurm.listpids, probe_cap=probe_cap,
+    fitted = config
+
+    def probe_limits(level: str, largest_mib: int) -> Tuple[Optional[float], float]:
+        cap = probe_cap() if probe_cap is not None else None
+        # without a cap probe_timeout always has a deadline: the probe's own
+        return (probe_timeout(fitted, level, largest_mib, cap), probe_timeout(fitted, level, largest_mib) or 0.0)
+
+    inputs = NodeInputs(probe_limits=probe_limits, map_gpus=map_job_gpus, baseline=store.read_baseline,
+                        listpids=slurm.listpids,
                         known=lambda: read_known_gpus(store))
-    snapshot, selected = read_node(request, config, host, node, inputs, events)
+    snapshot, selected = _read(request, config, host, node, inputs, events, store)
     if plan.health_check and plan.changes_node:  # how a GPU that vanishes later is named
         remember_gpus(store, snapshot, events)
     if plan.health_check and plan.changes_node:
@@ -112,16 +121,19 @@ def run(request: RunRequest, config: Config, node_name: Optional[str] = None) ->
         action = slurm.maybe_resume(store, node, findings, snapshot, events, base_fields,
                                     request.level, partial=request.gpus is not None)
 
+    unreached: Optional[str] = None  # --repair: why slurmctld did not answer (nothing repaired)
     if plan.health_check and (request.repair or config.repair.enabled) and request.gpus is None:
         from ..act.repair import Repairer
 
         repairer = Repairer(config, slurm, store, node, events, base_fields, ends_at)
-        if repairer.start(snapshot, findings, plan.report_only, request.level):
+        started_repair = repairer.start(snapshot, findings, plan.report_only, request.level)
+        unreached = repairer.unreached if request.repair else None
+        if started_repair:
             # Prove the repaired GPUs healthy: every GPU checked at the level that found the
             # fault (the deep tests and dcgmi diag for a deep drain), at least full, then
             # today's resume (the drain's own context judged too)
             level = repairer.validation_level()
-            snapshot, selected = read_node(request._replace(level=level), config, host, node, inputs, events)
+            snapshot, selected = _read(request._replace(level=level), config, host, node, inputs, events, store)
             from ..act.xidack import acknowledge_resets
 
             snapshot = acknowledge_resets(snapshot, config, store, node, events, repairer.reset_at)
@@ -133,15 +145,60 @@ def run(request: RunRequest, config: Config, node_name: Optional[str] = None) ->
     if job_id and plan.consumes_baseline(job_id, snapshot.baseline is not None):
         store.remove_baseline(job_id)
 
-    exit_code = run_exit(mode, verdict, reason, action)
+    # --repair that could not reach slurmctld repaired nothing: could not do what was asked
+    exit_code = run_exit(mode, verdict, reason, action) if unreached is None else CONFIG_ERROR
     report = build_report(snapshot, findings, verdict, action, mode, job_id, node, started,
                           time.monotonic() - t0, request.level, plan.only_gpus)
+    if unreached is not None:
+        from ..model import SLURMCTLD_ADVICE
+
+        report["repair_error"] = (f"--repair could not run: slurmctld did not answer ({unreached}); "
+                                  f"nothing repaired; {SLURMCTLD_ADVICE}")
     events += finding_events(findings, crashes, snapshot, mode, node, verdict, action, base_fields)
     # every entry findable by job and node (journalctl SLURM_JOB_ID=...), whoever made it
     events = [e._replace(fields={**base_fields, **{k: v for k, v in e.fields.items() if v}})
               for e in events]
     return RunOutcome(exit_code, report, events, snapshot, findings, crashes)
 
+
+
+def _read(request: RunRequest, config: Config, host: str, node: str, inputs: NodeInputs,
+          events: List[LogEvent], store: StateStore) -> Tuple[NodeSnapshot, Optional[Tuple[int, ...]]]:
+    """The node as read (read_node), with --node's Xids an admin acknowledged left out."""
+    from ..model import Mode
+
+    snapshot, selected = read_node(request, config, host, node, inputs, events)
+    if request.mode is Mode.NODE and snapshot.kernel_log is not None:
+        snapshot = without_acknowledged(snapshot, config, read_acks(store), events)
+    return snapshot, selected
+
+
+def without_acknowledged(snapshot: NodeSnapshot, config: Config,
+                         acks_read: Tuple[Dict[str, XidAck], Optional[str]],
+                         events: List[LogEvent]) -> NodeSnapshot:
+    """`--node` and `--ack`: Xids an admin has dealt with (XidAck, decide/xidack.py) no longer
+    count; what the kernel logged after each acknowledgement (read/kernlog.py) does.  The
+    epilog needs none of this: its window is the job's own."""
+    from ..decide.xidack import live_acks, position_key, unacknowledged, window_after
+    from ..read.kernlog import current_boot, read_kernel_log
+
+    stored, error = acks_read
+    if error:
+        events.append(LogEvent("error", ERR, f"{error}; every Xid since boot counts"))
+    boot = current_boot()
+    acks = live_acks(stored, boot)
+    counts = tuple(sorted((pci, a.count) for pci, a in stored.items()))
+    log = snapshot.kernel_log
+    if not acks or log.error:
+        return snapshot._replace(xid_ack_counts=counts)
+    after = {}
+    for ack in acks.values():
+        key = position_key(ack.position)
+        if key not in after:
+            later = read_kernel_log(config.kernel_log, window_after(ack.position, boot.boot_id))
+            after[key] = later.events
+    return snapshot._replace(kernel_log=log._replace(events=unacknowledged(log.events, acks, after)),
+                             xid_ack_counts=counts)
 
 
 def execute(mode: "Mode", args: "argparse.Namespace", config: Config, started: float,
@@ -157,6 +214,8 @@ def execute(mode: "Mode", args: "argparse.Namespace", config: Config, started: f
     request = RunRequest(mode=mode, environ=os.environ, level=level or args.level or "quick",
                          act=args.act, gpus=gpus, started_monotonic=started, repair=args.repair)
     outcome = run(request, config)
+    if config.refused:  # the run was report_only (config.load_config): it acted on nothing
+        outcome.report["config_refused"] = config.refused
     if refused:
         job = os.environ.get("SLURM_JOB_ID")
         outcome.events.append(LogEvent("error", WARNING, refused, {
@@ -170,11 +229,21 @@ def execute(mode: "Mode", args: "argparse.Namespace", config: Config, started: f
             from ..report.table import write_table
 
             write_table(outcome.report, sys.stdout, colour=sys.stdout.isatty())
+        if config.refused and not args.json:
+            from ..config import refusal_line
+
+            print(refusal_line(config.refused))
+        if outcome.report.get("repair_error") and not args.json:
+            print(f"gpu-healthcheck: {outcome.report['repair_error']}")
         sys.stdout.flush()
     except BrokenPipeError:
         # `gpu-healthcheck --node | head`: the reader left; the run itself still counts
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
     emit(outcome, config, mode)
+    if config.refused:
+        from ..decide.exitcodes import refused_config_exit
+
+        return refused_config_exit(mode)
     return outcome.exit_code
 
 

@@ -5,13 +5,14 @@ non-zero epilog drains it, and HealthCheckProgram's status is logged.  So each c
 is one function of what happened, never of how a message was worded (CONTRACTS §1):
 
     --node          0 pass, 1 warn, 2 fail, 3 unknown (could not check; also a usage or
-                    config error, and a bug of ours)
+                    config error, a refused config, and a bug of ours)
     --prolog        non-zero exactly when the job must not start here
     --epilog        non-zero exactly when it drained the node (or left a pending drain)
     --check-config  0 valid, 3 invalid (as --node exits on the same file)
-    --repair        as --node (the check that follows the repair)
+    --repair        as --node (the check that follows the repair); 3 when slurmctld did not
+                    answer (nothing repaired)
     --history, --cluster, --ack   0 done, 3 could not
-    --job-report    0 healthy, 2 a GPU of the job is at fault, 3 could not check
+    --job-report    0 healthy, 2 a GPU of the job is at fault, 3 could not check (or no job)
     --fabric-sweep  0 no bad node, 2 a bad node found (drained with --act), 3 could not run
     --gang          0 the fabric passed (or one node: nothing to check), 2 it failed, 3 could not run
     SIGTERM         128 + 15, as a shell reports it
@@ -68,6 +69,13 @@ def run_exit(mode: Mode, verdict: Verdict, reason: "str | None", action: NodeAct
         return prolog_exit(reason is not None
                            and action.outcome not in (Outcome.REFUSED, Outcome.REPORT_ONLY))
     return epilog_exit(action.taken == "drain")
+
+
+def refused_config_exit(mode: Mode) -> int:
+    """A config refused for its ownership or mode (nothing was acted on): --node and --repair
+    could not check as configured (3); the prolog and epilog exit 0, so Slurm drains nothing
+    for our own config."""
+    return ExitCode.UNKNOWN if mode is Mode.NODE else ExitCode.OK
 
 
 def internal_error_exit(mode: Mode) -> int:

@@ -1,43 +1,27 @@
 """One fabric job (pure): the batch script it runs, and its output judged into a JobResult.
 
     script = job_script(spec, job)                     # /bin/sh text for sbatch
-    result = judge_job_output(spec, job, text, state)  # what the job printed -> JobResult
+    result = judge_job_output(spec, job, sections, state, job_id)  # its output -> JobResult
 
 The script runs, on the job's nodes, the collective once across all of them (srun with
 `[fabric] srun_args`, `tasks_per_node` ranks a node) and then, for each `[fabric] rails` HCA,
 ib_write_bw with --use_cuda between the first two nodes (a server on the second, the client on
 the first).  Each runs under timeout(1) at `time_limit_s`, so a hang ends inside the job with
 status 124 and is named; the job's --time (one minute more) is the backstop.  Markers the
-script echoes split its output:
-
-    == gpu-healthcheck collective begin
-    ...nccl-tests' output...
-    == gpu-healthcheck collective rc=0
-    == gpu-healthcheck rail mlx5_0 begin
-    ...ib_write_bw's output...
-    == gpu-healthcheck rail mlx5_0 rc=0
-    == gpu-healthcheck end
+script echoes (netmodel.MARK) split its output; read/fabricjob.read_job_output reads it into
+one JobSection per program, which judge_job_output judges.
 """
 
 from __future__ import annotations
 
-import re
 import shlex
-from typing import Dict, List, Optional, Sequence, Tuple
+from typing import Mapping, Optional, Sequence, Tuple
 
-from ..read.nccltests import NcclRun, parse_nccl_tests
-from ..read.perftest import parse_ib_write_bw
+from ..netmodel import MARK, JobSection, NcclRun
 from ..records import NamedTuple
 from .sweep import Job, JobResult, RailResult, judge_collective
 
-MARK = "== gpu-healthcheck"
-_MARK_RE = re.compile(r"^== gpu-healthcheck (collective|rail (\S+)) (begin|rc=(\d+))\s*$")
 TIMEOUT_STATUSES = (124, 137)  # timeout(1): the limit passed (137: it had to SIGKILL)
-# What srun, slurmstepd or a shell print when the program is not there (Slurm 22.05-24.11:
-# "slurmstepd: error: execve(): all_reduce_perf: No such file or directory").
-_MISSING_RE = re.compile(r"execve\(\): (\S+): No such file or directory|(\S+): (?:command )?not found$",
-                         re.M)
-
 
 class JobSpec(NamedTuple):
     collective: str  # the program: a path, or a name srun finds on the nodes' PATH
@@ -49,13 +33,14 @@ class JobSpec(NamedTuple):
     rails: Tuple[str, ...] = ()
 
 
-class MissingProgram(Exception):
-    """The job shows the site's setup keeps it from testing its nodes, not a node fault: a
+class SetupProblem(Exception):
+    """The output shows the site's setup keeps it from testing its nodes, not a node fault: a
     program not installed (this class), or a collective that never crossed the network
-    (NotSpanned).  The sweep stops, nothing drained (act/sweep.py catches this class)."""
+    (NotSpanned).  The fabric sweep and the gang check stop, nothing drained, exit 3
+    (commands/fabricsweep.py and act/gangrun.py catch this class)."""
 
 
-class NotSpanned(MissingProgram):
+class NotSpanned(SetupProblem):
     """The collective's output does not prove it ran across the job's nodes: nccl-tests built
     without MPI, or srun without `--mpi=pmix`, runs each task as its own single-node job."""
 
@@ -82,6 +67,17 @@ def span_problem(run: NcclRun, nodes: Sequence[str]) -> Optional[str]:
     return None
 
 
+def require_span(run: NcclRun, nodes: Sequence[str], problem: Optional[str], where: str = "") -> None:
+    """Raises NotSpanned when the collective's output does not prove it spanned `nodes`.
+
+    Ranks shown on too few hosts is the setup whatever the figure; no rank lines at all is,
+    unless the run failed on its own (`problem`: a hang or an NCCL error before the header, a
+    node's fault).  `where` ends the message (" (job 12)")."""
+    span = span_problem(run, nodes)
+    if span is not None and (run.rank_lines or problem is None):
+        raise NotSpanned(f"the collective did not span {','.join(nodes)}: {span}; {SPAN_ADVICE}{where}")
+
+
 def job_script(spec: JobSpec, job: Job, sweep_id: str) -> str:
     q = shlex.quote
     limit = f"{max(1, int(spec.time_limit_s))}"
@@ -106,65 +102,36 @@ def job_script(spec: JobSpec, job: Job, sweep_id: str) -> str:
     return "\n".join(lines) + "\n"
 
 
-def split_output(text: str) -> Dict[str, Tuple[str, Optional[int]]]:
-    """{"collective" | rail name: (its output, its exit status or None when it never ended)}."""
-    sections: Dict[str, Tuple[List[str], Optional[int]]] = {}
-    current: Optional[str] = None
-    for line in text.splitlines():
-        m = _MARK_RE.match(line)
-        if m is None:
-            if current is not None:
-                sections[current][0].append(line)
-            continue
-        name = m.group(2) or "collective"
-        if m.group(3) == "begin":
-            sections[name] = ([], None)
-            current = name
-        elif name in sections:
-            sections[name] = (sections[name][0], int(m.group(4)))
-            current = None
-    return {name: ("\n".join(body), rc) for name, (body, rc) in sections.items()}
-
-
-def missing_program(text: str) -> Optional[str]:
-    m = _MISSING_RE.search(text)
-    return (m.group(1) or m.group(2)) if m else None
-
-
-def judge_job_output(spec: JobSpec, job: Job, text: str, state: str, job_id: Optional[str]) -> JobResult:
-    """What the job printed, and the state Slurm gave it, as a JobResult.
+def judge_job_output(spec: JobSpec, job: Job, sections: Mapping[str, JobSection], state: str,
+                     job_id: Optional[str]) -> JobResult:
+    """What the job printed (read/fabricjob.read_job_output), and the state Slurm gave it, as a
+    JobResult.
 
     Raises:
-        MissingProgram: the collective or ib_write_bw is not installed where the job ran.
+        SetupProblem: the collective or ib_write_bw is not installed where the job ran.
         NotSpanned: the collective's output does not prove it ran across the job's nodes.
     """
-    sections = split_output(text)
-    body, rc = sections.get("collective", ("", None))
-    missing = missing_program(body)
-    if missing is not None or rc == 127:
-        raise MissingProgram(f"{missing or spec.collective} is not installed on {','.join(job.nodes)} "
-                             f"(job {job_id}: {_last_line(body)})")
+    section = sections.get("collective", JobSection(None))
+    rc, collective = section.rc, section.nccl
+    if section.missing is not None or rc == 127:
+        raise SetupProblem(f"{section.missing or spec.collective} is not installed on {','.join(job.nodes)} "
+                           f"(job {job_id}: {section.last_line})")
     killed = state not in ("COMPLETED", "FAILED", "")  # TIMEOUT (its --time), CANCELLED (ours), ...
     timed_out = rc in TIMEOUT_STATUSES or (rc is None and killed)
-    collective = parse_nccl_tests(body)
     busbw, problem = judge_collective(collective, rc, timed_out)
-    span = span_problem(collective, job.nodes) if "collective" in sections else None
-    # ranks shown on too few hosts is the setup whatever the figure; no rank lines at all is,
-    # unless the run failed on its own (a hang or an NCCL error before the header: a node's)
-    if span is not None and (collective.rank_lines or problem is None):
-        raise NotSpanned(f"the collective did not span {','.join(job.nodes)}: {span}; {SPAN_ADVICE} "
-                         f"(job {job_id})")
+    if "collective" in sections:
+        require_span(collective, job.nodes, problem, f" (job {job_id})")
     if rc is None and not killed and problem is None:
         problem = "the job ended before the collective finished"
     if "collective" not in sections:
         problem = f"the job printed nothing of ours (Slurm state {state or 'unknown'})"
     rails = []
     for rail in spec.rails if len(job.nodes) >= 2 else ():
-        rail_body, rail_rc = sections.get(rail, ("", None))
-        if missing_program(rail_body) is not None or rail_rc == 127:
-            raise MissingProgram(f"{spec.ib_write_bw} is not installed on {','.join(job.nodes[:2])} "
-                                 f"(job {job_id}: {_last_line(rail_body)})")
-        run = parse_ib_write_bw(rail_body)
+        shown = sections.get(rail, JobSection(None))
+        rail_rc, run = shown.rc, shown.ib
+        if shown.missing is not None or rail_rc == 127:
+            raise SetupProblem(f"{spec.ib_write_bw} is not installed on {','.join(job.nodes[:2])} "
+                               f"(job {job_id}: {shown.last_line})")
         why = None
         if rail_rc in TIMEOUT_STATUSES or (rail_rc is None and rail in sections):
             why = "hang"
@@ -173,7 +140,3 @@ def judge_job_output(spec: JobSpec, job: Job, text: str, state: str, job_id: Opt
         rails.append(RailResult(job.nodes[0], rail, run.avg_gbps, why))
     return JobResult(job, busbw, problem, tuple(rails), job_id)
 
-
-def _last_line(text: str) -> str:
-    lines = [line.strip() for line in text.splitlines() if line.strip()]
-    return lines[-1][:200] if lines else "no output"

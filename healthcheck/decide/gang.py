@@ -37,10 +37,12 @@ from __future__ import annotations
 import re
 from typing import Callable, Dict, FrozenSet, List, Optional, Sequence, Set, Tuple, Union
 
+from ..netmodel import NcclRun
 from ..records import NamedTuple
 from ..slurmjob import job_fields
+from .fabricjob import require_span
 from .sweep import (BAD, FABRIC_PREFIX, PASS, TRANSIENT, Job, JobResult, Medians, NodeOutcome,
-                    SweepPlanner, Thresholds, failure, reason_token)
+                    SweepPlanner, Thresholds, failure, judge_collective, reason_token)
 from .sweep import UNKNOWN as NODE_UNKNOWN
 from .verdict import sanitise
 
@@ -92,6 +94,20 @@ def parse_show_job(text: str, expand: Optional[Callable[[str], List[str]]] = Non
     restarts = fields.get("Restarts", "0")
     return GangJob(job_id, nodes, fields.get("JobState", "UNKNOWN"), fields.get("UserId", ""),
                    int(restarts) if restarts.isdigit() else 0, fields.get("Requeue", "1") != "0")
+
+
+def judge_gang_run(job: Job, run: NcclRun, exited: Optional[int], timed_out: bool) -> JobResult:
+    """One collective of the gang check, judged as the fabric sweep judges its jobs: first
+    whether its output proves it spanned the job's nodes (decide/fabricjob.span_problem), then
+    its figure and errors (decide/sweep.judge_collective).
+
+    Raises:
+        NotSpanned: the collective did not span `job.nodes` (nccl-tests without MPI, srun
+            without --mpi=pmix): the site's setup, never a pass and never a node's fault.
+    """
+    busbw, problem = judge_collective(run, exited, timed_out)
+    require_span(run, job.nodes, problem)
+    return JobResult(job, busbw, problem)
 
 
 def judge_pairs(nodes: Sequence[str], results: Sequence[JobResult], thresholds: Thresholds,

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from typing import List, Optional, Sequence, Tuple
 
-from ..model import NVIDIA_AUTODETECT, GpuSnapshot, GresLayout, autodetect_kind, trailing_number
+from ..model import NVIDIA_AUTODETECT, GpuSnapshot, GresLayout, autodetect_kind, file_minors, trailing_number
 
 
 def map_job_gpus(ids: Sequence[str], gpus: Sequence[GpuSnapshot],
@@ -112,14 +112,6 @@ def _agree(orders: Sequence[Tuple[List[Optional[int]], Optional[str]]], autodete
                         f"NVML numbers GPUs in NVML order, one without it (Debian 12) in File= order")
     return agreed, (f"AutoDetect={autodetect}: the orders slurmd may use (gpu/nvml: NVML's, gpu/nvidia: "
                     f"device file names{', no plugin: File=' if by_file is not None else ''}) differ here")
-
-
-def file_minors(layout: GresLayout) -> List[Optional[int]]:
-    """Each File='s device number: st_rdev's minor as read/gres.py stat'ed it, else (a pure
-    parse) the name's trailing digits."""
-    if len(layout.minors) == len(layout.files):
-        return list(layout.minors)
-    return [trailing_number(f) for f in layout.files]
 
 
 def nvml_type(name: str) -> str:

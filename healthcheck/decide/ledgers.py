@@ -14,8 +14,9 @@ is no attempt.
 from __future__ import annotations
 
 import re
-from typing import Dict, List, Optional, Sequence
+from typing import Dict, List, Optional, Sequence, Tuple
 
+from ..logmodel import XidEvent
 from ..model import Finding, GpuSnapshot
 from ..records import NamedTuple
 
@@ -115,16 +116,91 @@ def names(finding: Finding, ref: LedgerRef) -> bool:
 
 def finding_ledger(finding: Finding, gpus: Sequence[GpuSnapshot], missing: Sequence[GpuSnapshot],
                    node: str) -> LedgerRef:
-    """The ledger a repair for `finding` is counted in: its GPU's, the missing GPU's it names
-    (gpu.count), else the node's own."""
+    """The ledger a repair for `finding` is counted in: its GPU's, the GPU at the address it
+    names (a lost GPU named by that address: name_unseen), the missing GPU's it names
+    (gpu.count), else the node's own.  A lost GPU that nothing names (no serial, UUID or
+    address) is counted in the node's own too: after the boot it is at no index, and the
+    gpu.count that stands for it then names no GPU either, so both count in one ledger."""
     gpu = next((g for g in gpus if g.index == finding.gpu), None) if finding.gpu is not None else None
     if gpu is not None:
-        return ledger_of(gpu)
+        return ledger_of(gpu) if (gpu.serial or gpu.uuid or gpu.pci_bus_id) else node_ledger(node)
     pci = finding.pci
     if finding.gpu is None and finding.port is None and pci:
+        here = next((g for g in gpus if g.pci_bus_id and same_pci(g.pci_bus_id, pci)), None)
+        if here is not None:
+            return ledger_of(here)
         gone = next((m for m in missing if m.pci_bus_id and same_pci(m.pci_bus_id, pci)), None)
         return missing_ledger(gone or GpuSnapshot(index=-1, serial=finding.serial, pci_bus_id=pci))
     return node_ledger(node)
+
+
+class Naming(NamedTuple):
+    """How a lost GPU that no run had listed is named (name_unseen), for the ledger, the RMA
+    and the evidence: its NVML index, the address the driver logged for it, its device file
+    in the gres layout, and in words what named it; or why nothing did (then it is "node")."""
+
+    gpu: int  # its NVML index
+    pci: str = ""  # NVML's form, "00000000:48:00.0"; "" when nothing gives it
+    device: str = ""  # "/dev/nvidia3"; "" when the layout does not tell
+    named_by: Tuple[str, ...] = ()
+    why_node: str = ""  # why the repair counts and marks the node, not a GPU
+
+    def as_json(self) -> Dict[str, object]:
+        return {"index": self.gpu, "pci": self.pci, "device": self.device,
+                "named_by": list(self.named_by), "why_node": self.why_node}
+
+
+# The Xids whose kernel-log line is the driver losing a GPU: 79 ("GPU has fallen off the bus";
+# NOTES.md), and the bus messages that carry no Xid number (XidEvent.xid None)
+OFF_THE_BUS_XIDS = (79, None)
+
+
+def name_unseen(gpus: Sequence[GpuSnapshot], xids: Sequence[XidEvent],
+                gres_files: Sequence[str]) -> Optional[Naming]:
+    """The one lost GPU NVML can name by nothing (no serial, UUID or address: lost before any
+    run listed it), named by what the node still knows (pure): the address of a GPU lost from
+    the bus that the driver logged (Xid 79), which no GPU NVML lists has; and the gres
+    layout's device file (gres.conf File=/dev/nvidiaN) that no listed GPU has.  None when no
+    GPU is nameless; with nothing to name it, a Naming whose why_node says so."""
+    from ..pci import nvml_form
+
+    nameless = [g for g in gpus if g.lost is not None and not (g.serial or g.uuid or g.pci_bus_id)]
+    if not nameless:
+        return None
+    if len(nameless) > 1:
+        return Naming(nameless[0].index, why_node=f"{len(nameless)} GPUs are lost without a serial, "
+                                                  f"UUID or address: no address can be told to be one's")
+    lost = nameless[0]
+    present = [g.pci_bus_id for g in gpus if g.pci_bus_id]
+    logged = sorted({e.pci for e in xids if e.xid in OFF_THE_BUS_XIDS
+                     and not any(same_pci(p, e.pci) for p in present)})
+    listed = {g.minor_number for g in gpus if g.minor_number is not None and g is not lost}
+    devices = [f for f in gres_files if _minor(f) is not None and _minor(f) not in listed]
+    if lost.minor_number is not None:  # NVML still gives its device number
+        devices = [f for f in devices if _minor(f) == lost.minor_number]
+    named_by, pci, device = [], "", ""
+    if len(logged) == 1:
+        try:
+            pci = nvml_form(logged[0])
+            named_by.append(f"the driver's Xid 79 line names PCI:{logged[0]}, the address of no GPU NVML lists")
+        except ValueError:
+            pass
+    # the device file alone names no board (the driver numbers them at each boot), but it
+    # agrees or not with the address: said in the evidence
+    if len(devices) == 1 and len(gres_files) == len(gpus):
+        device = devices[0]
+        named_by.append(f"gres.conf lists {device}, which no GPU NVML lists has")
+    why = "" if pci else (
+        "no address: " + (f"the driver logged {len(logged)} lost addresses ({', '.join(logged)})"
+                          if logged else "no Xid 79 line names one")
+        + " and NVML knows no serial, UUID or address for it; the node's reboots are counted in "
+          "the node's ledger, and its RMA names the node")
+    return Naming(lost.index, pci, device, tuple(named_by), why)
+
+
+def _minor(path: str) -> Optional[int]:
+    m = re.fullmatch(r"nvidia(\d+)", path.rsplit("/", 1)[-1])
+    return int(m.group(1)) if m else None
 
 
 def ledgers_to_read(gpus: Sequence[GpuSnapshot], missing: Sequence[GpuSnapshot], node: str) -> List[LedgerRef]:

@@ -10,16 +10,23 @@ budget, and only for a fault a reset or a reboot can fix (the finding's own acti
 has needed `repair.max_attempts` repairs within `repair.window_s` is not repaired again: the
 node is marked rma (CONTRACTS §4), which no automatic run ever repairs or resumes.
 
-The budget is held without a lock service, by what slurmctld holds in the nodes' Comments
-(act.repair.Repairer._claim), in two steps, each written and then re-read:
+The budget is held by what slurmctld makes atomic: each of its places is a reservation of a
+fixed name (slot_name: gpu-healthcheck-repair-N), which slurmctld refuses to create twice, so of
+two nodes claiming one place at once exactly one gets it (act.repairclaim).  Before that, the
+claim goes into the node's Comment (for --cluster and for the node's own next run), in two
+steps, each written and then re-read:
 1. ask: "gpu-healthcheck: repair resetting gpus=2 at=... until=... asking"; step back when this
    node ranks past `repair.max_concurrent` (claim_order: the claims already held first, then
    those asking, by node name: the same order on every node, and no node's clock in it);
 2. hold: the same claim without "asking"; step back when more claims are held than the budget
-   allows (held_past_budget).  Whoever holds last sees every earlier holder, so no more than
-   the budget ever proceed, however late slurmctld applies or answers.
-A claim carries its own expiry (`until`, the claiming run's deadline and a margin): a run
-killed mid-reset cannot hold the budget past it, and its own node's next run clears it.
+   allows (held_past_budget).
+A Comment update slurmctld applies after the caller moved on can make two nodes each see only
+the other's claim: the Comment orders the claims, the reservation is the mutex.  After it, the
+places held and the reboots under way may not exceed the budget (over_budget).
+A claim carries its own expiry (`until`, the claiming run's deadline and a margin), and so does
+its place: a run killed mid-reset cannot hold the budget past it, and its own node's next run
+clears it.  A claim counts only on a node drained by us (active_claim): one left on a node back
+in service holds nothing, and that node's next run drops it (claim_outlived).
 """
 
 from __future__ import annotations
@@ -35,9 +42,9 @@ from .verdict import (PREFIX, REBOOT_HOLDS, NodeState, drain_budget, draining, g
 from .fabricretest import FABRIC_RETEST, FABRIC_TESTING, fabric_trigger, stale_retest_mark, waiting_state
 # the ledgers' keys and counts live in decide.ledgers; the repair's callers read them here too
 from .ledgers import (BLOCKED, FUTURE_SLACK_S, KEY_PART_MAX, NODE_LEDGER, Attempt, LedgerRef,  # noqa: F401
-                      counted, escape_key_part, finding_ledger, from_the_future, in_window, ledger_key,
+                      Naming, counted, escape_key_part, finding_ledger, from_the_future, in_window, ledger_key,
                       ledger_of, ledger_words, ledgers_to_read, legacy_attempts, missing_ledger, names,
-                      node_ledger, same_pci, stamped_at, still_failing)
+                      name_unseen, node_ledger, same_pci, stamped_at, still_failing)
 
 REPAIR_MARK = PREFIX + " repair"
 # A claim's states: the node is being reset or rebooted (counted by the budget); "validating"
@@ -170,6 +177,15 @@ def claim_expired(mark: Mapping[str, str], now: float) -> bool:
     return until is not None and now > until
 
 
+def claim_outlived(this: NodeState, mark: Optional[Mapping[str, str]]) -> bool:
+    """Whether the node's reset claim (or ask) speaks for no repair: the node is in service or
+    drained by someone else (a run killed after its reset, whose node the next check resumed).
+    Its own run drops it, keeping the rest of the Comment."""
+    if mark is None or not (mark.get(ASKING) or mark.get("state") == RESETTING):
+        return False
+    return not (this.drained and is_ours(this.reason))
+
+
 def stale_own_claim(mark: Mapping[str, str], now: float) -> Optional[bool]:
     """A reset claim (or an unfinished ask) found on this node by its own run: True when the
     run that wrote it is over (past its expiry, or written without one: the run that wrote it
@@ -191,14 +207,18 @@ def repair_budget(cluster: Sequence[NodeState], max_concurrent: Union[int, float
 
 def active_claim(node: NodeState, now: Optional[float] = None) -> Optional[Dict[str, str]]:
     """The node's repair claim while it counts against the budget: a reset or a reboot in
-    progress (or asked for).  Two no longer count, since their node may never run us again to
-    clear them and would hold the cluster's budget for ever: a reboot slurmctld timed out, and
-    a claim past its own expiry (its run was killed: slurmd's HealthCheckProgram limit)."""
+    progress (or asked for), on a node drained by us.  Three no longer count, since their node
+    may never run us again to clear them and would hold the cluster's budget for ever: a claim
+    on a node in service or drained by someone else (a run killed after its reset, whose node
+    the next check resumed), a reboot slurmctld timed out, and a claim past its own expiry (its
+    run was killed: slurmd's HealthCheckProgram limit)."""
     import time
 
     mark = parse_mark(node.comment)
     if not mark or mark["state"] not in ACTIVE:
         return None
+    if not (node.drained and is_ours(node.reason)):
+        return None  # back in service, or an admin's: no repair of ours runs there (stale_claim)
     if mark["state"] == REBOOTING and REBOOT_TIMED_OUT_TEXT in (node.reason or ""):
         return None
     if claim_expired(mark, time.time() if now is None else now):
@@ -227,6 +247,50 @@ def held_past_budget(cluster: Sequence[NodeState], max_concurrent: Union[int, fl
     []: a node that has just turned its ask into a hold and sees this steps back."""
     held = [n.name for n in cluster for mark in [active_claim(n, now)] if mark and not mark[ASKING]]
     return held if len(held) > repair_budget(cluster, max_concurrent) else []
+
+
+# The repair budget's slots: one Slurm reservation each, of a fixed name, that a node creates
+# on itself for its repair.  slurmctld refuses a second reservation of a name atomically, so
+# of two nodes claiming one slot at once exactly one gets it, however late their other calls
+# land (the Comment's claim alone is no mutex then).
+SLOT_PREFIX = "gpu-healthcheck-repair-"
+
+
+# slurmctld drops a reservation that has ended only at its next check of them (up to about 30 s
+# later, seen on 22.05): until then the name stays taken.  So a place whose reservation has
+# ended is taken again under the next of a few names (`...-0.1`, `...-0.2`); whoever creates
+# one then re-reads, and steps back while another name of that place is still live.
+SLOT_NAMES = 4
+_SLOT_RE = re.compile(re.escape(SLOT_PREFIX) + r"(\d+)(?:\.(\d+))?")
+
+
+def slot_name(place: int, rename: int = 0) -> str:
+    """A place's reservation: gpu-healthcheck-repair-0, then -0.1, -0.2 (SLOT_NAMES)."""
+    return f"{SLOT_PREFIX}{place}" + (f".{rename}" if rename else "")
+
+
+def slot_of(name: str) -> Optional[int]:
+    """The place a reservation of ours holds, or None for any other reservation."""
+    m = _SLOT_RE.fullmatch(name)
+    return int(m.group(1)) if m else None
+
+
+def place_live(end_time: Optional[str], now: float) -> bool:
+    """Whether a place's reservation still holds it: until its EndTime (the controller's zone)
+    and CLAIM_MARGIN_S for the clocks; one whose end cannot be read holds it."""
+    end = stamp_epoch(end_time, utc=False)
+    return end is None or now <= end + CLAIM_MARGIN_S
+
+
+def over_budget(me: str, slot_holders: Sequence[str], cluster: Sequence[NodeState],
+                max_concurrent: Union[int, float], now: Optional[float] = None) -> List[str]:
+    """After `me` took a slot: the nodes repairing with it (a slot held, or a reboot asked for
+    by an earlier run, whose claim in the Comment holds the budget until slurmctld's reboot
+    state ends it), when they are more than the budget, else []."""
+    rebooting = [n.name for n in cluster if n.name != me
+                 for mark in [active_claim(n, now)] if mark and mark["state"] == REBOOTING]
+    busy = sorted({me, *slot_holders, *rebooting})
+    return busy if len(busy) > repair_budget(cluster, max_concurrent) else []
 
 
 def changed_since(before: NodeState, after: Optional[NodeState]) -> Optional[str]:

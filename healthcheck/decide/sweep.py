@@ -41,7 +41,7 @@ from __future__ import annotations
 import statistics
 from typing import TYPE_CHECKING, Dict, List, Mapping, Optional, Sequence, Set, Tuple, Union
 
-from ..read.nccltests import NcclRun
+from ..netmodel import NcclRun
 from ..records import NamedTuple
 from .fabricfloor import floor_for, node_floors, node_models, parse_floors
 from .verdict import FABRIC_PREFIX, RMA_TOKEN, is_fabric_reason, sanitise

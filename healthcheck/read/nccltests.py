@@ -39,7 +39,7 @@ import math
 import re
 from typing import List, Optional, Tuple
 
-from ..records import NamedTuple
+from ..netmodel import NcclRow, NcclRun
 
 # Open MPI's --tag-output ("[1,0]<stdout>:"), srun's --label ("0: ", "12: ").
 _PREFIX_RE = re.compile(r"^\s*(?:\[\d+,\d+\]<std(?:out|err)>:|\d+:\s)")
@@ -54,57 +54,6 @@ _FAILURE_RE = re.compile(r"\b((?:Test (?:NCCL|CUDA) failure|NCCL failure|Test fa
 _TYPES = frozenset({"int8", "uint8", "int32", "uint32", "int64", "uint64", "half", "float",
                     "double", "bfloat16", "f8e4m3", "f8e5m2", "char", "int", "uint"})
 MAX_KEPT = 20  # warnings and errors kept: a run that repeats one WARN per rank says it enough
-
-
-class NcclRow(NamedTuple):
-    """One row of the table: out-of-place and in-place figures of one message size."""
-
-    size_bytes: int
-    elements: int  # the count column: elements per rank
-    dtype: str
-    redop: Optional[str]  # None: the older all_gather layout has no redop column
-    busbw_out_gbps: float
-    busbw_in_gbps: float
-    algbw_out_gbps: float
-    time_out_us: float
-    wrong_out: Optional[int]  # None: the column is N/A or a float error (older layout)
-    wrong_in: Optional[int]
-
-    @property
-    def busbw_gbps(self) -> float:
-        return max(self.busbw_out_gbps, self.busbw_in_gbps)
-
-
-class NcclRun(NamedTuple):
-    rows: Tuple[NcclRow, ...] = ()
-    avg_busbw_gbps: Optional[float] = None
-    out_of_bounds: Optional[int] = None
-    oob_failed: bool = False
-    warnings: Tuple[str, ...] = ()
-    errors: Tuple[str, ...] = ()
-    hosts: Tuple[str, ...] = ()  # in rank order, each host once
-    ranks: int = 0  # distinct rank numbers of the "#  Rank N ... on HOST" lines
-    rank_lines: int = 0  # those lines: more than `ranks` when several runs each printed rank 0
-
-    @property
-    def complete(self) -> bool:
-        """The summary line was printed: the run reached its end."""
-        return self.avg_busbw_gbps is not None
-
-    @property
-    def busbw_gbps(self) -> Optional[float]:
-        """Bus bandwidth (GB/s) at the largest message size; None without a row."""
-        if not self.rows:
-            return None
-        largest = max(r.size_bytes for r in self.rows)
-        return max(r.busbw_gbps for r in self.rows if r.size_bytes == largest)
-
-    @property
-    def wrong(self) -> int:
-        """Wrong elements the rows count (out-of-place and in-place), plus the out-of-bounds
-        count where the rows cannot say (older layout)."""
-        counted = sum((r.wrong_out or 0) + (r.wrong_in or 0) for r in self.rows)
-        return max(counted, self.out_of_bounds or 0)
 
 
 def strip_prefix(line: str) -> str:

@@ -3,8 +3,9 @@
     snapshot, selected = read_node(request, config, host, node, inputs)
 
 The readers are NVML, sysfs, procfs, the Slurm environment and gres.conf, the kernel log and
-the CUDA probe.  What comes from state_dir (the prolog's baseline, the Xid acknowledgements)
-and from slurmctld (`scontrol listpids`) is handed in through NodeInputs by the orchestrator,
+the CUDA probe: the kernel log as it is (commands/node.py then leaves out the Xids an admin
+acknowledged).  What comes from state_dir (the prolog's baseline, the GPUs named before)
+and from slurmctld (`scontrol listpids`) is handed in through NodeInputs by the command (commands/node.py),
 which owns those doors: a reader never opens scontrol or writes the state store.
 """
 
@@ -12,14 +13,13 @@ from __future__ import annotations
 
 import os
 import time
-from typing import Any, Callable, Dict, List, Mapping, Optional, Tuple
+from typing import Any, Callable, List, Mapping, Optional, Sequence, Tuple
 
 from ..config import Config
-from ..decide.budget import probe_timeout
-from ..model import (ERR, NOTICE, WARNING, Baseline, DoorError, GpuSnapshot, JobContext,
+from ..model import (ERR, NOTICE, WARNING, Baseline, DoorError, GpuSnapshot, GresLayout, JobContext,
                      KernelLogWindow, LogEvent, Mode, NodeSnapshot, ProbeResult, ProbeStatus,
                      RunRequest, UsageError, co_tenant_mib)
-from ..staterecords import KnownGpu, XidAck
+from ..staterecords import KnownGpu
 from ..netmodel import NetworkRead
 from ..pci import function_form, normalise_pci, nvml_form
 from ..records import NamedTuple
@@ -30,17 +30,26 @@ from .slurmenv import job_from_env
 from .sysfs import read_driver_age, read_sysfs_nvidia
 
 
+MapGpus = Callable[[Sequence[str], Sequence[GpuSnapshot], Optional[GresLayout]],
+                   Tuple[Tuple[int, ...], Optional[str]]]
+
+
 class NodeInputs(NamedTuple):
-    """What read_node needs from doors it does not own (all optional: None = not asked)."""
+    """What read_node needs from the command: how long the probe may take, and the answers of
+    doors it does not own (optional: None = not asked)."""
+
+    # (level, the largest GPU's MiB) -> (the probe children's deadline within the run's budget,
+    # None: no time left to probe; their own deadline): decide/budget.probe_timeout, which the
+    # command applies with the run's budget (HealthCheckProgram, the SPANK plugin's deadline)
+    probe_limits: Callable[[str, int], Tuple[Optional[float], float]]
+    # Slurm's GPU ids of a job -> (NVML indices, why they cannot be told apart): how slurmd
+    # numbers them is decide/gpumap.map_job_gpus's rule, which the command hands in
+    map_gpus: MapGpus
 
     # the epilog's baseline: (baseline, why it is missing) from the state store
     baseline: Optional[Callable[[str], Tuple[Optional[Baseline], Optional[str]]]] = None
-    # --node: the Xid acknowledgements (acks, error) from the state store
-    acks: Optional[Callable[[], Tuple[Dict[str, XidAck], Optional[str]]]] = None
     # pid -> job id on this node (scontrol listpids); raises DoorError when slurmd cannot say
     listpids: Optional[Callable[[str], Mapping[int, str]]] = None
-    # seconds the CUDA probe may take within the run's budget (HealthCheckProgram)
-    probe_cap: Optional[Callable[[], float]] = None
     # the GPUs earlier --node --act runs listed (known, error) from the state store, read only
     # where a GPU may need its name from them (_needs_known)
     known: Optional[Callable[[], Tuple[Tuple[KnownGpu, ...], Optional[str]]]] = None
@@ -77,11 +86,9 @@ def read_node(request: RunRequest, config: Config, host: str, node: str,
     layout = None
     if job is not None:
         if job.gpu_ids is not None:
-            from ..decide.gpumap import map_job_gpus
-
             if any(i.isdigit() for i in job.gpu_ids):
                 layout = job_layout(config, request, job, host, events)
-            selected, error = map_job_gpus(job.gpu_ids, gpus, layout) if nvml.error is None else ((), None)
+            selected, error = inputs.map_gpus(job.gpu_ids, gpus, layout) if nvml.error is None else ((), None)
             if error:
                 job = job._replace(gpu_ids_error=f"{job.gpu_ids_source}={','.join(job.gpu_ids)}: {error}")
                 selected = ()
@@ -89,7 +96,7 @@ def read_node(request: RunRequest, config: Config, host: str, node: str,
             selected = ()  # malformed list: probe nothing, judge with NVML only
         if gpus and layout is None:
             layout = job_layout(config, request, job, host, events)
-        gpus = with_slurm_jobs(gpus, selected or (), inputs.listpids, node, events,
+        gpus = with_slurm_jobs(gpus, selected or (), inputs.listpids, inputs.map_gpus, node, events,
                                layout, job.job_id, config.proc_root)
     from .sysfs import read_unbound
 
@@ -112,11 +119,8 @@ def read_node(request: RunRequest, config: Config, host: str, node: str,
     if mode is not Mode.PROLOG:
         snapshot = snapshot._replace(kernel_log=read_kernel_log(
             config.kernel_log, xid_window(mode, snapshot, config.xid_window_s)))
-        if mode is Mode.NODE and inputs.acks is not None:
-            snapshot = without_acknowledged(snapshot, config, inputs.acks(), events)
     if mode is not Mode.EPILOG and config.probe.enabled and config.enabled("cuda.probe"):
-        snapshot = snapshot._replace(probes=probe(snapshot, config, request.level,
-                                                  inputs.probe_cap() if inputs.probe_cap else None))
+        snapshot = snapshot._replace(probes=probe(snapshot, config, request.level, inputs.probe_limits))
     if request.level == "deep" and mode is not Mode.EPILOG:
         started = (time.monotonic(), time.time())
         if config.deep.enabled:
@@ -130,8 +134,6 @@ def read_node(request: RunRequest, config: Config, host: str, node: str,
 
             window = xid_window(mode, snapshot, config.xid_window_s) if mode is not Mode.PROLOG else None
             snapshot = after_deep(snapshot, config, started[0], started[1], window)
-            if window is not None and mode is Mode.NODE and inputs.acks is not None:
-                snapshot = without_acknowledged(snapshot, config, inputs.acks(), events)
     elif mode is Mode.NODE and config.dcgm.enabled != "false":
         from .dcgm import read_dcgm
         from .dcgmmap import attribute
@@ -187,8 +189,7 @@ def out_of_service(gpus: Tuple[GpuSnapshot, ...], exclude: Tuple[str, ...],
             pcis.add(normalise_pci(entry))
         except ValueError:
             pass  # a serial or UUID
-    from ..decide.gpumap import file_minors
-    from ..model import NVIDIA_AUTODETECT, autodetect_kind
+    from ..model import NVIDIA_AUTODETECT, autodetect_kind, file_minors
 
     in_gres = None
     if (layout is not None and not layout.error and not layout.uncertain and layout.files
@@ -255,7 +256,7 @@ def peer_plan(snapshot: NodeSnapshot, tested: List[int]) -> Tuple[Any, Tuple[Any
 
 
 def with_slurm_jobs(gpus: Tuple[GpuSnapshot, ...], selected: Tuple[int, ...],
-                    listpids: Optional[Callable[[str], Mapping[int, str]]], node: str,
+                    listpids: Optional[Callable[[str], Mapping[int, str]]], map_gpus: MapGpus, node: str,
                     events: List[LogEvent], layout: Any = None, this_job: Optional[str] = None,
                     proc_root: str = "/proc") -> Tuple[GpuSnapshot, ...]:
     """With gres/mps or gres/shard several live jobs share a GPU.  On such a node only, a
@@ -277,7 +278,6 @@ def with_slurm_jobs(gpus: Tuple[GpuSnapshot, ...], selected: Tuple[int, ...],
                                                  f"({exc}); processes on the job's GPUs count as "
                                                  f"leftovers"))
         return gpus
-    from ..decide.gpumap import map_job_gpus
     from .procinfo import job_gpus_of
 
     live = set(jobs.values())
@@ -287,38 +287,12 @@ def with_slurm_jobs(gpus: Tuple[GpuSnapshot, ...], selected: Tuple[int, ...],
         if not job_id or job_id == this_job or is_mps_daemon(proc):
             return proc._replace(job_id=job_id)
         ids = job_gpus_of(proc.pid, proc_root) if job_id in live else None
-        given = map_job_gpus(ids, gpus, layout) if ids is not None else None
+        given = map_gpus(ids, gpus, layout) if ids is not None else None
         return proc._replace(job_id=job_id, job_live=job_id in live,
                              job_gpus=given[0] if given is not None and given[1] is None else None)
 
     return tuple(g._replace(processes=tuple(judged(p) for p in g.processes))
                  if g.index in selected and g.processes else g for g in gpus)
-
-
-def without_acknowledged(snapshot: NodeSnapshot, config: Config,
-                         acks_read: Tuple[Dict[str, XidAck], Optional[str]],
-                         events: List[LogEvent]) -> NodeSnapshot:
-    """`--node`: Xids an admin has dealt with (XidAck) no longer count; what the kernel logged
-    after each acknowledgement does.  The epilog needs none of this: its window is the job's own."""
-    from ..decide.xidack import live_acks, position_key, unacknowledged, window_after
-
-    stored, error = acks_read
-    if error:
-        events.append(LogEvent("error", ERR, f"{error}; every Xid since boot counts"))
-    boot = current_boot()
-    acks = live_acks(stored, boot)
-    counts = tuple(sorted((pci, a.count) for pci, a in stored.items()))
-    log = snapshot.kernel_log
-    if not acks or log.error:
-        return snapshot._replace(xid_ack_counts=counts)
-    after = {}
-    for ack in acks.values():
-        key = position_key(ack.position)
-        if key not in after:
-            later = read_kernel_log(config.kernel_log, window_after(ack.position, boot.boot_id))
-            after[key] = later.events
-    return snapshot._replace(kernel_log=log._replace(events=unacknowledged(log.events, acks, after)),
-                             xid_ack_counts=counts)
 
 
 def name_lost_gpu(gpus: Tuple[GpuSnapshot, ...],
@@ -390,7 +364,7 @@ def xid_window(mode: Mode, snapshot: NodeSnapshot, window_s: float) -> KernelLog
 
 
 def probe(snapshot: NodeSnapshot, config: Config, level: str,
-          cap_s: Optional[float] = None) -> Tuple[ProbeResult, ...]:
+          limits: Callable[[str, int], Tuple[Optional[float], float]]) -> Tuple[ProbeResult, ...]:
     """The CUDA probe of the GPUs under test, one killable child per device."""
     from .cudaprobe import ProbeSize, ProbeTarget, run_probes
 
@@ -428,7 +402,7 @@ def probe(snapshot: NodeSnapshot, config: Config, level: str,
     size = ProbeSize(quick_mib=config.probe.quick_mib,
                      full_fraction=config.probe.full_fraction if level == "full" else None)
     largest_mib = max((g.memory_total_mib or 0) for g in snapshot.gpus if g.index in snapshot.selected)
-    timeout_s = probe_timeout(config, level, largest_mib, cap_s)
+    timeout_s, own_s = limits(level, largest_mib)
     if timeout_s is None:
         # nothing left of the run's budget (act_budget_s, or the SPANK plugin's deadline):
         # not checked (unknown), never a drain
@@ -438,9 +412,8 @@ def probe(snapshot: NodeSnapshot, config: Config, level: str,
                                f"{config.act_budget_s:g} s under --node --act, else the SPANK "
                                f"plugin's deadline)")
             for t in targets), targets) + tuple(skipped)
-    # its own deadline: where the budget cut it shorter, a probe still moving at the cut is
-    # unknown (the budget ended it), never a hung GPU
-    own_s = probe_timeout(config, level, largest_mib)
+    # own_s, its own deadline: where the budget cut it shorter, a probe still moving at the
+    # cut is unknown (the budget ended it), never a hung GPU
     return _with_devices(run_probes(targets, size, timeout_s, own_s), targets) + tuple(skipped)
 
 

@@ -22,7 +22,7 @@ import math
 import re
 from typing import List, Optional, Tuple
 
-from ..records import NamedTuple
+from ..netmodel import IbRow, IbRun
 
 _HEADER_RE = re.compile(r"#bytes\s+#?iterations\s+BW peak\[(Gb|MB)/sec\]\s+BW average\[(Gb|MB)/sec\]")
 _DEVICE_RE = re.compile(r"\bDevice\s*:\s*(\S+)")
@@ -32,36 +32,6 @@ _ERROR_RE = re.compile(r"(Couldn't|Unable to|Failed to|failed to|Error:|ERROR|Co
                        r"No IB devices found|IB device \S+ not found|Segmentation fault)")
 MB_TO_GBPS = 1048576 / 125e6
 MAX_KEPT = 20
-
-
-class IbRow(NamedTuple):
-    size_bytes: int
-    iterations: int
-    peak_gbps: float
-    avg_gbps: float
-
-
-class IbRun(NamedTuple):
-    rows: Tuple[IbRow, ...] = ()
-    device: Optional[str] = None
-    link_type: Optional[str] = None  # IB | Ethernet (RoCE)
-    unit: Optional[str] = None  # "Gb" or "MB": how the run printed it
-    errors: Tuple[str, ...] = ()
-
-    @property
-    def avg_gbps(self) -> Optional[float]:
-        """The average bandwidth (Gb/s) of the largest message size measured; None: none was."""
-        if not self.rows:
-            return None
-        largest = max(r.size_bytes for r in self.rows)
-        return min(r.avg_gbps for r in self.rows if r.size_bytes == largest)
-
-    @property
-    def peak_gbps(self) -> Optional[float]:
-        if not self.rows:
-            return None
-        largest = max(r.size_bytes for r in self.rows)
-        return min(r.peak_gbps for r in self.rows if r.size_bytes == largest)
 
 
 def _figure(text: str, factor: float) -> Optional[float]:

@@ -3,7 +3,7 @@
     job = job_from_env({"SLURM_JOB_ID": "1234", "SLURMD_NODENAME": "gpu-a",
                         "SLURM_JOB_GPUS": "0,1"})
     job.gpu_ids   # ("0", "1"): Slurm gres indices: positions in slurmd's gres device list,
-                  # NOT /dev/nvidiaN minors (healthcheck/gres.py maps them)
+                  # NOT /dev/nvidiaN minors (decide/gpumap.py maps them)
 
 The values come from the job's side of the system and are treated as untrusted text: they are
 parsed, bounded, and never passed to a shell.

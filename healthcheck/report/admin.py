@@ -6,7 +6,7 @@
 
 --list-checks prints the registry: each check's id (the name `[checks] disabled` takes), the
 worst severity it reports and the action that calls for, the config key of its limit, and the
-first line of its docstring.  --check-config validates the file the checker would read, as
+first sentence of its docstring.  --check-config validates the file the checker would read, as
 root would read it (ownership included), and prints every key's effective value and where it
 came from.  Neither touches NVML, Slurm or the state directory.
 """
@@ -87,7 +87,10 @@ def path_warnings(config: Config, environ: Mapping[str, str]) -> List[str]:
             ("kernel_log", config.kernel_log, "no Xid can be read: the Xid checks are unknown"),
             ("sysfs_root", config.sysfs_root, "GPUs that fell off the bus cannot be counted"),
             ("gres_conf", gres_conf_path(config.gres_conf, dict(environ)),
-             "a job's gres indices cannot be mapped: unknown, never probed, never a drain")):
+             "a job's gres indices cannot be mapped: unknown, never probed, never a drain; set "
+             "the config key gres_conf to the gres.conf slurmd reads (config-less sites: "
+             "slurmd's conf-cache copy, <SlurmdSpoolDir>/conf-cache/gres.conf, by default "
+             "/var/spool/slurmd/conf-cache/gres.conf)")):
         if not os.path.exists(path):
             warnings.append(f"{key}: {path} does not exist: {means}")
     return warnings

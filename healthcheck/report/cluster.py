@@ -34,6 +34,9 @@ from __future__ import annotations
 
 from typing import Any, Dict, List, Optional, Union
 
+# the admin's runbook, as the packages install it (docs/runbook.md in the source)
+RUNBOOK = "/usr/share/doc/gpu-healthcheck/docs/runbook.md"
+
 COLUMNS = ("node", "state", "gpu", "pci", "serial", "check", "value", "context", "job", "time",
            "fabric", "repair")
 

@@ -18,7 +18,8 @@ from ..config import Config
 
 
 def gres_map(config: Config, environ: Mapping[str, str]) -> Dict[str, Any]:
-    from ..decide.gpumap import device_order, file_minors
+    from ..decide.gpumap import device_order
+    from ..model import file_minors
     from ..read.gres import gres_conf_path, read_layout
     from ..read.nvml import read_nvml
 

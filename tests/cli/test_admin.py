@@ -27,7 +27,7 @@ def _run(capsys: pytest.CaptureFixture, *argv: str) -> Tuple[int, str, str]:
     return rc, out, err
 
 
-def test_every_registered_check_is_listed_with_its_docstring_line(capsys) -> None:
+def test_every_registered_check_is_listed_with_its_docstrings_first_sentence(capsys) -> None:
     rc, out, _ = _run(capsys, "--list-checks", "--json")
     assert rc == 0
     rows = json.loads(out)["checks"]
@@ -36,11 +36,30 @@ def test_every_registered_check_is_listed_with_its_docstring_line(capsys) -> Non
         spec = CATALOGUE[row["check"]]
         doc = (spec.fn.__doc__ or "").strip()
         assert doc, f"{row['check']}: {spec.fn.__name__} has no docstring"
-        assert row["summary"] == doc.splitlines()[0].strip() != ""
+        flat = " ".join(doc.split())
+        assert row["summary"] and flat.startswith(row["summary"]), row
         assert row["scope"] in ("gpu", "node")
         assert Severity(row["severity"]) and Action(row["action"])
         # The name the style guide asks for: ecc.volatile_uncorrected -> check_ecc_volatile_uncorrected
         assert spec.fn.__name__ == "check_" + row["check"].replace(".", "_"), spec.fn.__name__
+
+
+def test_every_summary_is_a_whole_sentence_in_json_and_text(capsys) -> None:
+    """The summary is the docstring's first sentence, however many lines it wraps over: it
+    ends with a full stop, and no clause is cut (pcie.replay once read "... above")."""
+    rc, out, _ = _run(capsys, "--list-checks", "--json")
+    rows = json.loads(out)["checks"]
+    cut = [(r["check"], r["summary"]) for r in rows
+           if not r["summary"].endswith(".") or r["summary"].count("(") != r["summary"].count(")")
+           or r["summary"].count("`") % 2 or r["summary"].split()[-1].rstrip(".") in
+           ("the", "a", "an", "is", "of", "to", "above", "below", "that", "after", "GPU's")]
+    assert not cut, cut
+    assert next(r["summary"] for r in rows if r["check"] == "slurm.job_gpus").endswith(
+        "so we cannot tell which GPUs to probe.")
+    rc, out, _ = _run(capsys, "--list-checks")
+    for row in rows:
+        line = next(ln for ln in out.splitlines() if ln.startswith(row["check"] + " "))
+        assert line.endswith("  " + row["summary"]), line
 
 
 def test_list_checks_table_has_one_line_per_check(capsys) -> None:
@@ -131,3 +150,15 @@ def test_check_config_refuses_what_root_would_refuse(tmp_path: Path, capsys) -> 
     assert rc == 3
     assert f"{path}: " in err and ("world-writable" in err or "owned by uid" in err)
     assert "refuses this file" in err
+
+
+def test_a_missing_gres_conf_warning_says_how_to_fix_it(tmp_path: Path) -> None:
+    """A fresh install on a config-less node has no /etc/slurm/gres.conf: the warning names the
+    key to set and where slurmd keeps its copy."""
+    from healthcheck.config import parse_config
+    from healthcheck.report.admin import path_warnings
+
+    config = parse_config(f'gres_conf = "{tmp_path / "gres.conf"}"\n', str(tmp_path / "c.toml"))
+    warning = next(w for w in path_warnings(config, {}) if w.startswith("gres_conf:"))
+    assert f"{tmp_path / 'gres.conf'} does not exist" in warning
+    assert "set the config key gres_conf" in warning and "conf-cache/gres.conf" in warning

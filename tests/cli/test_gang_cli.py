@@ -41,12 +41,13 @@ def stand_ins(tmp_path: Path, nodes: str) -> Path:
     return bin_dir
 
 
-def run(tmp_path: Path, fakegpu: Path, nodes: str, scenario: str, nccl_tests: str = "", as_json: bool = False):
+def run(tmp_path: Path, fakegpu: Path, nodes: str, scenario: str, nccl_tests: str = "", as_json: bool = False,
+        floor: float = 100.0):
     bin_dir = stand_ins(tmp_path, nodes)
     (tmp_path / "fabric.scenario").write_text(scenario)
     config = Config(scontrol=str(bin_dir / "scontrol"), state_dir=str(tmp_path / "state"), journal=False,
                     fabric=FabricConfig(srun=str(bin_dir / "srun"), nccl_tests=nccl_tests or str(fakegpu),
-                                        busbw_floor_gbps=100.0, gang_timeout_s=60.0))
+                                        busbw_floor_gbps=floor, gang_timeout_s=60.0))
     environ = {"SLURM_JOB_ID": "12", "SLURM_PROCID": "0", "SLURM_NTASKS": "4",
                "FAKEGPU_FABRIC": str(tmp_path / "fabric.scenario"), "PATH": os.environ["PATH"]}
     out, err = io.StringIO(), io.StringIO()
@@ -73,6 +74,19 @@ def test_gang_cli_user_side_names_the_slow_node_and_drains_nothing(tmp_path, fak
 def test_gang_cli_missing_collective_is_could_not_run(tmp_path, fakegpu) -> None:
     code, out, _ = run(tmp_path, fakegpu, "gpu-a,gpu-b", "", nccl_tests=str(tmp_path / "nowhere"))
     assert code == 3 and "all_reduce_perf is not installed on gpu-a,gpu-b" in out and "nothing drained" in out
+
+
+@pytest.mark.parametrize("floor", [100.0, 0.0])
+def test_gang_cli_collective_that_did_not_span_the_nodes_is_could_not_run_never_a_pass(tmp_path, fakegpu,
+                                                                                       floor) -> None:
+    """Issue 36 case 6: without MPI each task runs alone (the fake's default.nccl.no_mpi: rank
+    0 on one host, busbw 0.00); with a floor that read as every pair failing, without one as a
+    pass.  It is the site's setup: exit 3, nothing drained, what to fix said."""
+    code, out, _ = run(tmp_path, fakegpu, "gpu-a,gpu-b,gpu-c", "default.nccl.no_mpi = 1\n", floor=floor)
+    assert code == 3, out
+    assert "could not run: the collective did not span gpu-a,gpu-b,gpu-c: ranks on " in out
+    assert "build nccl-tests with MPI (make MPI=1) and run srun --mpi=pmix" in out and "nothing drained" in out
+    assert "passed" not in out and " is bad" not in out
 
 
 def test_gang_cli_outside_a_job_and_other_ranks(tmp_path) -> None:

@@ -106,18 +106,23 @@ def _pytest(args: List[str], prefix: List[str] = (), pass_fds=()) -> subprocess.
 
 def test_control_without_isolation_the_defaults_reach_state_scontrol_and_journal(node, planted):
     """The risk is real, and our comparison sees it: the CLI run directly (not under pytest's
-    isolation) on a refused config uses the planted state dir, slurm.conf and journal."""
+    isolation) on a refused config uses the planted state dir, slurm.conf and journal (the
+    prolog acts on nothing, exit 0; --cluster reads the controller)."""
     before = _tree(planted.paths)
     os.chmod(node.config_path, 0o666)  # refused: the built-in defaults apply
     # SLURM_CONF as slurmd sets it on a node whose slurm.conf is the default one
     result = node.run("--prolog", env={"SLURM_JOB_ID": "4242", "SLURM_JOB_GPUS": "0,1",
                                        "SLURMD_NODENAME": "gpu-a",
                                        "SLURM_CONF": "/etc/slurm/slurm.conf"}, scenario=DBE)
-    assert result.rc == 1 and "refused" in result.stderr, result.stderr
+    assert result.rc == 0 and "refused" in result.stderr, result.stderr
     changed = hermetic.differences(before, _tree(planted.paths))
     assert "/var/lib/gpu-healthcheck/jobs/4242.json: changed" in changed
     assert "/var/lib/gpu-healthcheck/history.jsonl: changed" in changed
-    assert planted.controller_contacted()  # scontrol found the planted slurm.conf's controller
+    # a refused config acts on nothing (issue 36, case 12): the prolog calls no scontrol, but a
+    # reading mode on the same defaults finds the planted slurm.conf's controller
+    assert not planted.controller_contacted()
+    node.run("--cluster", env={"SLURM_CONF": "/etc/slurm/slurm.conf"})
+    assert planted.controller_contacted()
     if "journal unavailable" not in result.stderr:
         assert planted.journal_received()
 

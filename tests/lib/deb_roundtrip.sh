@@ -20,11 +20,12 @@
 # Prints "== STEP" headers, command output, and after each step the files the upper layer holds
 # (what the steps changed), for the test to judge; exits non-zero at the first failing step.
 set -eu
+. "$(dirname "$0")/throwaway_root.sh"
 deb=$1 fake=$2 work=$3 seed=${4:-}
 ov=$work/ov
 mkdir -p "$ov"
 mount -t tmpfs -o mode=0755 tmpfs "$ov"
-mkdir "$ov/upper" "$ov/work" "$ov/root" "$ov/mask" "$ov/seed"
+mkdir "$ov/seed"
 host=/
 if [ "$seed" = rc ]; then
     mkdir "$ov/seedwork" "$ov/seedroot"
@@ -43,17 +44,8 @@ if [ "$seed" = rc ]; then
 fi
 # A layer of whiteouts over the host's own root hides any gpu-healthcheck already on this
 # machine (a state directory, a config, an install): the test neither reads nor depends on it.
-for p in etc/gpu-healthcheck var/lib/gpu-healthcheck usr/bin/gpu-healthcheck usr/libexec/gpu-healthcheck \
-         usr/share/gpu-healthcheck usr/lib/python3/dist-packages/healthcheck; do
-    mkdir -p "$ov/mask/$(dirname "$p")"
-    mknod "$ov/mask/$p" c 0 0
-done
-mount -t overlay overlay -o "lowerdir=$ov/mask:$host,upperdir=$ov/upper,workdir=$ov/work" "$ov/root"
-R=$ov/root
-mount -t proc proc "$R/proc"
-mount --rbind /dev "$R/dev"
-mount -t tmpfs -o mode=0755 tmpfs "$R/run"
-mount -t tmpfs -o mode=1777 tmpfs "$R/tmp"
+throwaway_root "$ov" "$host" etc/gpu-healthcheck var/lib/gpu-healthcheck usr/bin/gpu-healthcheck \
+    usr/libexec/gpu-healthcheck usr/share/gpu-healthcheck usr/lib/python3/dist-packages/healthcheck
 
 # What the test runs on the fake GPUs: the libraries, a scenario, a config whose kernel log,
 # sysfs and scontrol are files in /tmp (state_dir stays the packaged default, in the overlay).

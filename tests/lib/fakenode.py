@@ -2,16 +2,28 @@
 
 from __future__ import annotations
 
+import fcntl
 import json
 import subprocess
 import sys
+from contextlib import contextmanager
 from pathlib import Path
-from typing import Dict, List, Sequence
+from typing import Dict, Iterator, List, Sequence
 
 ROOT = Path(__file__).resolve().parents[2]
 FAKEGPU = ROOT / "tests" / "fakegpu"
 FAKE_BUILD = FAKEGPU / "build"
 FIXTURES = ROOT / "tests" / "fixtures"
+
+
+@contextmanager
+def build_lock() -> Iterator[None]:
+    """One build of the fake libraries at a time: each pytest-xdist worker (and tests/fuzz/run)
+    may find them stale, and two makes writing the same .so leave a torn library."""
+    FAKE_BUILD.mkdir(exist_ok=True)
+    with open(FAKE_BUILD / ".lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        yield
 
 
 def ensure_fakegpu() -> Path:
@@ -20,10 +32,11 @@ def ensure_fakegpu() -> Path:
     sources = list(FAKEGPU.glob("*.c")) + list(FAKEGPU.glob("*.h")) + [FAKEGPU / "Makefile",
                                                                       FAKEGPU / "fabric.py"]
     newest = max(p.stat().st_mtime for p in sources)
-    if not all(p.exists() and p.stat().st_mtime >= newest for p in libs):
-        # PYTHON: nvml.h is found in this interpreter's site-packages (the venv's)
-        subprocess.run(["make", "-C", str(FAKEGPU), "PYTHON=" + sys.executable], check=True,
-                       capture_output=True)
+    with build_lock():
+        if not all(p.exists() and p.stat().st_mtime >= newest for p in libs):
+            # PYTHON: nvml.h is found in this interpreter's site-packages (the venv's)
+            subprocess.run(["make", "-C", str(FAKEGPU), "PYTHON=" + sys.executable], check=True,
+                           capture_output=True)
     return FAKE_BUILD
 
 

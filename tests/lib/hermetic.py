@@ -66,6 +66,9 @@ SIOCSIFADDR = 0x8916
 IFF_UP = 0x1
 SECOND_LOOPBACK = "127.0.0.2"
 ENV_MARK = "GPU_HEALTHCHECK_TEST_ISOLATED"
+# "pid:root_fd:mnt_fd:net_fd" of the session's host handles, for its pytest-xdist workers
+HOST_HANDLES = "GPU_HEALTHCHECK_TEST_HOST_HANDLES"
+XDIST_WORKER = "PYTEST_XDIST_WORKER"
 HOST_COPY = ".hermetic-host"
 COPY_MAX_BYTES = 4 << 20
 
@@ -250,13 +253,27 @@ def _hide_kmsg(libc: ctypes.CDLL) -> None:
     _mount(libc, empty, KMSG, None, MS_BIND)
 
 
+def _host_handles() -> Host:
+    """Handles on the host: "/" and our namespaces as they are now, or, in a pytest-xdist
+    worker, the handles its controller opened before it left the host.  A worker starts inside
+    the controller's private namespaces, so its own "/" is the controller's private view; it
+    isolates again (its own mounts and loopback, so workers share no default path or port) but
+    must still see the real host.  Only the controller's direct children take them over: a fresh
+    pytest that a test starts isolates from whatever it was started in."""
+    pid, *fds = (int(n) for n in os.environ.get(HOST_HANDLES, "0").split(":"))
+    if os.environ.get(XDIST_WORKER) and pid == os.getppid() and len(fds) == 3:
+        root, mnt, net = (os.open(f"/proc/{pid}/fd/{fd}", os.O_RDONLY) for fd in fds)
+        return Host(root, mnt, net, os.getpid())
+    return Host(os.open("/", os.O_RDONLY | os.O_DIRECTORY),
+                os.open("/proc/self/ns/mnt", os.O_RDONLY), os.open("/proc/self/ns/net", os.O_RDONLY),
+                os.getpid())
+
+
 def isolate() -> Isolation:
     """Leave the host's mount and network namespaces for private ones (see the module doc).
     Must run before any thread starts (a user namespace requires it)."""
     libc = _libc()
-    host = Host(os.open("/", os.O_RDONLY | os.O_DIRECTORY),
-                os.open("/proc/self/ns/mnt", os.O_RDONLY), os.open("/proc/self/ns/net", os.O_RDONLY),
-                os.getpid())
+    host = _host_handles()
     initial = {p: os.path.lexists(p) for p in HIDDEN}
     how = _unshare(libc)
     if libc.mount(None, b"/", None, ctypes.c_ulong(MS_REC | MS_PRIVATE), None) != 0:
@@ -287,6 +304,8 @@ def isolate() -> Isolation:
         if key.startswith("SLURM") or key == "GPU_HEALTHCHECK_CONFIG":
             del os.environ[key]
     os.environ[ENV_MARK] = how
+    if not os.environ.get(XDIST_WORKER):
+        os.environ[HOST_HANDLES] = ":".join(map(str, (host.pid, host.root_fd, host.mnt_fd, host.net_fd)))
     return Isolation(host, how, initial, host_snapshot(host))
 
 

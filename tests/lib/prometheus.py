@@ -96,28 +96,35 @@ class PromStack:
                                                stdin=subprocess.DEVNULL, cwd=self.wd))
 
     def __enter__(self) -> "PromStack":
-        self.textfile_dir.mkdir(parents=True, exist_ok=True)
-        (self.wd / "tsdb").mkdir(exist_ok=True)
-        config = self.wd / "prometheus.yml"
-        config.write_text(json.dumps({  # JSON is YAML
-            "global": {"scrape_interval": "1s", "evaluation_interval": "1s"},
-            "rule_files": [str(self.rules)] if self.rules else [],
-            "scrape_configs": [{"job_name": "node", "static_configs": [
-                {"targets": [f"127.0.0.1:{self.exporter_port}"]}]}]}))
         try:
-            self._spawn("node_exporter", [
-                tool("node_exporter"), f"--web.listen-address=127.0.0.1:{self.exporter_port}",
-                "--collector.disable-defaults", "--collector.textfile",
-                f"--collector.textfile.directory={self.textfile_dir}"])
-            self._spawn("prometheus", [
-                tool("prometheus"), f"--config.file={config}",
-                f"--storage.tsdb.path={self.wd / 'tsdb'}",
-                f"--web.listen-address=127.0.0.1:{self.prom_port}"])
-            poll("Prometheus ready", lambda: self._get("/-/ready", raw=True))
+            self.start_exporter("node_exporter", self.exporter_port, self.textfile_dir)
+            self.start_prometheus([{"targets": [f"127.0.0.1:{self.exporter_port}"]}])
         except BaseException:
             self.stop()
             raise
         return self
+
+    def start_exporter(self, name: str, port: int, textfile_dir: Path) -> None:
+        """A node_exporter with only its textfile collector, on textfile_dir."""
+        textfile_dir.mkdir(parents=True, exist_ok=True)
+        self._spawn(name, [tool("node_exporter"), f"--web.listen-address=127.0.0.1:{port}",
+                           "--collector.disable-defaults", "--collector.textfile",
+                           f"--collector.textfile.directory={textfile_dir}"])
+
+    def start_prometheus(self, static_configs: List[Dict[str, Any]]) -> None:
+        """Prometheus scraping these targets (job "node") every second with the rules loaded,
+        once it answers /-/ready."""
+        (self.wd / "tsdb").mkdir(parents=True, exist_ok=True)
+        config = self.wd / "prometheus.yml"
+        config.write_text(json.dumps({  # JSON is YAML
+            "global": {"scrape_interval": "1s", "evaluation_interval": "1s"},
+            "rule_files": [str(self.rules)] if self.rules else [],
+            "scrape_configs": [{"job_name": "node", "static_configs": static_configs}]}))
+        self._spawn("prometheus", [
+            tool("prometheus"), f"--config.file={config}",
+            f"--storage.tsdb.path={self.wd / 'tsdb'}",
+            f"--web.listen-address=127.0.0.1:{self.prom_port}"])
+        poll("Prometheus ready", lambda: self._get("/-/ready", raw=True))
 
     def __exit__(self, *exc: object) -> None:
         self.stop()

@@ -395,6 +395,7 @@ class SlurmCluster:
         gres_types: Optional[Dict[str, str]] = None,
         gres_extra: Optional[Dict[str, List[Tuple[str, List[int]]]]] = None,
         nodes_include: bool = False,
+        accounting: bool = False,
     ):
         self.workdir = Path(workdir).resolve()
         self.nodes = list(nodes)
@@ -427,6 +428,7 @@ class SlurmCluster:
         self.gres_types = dict(gres_types or {})
         self.gres_extra = {n: list(v) for n, v in (gres_extra or {}).items()}
         self.nodes_include = nodes_include
+        self.accounting = accounting  # slurmdbd on a MariaDB of its own (tests/lib/slurmdbd.py)
 
         self.hostname = socket.gethostname().split(".")[0]
         self.cluster_id = "hc-%s" % uuid.uuid4().hex[:12]
@@ -497,6 +499,10 @@ class SlurmCluster:
             self.ctld_port = ports[0]
             self.node_ports = dict(zip(self.nodes, ports[1:]))
             self._write_confs()
+            if self.accounting:
+                from tests.lib.slurmdbd import start_accounting
+
+                start_accounting(self)
             self._spawn("slurmctld", ["slurmctld", "-D", "-f", str(self.conf_path)])
             _wait_until_or_die(self, lambda: self._ctld_up(), 30, "slurmctld to answer ping")
             for node in self.nodes:
@@ -928,6 +934,9 @@ class SlurmCluster:
                         min(timeout, 3.0))
         if "slurmctld" in self.procs:
             self._terminate([self.procs["slurmctld"]], timeout)
+        for name in ("slurmdbd", "mariadbd"):  # after slurmctld, which reports to slurmdbd
+            if name in self.procs:
+                self._terminate([self.procs[name]], timeout)
         self._known_pids |= set(self.our_processes())
         if "munged" in self.procs:
             self._terminate([self.procs["munged"]], timeout)

@@ -8,7 +8,7 @@ from __future__ import annotations
 import time
 from typing import Dict, List, Optional, Tuple
 
-from healthcheck.act.scontrol import ScontrolError
+from healthcheck.act.scontrol import Reservation, ScontrolError
 from healthcheck.decide.verdict import NodeState, sanitise
 
 
@@ -71,7 +71,8 @@ class FakeDoor:
         this = self.nodes[node]
         self.nodes[node] = this._replace(state=this.state + "+REBOOT_REQUESTED")
 
-    def create_reservation(self, name: str, nodes: List[str], users: str, flags: str) -> None:
+    def create_reservation(self, name: str, nodes: List[str], users: str, flags: str,
+                           seconds: Optional[int] = None) -> None:
         self._call("create", "reservation", f"ReservationName={name}", f"Users={users}", f"Flags={flags}")
         if name in self.reservations:
             raise ScontrolError(["scontrol", "create"], "exit status 1: Error creating the reservation: "
@@ -82,6 +83,12 @@ class FakeDoor:
         self._call("delete", f"ReservationName={name}")
         if self.reservations.pop(name, None) is None:
             raise ScontrolError(["scontrol", "delete"], "exit status 1: Reservation not found")
+
+    def show_reservations(self) -> Dict[str, Reservation]:
+        """Every reservation, ending a year from now (the fake keeps no end)."""
+        self._call("show", "reservation")
+        end = time.strftime("%Y-%m-%dT%H:%M:%S", time.localtime(time.time() + 365 * 86400))
+        return {name: Reservation(name, ",".join(nodes), end) for name, nodes in self.reservations.items()}
 
     def reservation_exists(self, name: str) -> bool:
         self._call("show", "reservation", name)

@@ -23,10 +23,14 @@ from typing import Dict, List, Set
 import pytest
 
 from healthcheck import __version__
+from tests.packaging import packagedocs
 
 ROOT = Path(__file__).resolve().parents[2]
 BUILD_DEB = ROOT / "deploy" / "deb" / "build-deb"
 ROUNDTRIP = ROOT / "tests" / "lib" / "deb_roundtrip.sh"
+BUILD_SPANK = ROOT / "deploy" / "deb" / "build-deb-spank"
+SPANK_ROUNDTRIP = ROOT / "tests" / "packaging" / "spank_roundtrip.sh"
+SPANK_DOC = "/usr/share/doc/gpu-healthcheck-spank/"
 # The package's private directory: nothing of ours goes into the system Python's dist-packages.
 PKGDIR = "/usr/share/gpu-healthcheck/"
 # Where the round trip plants another `healthcheck` (as an install of PyPI's would sit).
@@ -81,11 +85,15 @@ def test_deb_ships_the_package_entry_points_man_page_config_and_units(contents: 
     assert "/usr/share/man/man8/gpu-healthcheck.8.gz" in contents
     for unit in ("gpu-healthcheck.service", "gpu-healthcheck.timer"):
         assert contents[f"/usr/lib/systemd/system/{unit}"] == "-rw-r--r--"
-    for doc in ("README.md", "copyright", "slurm.conf.example"):
+    for doc in ("README.md", "copyright", "deploy/README.md", "deploy/slurm/README.md",
+                "deploy/slurm/slurm.conf.example", "deploy/slurm/plugstack.conf.example"):
         assert f"/usr/share/doc/gpu-healthcheck/{doc}" in contents, doc
     # the docs/ pages README.md links to, beside it, and nothing else of docs/
     pages = sorted(f"/usr/share/doc/gpu-healthcheck/docs/{p.name}" for p in (ROOT / "docs").glob("*.md"))
     assert pages and sorted(f for f in contents if f.startswith("/usr/share/doc/gpu-healthcheck/docs/")) == pages
+    # the SPANK plugin's source, for the one-command build against a site's own Slurm
+    for src in ("Makefile", "gpu_healthcheck.c"):
+        assert contents[f"{PKGDIR}spank/{src}"] == "-rw-r--r--", src
     package = ROOT / "healthcheck"
     modules = sorted(str(p.relative_to(ROOT)) for p in package.rglob("*.py"))
     assert {"healthcheck/read/__init__.py", "healthcheck/checks/__init__.py"} <= set(modules)
@@ -98,6 +106,38 @@ def test_deb_ships_the_package_entry_points_man_page_config_and_units(contents: 
     assert f"{PKGDIR}vendor/pynvml.py" in contents
     assert f"{PKGDIR}vendor/tomli/__init__.py" in contents
     assert not [f for f in contents if "__pycache__" in f or f.endswith(".pyc")]
+
+
+def _files(contents: Dict[str, str]) -> Set[str]:
+    return {p for p, mode in contents.items() if not mode.startswith("d")}
+
+
+def test_every_entry_of_the_package_docs_list_is_in_the_tree() -> None:
+    """deploy/package-docs.list names the runbook (docs/runbook.md) and the monitoring mixin's
+    generated rules, alerts and dashboards (deploy/mixin/): a tree without one of them would
+    build packages without it (install-docs only warns), so this fails instead."""
+    empty = [pattern for pattern, files in packagedocs.expected_files().items() if not files]
+    assert not empty, f"deploy/package-docs.list entries with no file in the tree: {empty}"
+
+
+def test_deb_ships_exactly_the_package_docs_list(contents: Dict[str, str]) -> None:
+    expected = set().union(*packagedocs.expected_files().values())
+    shipped = {f for f in _files(contents) if f.startswith(tuple(packagedocs.DESTS.values()))}
+    assert shipped - {"/usr/share/doc/gpu-healthcheck/copyright"} == expected
+    for f in expected:
+        assert contents[f] == "-rw-r--r--", f
+
+
+@pytest.mark.parametrize("source", ["--help", "man page", "README install"])
+def test_every_installed_path_the_docs_name_is_in_the_deb(source: str, contents: Dict[str, str]) -> None:
+    """--help, the man page and README's install section name installed paths (README through
+    its links, which resolve in /usr/share/doc/gpu-healthcheck/ as in a checkout): each one is
+    in the package.  The man page names docs/runbook.md and the monitoring directory: those
+    pass once the runbook and the mixin's generated files are in the tree."""
+    named = packagedocs.named_paths()[source]
+    assert named, f"{source} names no installed path"
+    missing = packagedocs.missing_from(named, _files(contents))
+    assert not missing, f"{source} names {missing}, which the .deb does not ship"
 
 
 def test_launcher_puts_the_private_directory_first() -> None:
@@ -255,6 +295,15 @@ def test_installed_deb_runs_on_the_fake_gpus(roundtrip: Dict[str, List[str]]) ->
         assert not used.startswith(PKGDIR)
 
 
+def test_every_installed_path_the_docs_name_is_in_the_installed_tree(
+        roundtrip: Dict[str, List[str]]) -> None:
+    """The same paths, in the tree `dpkg -i` really left (the throwaway root's files)."""
+    installed = _changed(roundtrip["CHANGES installed"])
+    named = set().union(*packagedocs.named_paths().values())
+    missing = packagedocs.missing_from(named, installed)
+    assert not missing, f"--help, the man page or README name {missing}, not installed by dpkg -i"
+
+
 def test_dpkg_remove_leaves_only_the_conffile_and_state_and_purge_nothing(
         roundtrip: Dict[str, List[str]], contents: Dict[str, str]) -> None:
     before = _changed(roundtrip["CHANGES before"])
@@ -274,3 +323,113 @@ def test_dpkg_remove_leaves_only_the_conffile_and_state_and_purge_nothing(
         "absent /usr/bin/gpu-healthcheck", f"exists {DECOY}"]
     assert ours("CHANGES purged") == set()
     assert roundtrip["LEFT 2"] == ["absent /etc/gpu-healthcheck", "absent /var/lib/gpu-healthcheck"]
+
+
+# --- gpu-healthcheck-spank: the SPANK plugin built against this machine's Slurm -------------
+
+def _slurm_major_minor() -> str:
+    """X.Y of the Slurm whose headers this machine has (libslurm-dev), from SLURM_VERSION_NUMBER."""
+    header = Path("/usr/include/slurm/slurm_version.h")
+    m = re.search(r"^#define SLURM_VERSION_NUMBER 0x([0-9a-fA-F]{2})([0-9a-fA-F]{2})", header.read_text(), re.M)
+    assert m, header
+    return f"{int(m.group(1), 16)}.{int(m.group(2), 16):02d}"
+
+
+def _debian_plugin_dir() -> str:
+    """Where Debian's Slurm keeps its plugins: the directory of its auth_munge.so, as
+    slurm-wlm-basic-plugins installed it (dpkg's own list, not ours)."""
+    listed = subprocess.run(["dpkg", "-L", "slurm-wlm-basic-plugins"], capture_output=True,
+                            text=True, timeout=60)
+    if listed.returncode != 0:
+        _unavailable("slurm-wlm-basic-plugins (Debian's Slurm) not installed")
+    [munge] = [ln for ln in listed.stdout.splitlines() if ln.endswith("/auth_munge.so")]
+    return str(Path(munge).parent)
+
+
+@pytest.fixture(scope="module")
+def spank_deb(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    if shutil.which("dpkg-deb") is None or shutil.which("gcc") is None:
+        _unavailable("dpkg-deb or gcc not installed")
+    if not Path("/usr/include/slurm/spank.h").is_file():
+        _unavailable("<slurm/spank.h> not installed (Debian package libslurm-dev)")
+    out = tmp_path_factory.mktemp("spankdeb")
+    proc = subprocess.run([str(BUILD_SPANK), str(out)], capture_output=True, text=True, timeout=180)
+    assert proc.returncode == 0, proc.stderr
+    path = Path(proc.stdout.strip().splitlines()[-1])
+    arch = subprocess.run(["dpkg", "--print-architecture"], capture_output=True, text=True,
+                          check=True, timeout=30).stdout.strip()
+    assert path == out / f"gpu-healthcheck-spank_{__version__}+slurm{_slurm_major_minor()}_{arch}.deb"
+    return path
+
+
+def test_spank_deb_installs_the_plugin_where_debians_slurm_looks(spank_deb: Path) -> None:
+    plugindir = _debian_plugin_dir()
+    files = {}
+    for line in _deb("-c", str(spank_deb)).splitlines():
+        mode, owner, _size, _date, _time, name = line.split(None, 5)
+        assert owner == "root/root", line
+        if not mode.startswith("d"):
+            files[name[1:]] = mode
+    assert files == {f"{plugindir}/gpu_healthcheck.so": "-rw-r--r--",
+                     f"{SPANK_DOC}gpu-healthcheck.conf": "-rw-r--r--",
+                     f"{SPANK_DOC}copyright": "-rw-r--r--"}
+
+
+def test_spank_deb_depends_on_the_slurm_it_was_built_against(spank_deb: Path) -> None:
+    slurm = _slurm_major_minor()
+    major, minor = slurm.split(".")
+    depends = [d.strip() for d in _deb("-f", str(spank_deb), "Depends").split(",")]
+    assert f"slurm-wlm-basic-plugins (>= {slurm})" in depends, depends
+    assert f"slurm-wlm-basic-plugins (<< {major}.{int(minor) + 1:02d}~)" in depends, depends
+    assert f"gpu-healthcheck (= {__version__})" in depends, depends
+    assert _deb("-f", str(spank_deb), "Version").strip() == f"{__version__}+slurm{slurm}"
+
+    def satisfies(version: str) -> bool:
+        return all(subprocess.run(["dpkg", "--compare-versions", version, op, bound],
+                                  timeout=30).returncode == 0
+                   for op, bound in (("ge", slurm), ("lt", f"{major}.{int(minor) + 1:02d}~")))
+
+    # Every Debian revision of this major.minor, and no other release.
+    assert satisfies(f"{slurm}.8-4+deb12u3") and satisfies(f"{slurm}.0-1")
+    assert not satisfies(f"{major}.{int(minor) + 1:02d}.0-1") and not satisfies(f"{major}.{int(minor) - 1:02d}.9-1")
+    assert not satisfies(f"{int(major) + 1}.{minor}.0-1")
+
+
+def test_spank_plugstack_line_is_the_example_with_the_packaged_path(spank_deb: Path, tmp_path: Path) -> None:
+    subprocess.run(["dpkg-deb", "-x", str(spank_deb), str(tmp_path)], check=True, timeout=60)
+    shipped = (tmp_path / SPANK_DOC.lstrip("/") / "gpu-healthcheck.conf").read_text()
+    example = (ROOT / "deploy" / "slurm" / "plugstack.conf.example").read_text()
+
+    def lines(text: str) -> List[str]:
+        return [ln for ln in text.splitlines() if ln.strip() and not ln.startswith("#")]
+
+    plugin = f"{_debian_plugin_dir()}/gpu_healthcheck.so"
+    assert lines(shipped) == [ln.replace("/usr/local/lib/slurm/gpu_healthcheck.so", plugin)
+                              for ln in lines(example)]
+    assert lines(shipped)[0].startswith(f"required {plugin} ")
+
+
+def test_debians_slurm_loads_the_installed_plugin(deb: Path, spank_deb: Path,
+                                                  tmp_path_factory: pytest.TempPathFactory) -> None:
+    """dpkg -i of both packages in a throwaway root (tests/packaging/spank_roundtrip.sh), then
+    Debian's own sbatch loads the plugin from the packaged plugstack.conf.d line and from its
+    bare name (PluginDir), and lists --gpu-healthcheck; after dpkg -r it is gone."""
+    if os.geteuid() != 0:
+        _unavailable("the dpkg round trip needs root (mount namespace, overlayfs, chroot)")
+    if shutil.which("unshare") is None or shutil.which("sbatch") is None:
+        _unavailable("unshare or sbatch (Debian package slurm-client) not installed")
+    _debian_plugin_dir()
+    work = tmp_path_factory.mktemp("spankroot")
+    proc = subprocess.run(["unshare", "-m", "--propagation", "private", "sh", str(SPANK_ROUNDTRIP),
+                           str(deb), str(spank_deb), str(work)],
+                          capture_output=True, text=True, timeout=600)
+    assert proc.returncode == 0, f"{proc.stdout[-6000:]}\n{proc.stderr[-3000:]}"
+    rt = _sections(proc.stdout)
+    assert f"{_debian_plugin_dir()}/gpu_healthcheck.so" in rt["FILES"]
+    for how in ("plugstack.conf.d", "bare name"):
+        lines = [ln.strip() for ln in rt[f"SBATCH {how}"]]
+        assert lines[0] == "rc=0" and not [ln for ln in lines if ": error:" in ln], (how, lines)
+        assert [ln for ln in lines if ln.startswith("--gpu-healthcheck=quick|full|deep")], (how, lines)
+    assert "plugin gone" in rt["REMOVE"]
+    after = rt["SBATCH after remove"]
+    assert after[0] == "rc=1" and any("gpu_healthcheck.so" in ln for ln in after), after

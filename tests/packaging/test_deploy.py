@@ -18,11 +18,12 @@ import subprocess
 import sys
 import tarfile
 from pathlib import Path
-from typing import Dict, List
+from typing import Dict, List, Set
 
 import pytest
 
 from healthcheck import __version__
+from tests.packaging import packagedocs
 
 ROOT = Path(__file__).resolve().parents[2]
 SYSTEMD = ROOT / "deploy" / "systemd"
@@ -150,8 +151,13 @@ def test_rpm_ships_entry_points_config_units_state_dir_and_package(
     assert state["mode"] == "drwx------" and state["user"] == "root", state
     for unit in ("gpu-healthcheck.service", "gpu-healthcheck.timer"):
         assert rpm_files[UNITDIR + unit]["mode"] == "-rw-r--r--", unit
-    for doc in ("README.md", "slurm.conf.example"):
+    for doc in ("README.md", "deploy/README.md", "deploy/slurm/README.md",
+                "deploy/slurm/slurm.conf.example", "deploy/slurm/plugstack.conf.example"):
         assert f"/usr/share/doc/gpu-healthcheck/{doc}" in rpm_files, doc
+        assert "d" in rpm_files[f"/usr/share/doc/gpu-healthcheck/{doc}"]["flags"], doc  # %doc
+    # the SPANK plugin's source, for the one-command build against the site's Slurm
+    for src in ("Makefile", "gpu_healthcheck.c"):
+        assert rpm_files[f"{PKGDIR}spank/{src}"]["mode"] == "-rw-r--r--", src
     # the docs/ pages README.md links to, beside it, and nothing else of docs/
     pages = sorted(f"/usr/share/doc/gpu-healthcheck/docs/{p.name}" for p in (ROOT / "docs").glob("*.md"))
     assert pages and sorted(f for f in rpm_files
@@ -165,6 +171,33 @@ def test_rpm_ships_entry_points_config_units_state_dir_and_package(
         assert f"/usr/share/licenses/gpu-healthcheck/{licence}" in rpm_files, licence
     # pip's console scripts name the build host's Python: not shipped.
     assert not [f for f in rpm_files if f.startswith("/usr/bin/") and f != f"/usr/bin/{script}"]
+
+
+def _rpm_plain_files(rpm_files: Dict[str, Dict[str, str]]) -> Set[str]:
+    return {f for f, info in rpm_files.items() if not info["mode"].startswith("d")}
+
+
+def test_rpm_ships_exactly_the_package_docs_list(rpm_files: Dict[str, Dict[str, str]]) -> None:
+    """deploy/package-docs.list, the one list both packages install (with the runbook and the
+    mixin's generated files: test_deb.py's test_every_entry_of_the_package_docs_list_is_in_the_tree
+    says when the tree lacks them)."""
+    expected = set().union(*packagedocs.expected_files().values())
+    shipped = {f for f in _rpm_plain_files(rpm_files) if f.startswith(tuple(packagedocs.DESTS.values()))}
+    assert shipped == expected
+    for f in expected:
+        assert rpm_files[f]["mode"] == "-rw-r--r--", f
+
+
+@pytest.mark.parametrize("source", ["--help", "man page", "README install"])
+def test_every_installed_path_the_docs_name_is_in_the_rpm(
+        source: str, rpm_files: Dict[str, Dict[str, str]]) -> None:
+    """--help, the man page and README's install section (its links too) name installed paths:
+    `rpm -qlp` lists each one.  The man page names docs/runbook.md and the monitoring
+    directory: those pass once the runbook and the mixin's generated files are in the tree."""
+    named = packagedocs.named_paths()[source]
+    assert named, f"{source} names no installed path"
+    missing = packagedocs.missing_from(named, _rpm_plain_files(rpm_files))
+    assert not missing, f"{source} names {missing}, which the RPM does not ship"
 
 
 def test_rpm_dependencies_and_scriptlets(rpm_file: Path) -> None:
@@ -228,7 +261,11 @@ def test_rpm_requires_only_what_stock_el_provides(target: str, tmp_path: Path) -
     recommends = set(_rpm("-qp", "--recommends", str(rpm_path)).splitlines())
     assert requires - stock == set(), f"{target}: not in stock {target} (el-provides.txt)"
     assert recommends - stock == set(), f"{target}: recommends what stock {target} lacks"
-    _check_package_is_private(_rpm("-qpl", str(rpm_path)).splitlines())
+    files = _rpm("-qpl", str(rpm_path)).splitlines()
+    _check_package_is_private(files)
+    # The docs and monitoring files, in every target's package (`rpm -qlp`).
+    missing = set().union(*packagedocs.expected_files().values()) - set(files)
+    assert not missing, f"{target}: not in the RPM: {sorted(missing)}"
     interpreter = "/usr/bin/python3" if target == "el9" else f"/usr/bin/python{target.split('-')[1]}"
     assert interpreter in requires
     # Stated in the spec: rpm generates it only for modules under /usr/lib/python3.X/.

@@ -20,7 +20,7 @@ def test_device_holders_names_a_process_holding_the_file_and_no_other(tmp_path):
     proc = subprocess.Popen(["bash", "-c", f'exec 3<"{device}"; exec -a nv-hostengine sleep 60'],
                             start_new_session=True)
     try:
-        deadline = time.monotonic() + 10
+        deadline = time.monotonic() + 60
         found = ()
         while time.monotonic() < deadline:
             found = device_holders([str(device)], skip=(os.getpid(),))

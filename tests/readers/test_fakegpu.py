@@ -21,6 +21,8 @@ from pathlib import Path
 
 import pytest
 
+from tests.lib.fakenode import build_lock
+
 HERE = Path(__file__).resolve().parents[1]  # tests/
 FAKEGPU = HERE / "fakegpu"
 BUILD = FAKEGPU / "build"
@@ -37,11 +39,12 @@ import from_nvidia_smi  # noqa: E402
 def built():
     newest = max((FAKEGPU / s).stat().st_mtime for s in SOURCES)
     libs = [BUILD / lib for lib in LIBS]
-    if not all(p.exists() and p.stat().st_mtime >= newest for p in libs):
-        proc = subprocess.run(["make", "-C", str(FAKEGPU), "PYTHON=" + sys.executable],
-                              capture_output=True, text=True)
-        if proc.returncode != 0:
-            pytest.fail("make -C tests/fakegpu failed:\n" + proc.stdout + proc.stderr, pytrace=False)
+    with build_lock():  # another pytest-xdist worker may be building them
+        if not all(p.exists() and p.stat().st_mtime >= newest for p in libs):
+            proc = subprocess.run(["make", "-C", str(FAKEGPU), "PYTHON=" + sys.executable],
+                                  capture_output=True, text=True)
+            if proc.returncode != 0:
+                pytest.fail("make -C tests/fakegpu failed:\n" + proc.stdout + proc.stderr, pytrace=False)
     return BUILD
 
 

@@ -5,7 +5,9 @@ real outputs of tests/fixtures/fabric, and each scenario key changes what it sho
 from __future__ import annotations
 
 import os
+import selectors
 import subprocess
+import time
 from pathlib import Path
 
 import pytest
@@ -67,11 +69,29 @@ def test_fakegpu_fabric_error_and_wrong(scenario: Path) -> None:
 
 
 def test_fakegpu_fabric_hang_never_finishes(tmp_path: Path, fakegpu: Path) -> None:
+    """It prints its header, then hangs: still running after it, for as long as we look (the
+    header waited for with a deadline, not a fixed time: a loaded host starts Python slowly)."""
     path = tmp_path / "fabric"
     path.write_text("node.gpu-b.nccl.hang = 1\n")
-    with pytest.raises(subprocess.TimeoutExpired) as stopped:
-        run("all_reduce_perf", path, "gpu-a,gpu-b", timeout=3)
-    assert "# Using devices" in (stopped.value.stdout or b"").decode()
+    env = {k: v for k, v in os.environ.items() if not k.startswith("SLURM")}
+    env.update(FAKEGPU_FABRIC=str(path), SLURM_STEP_NODELIST="gpu-a,gpu-b", SLURM_PROCID="0", SLURM_NTASKS="4")
+    proc = subprocess.Popen([str(FAKE / "all_reduce_perf")], env=env, stdout=subprocess.PIPE)
+    try:
+        out = b""
+        with selectors.DefaultSelector() as sel:
+            sel.register(proc.stdout, selectors.EVENT_READ)
+            deadline = time.monotonic() + 120
+            while b"# Using devices" not in out and time.monotonic() < deadline:
+                if sel.select(timeout=deadline - time.monotonic()):
+                    chunk = os.read(proc.stdout.fileno(), 65536)
+                    assert chunk, out.decode()  # it ended instead of hanging
+                    out += chunk
+        assert b"# Using devices" in out, out.decode()
+        with pytest.raises(subprocess.TimeoutExpired):
+            proc.wait(timeout=2)
+    finally:
+        proc.kill()
+        proc.wait()
 
 
 def test_fakegpu_fabric_other_ranks_print_nothing(scenario: Path) -> None:
@@ -97,6 +117,7 @@ def test_fakegpu_fabric_malformed_scenario_is_an_error(tmp_path: Path, fakegpu: 
 
 def test_fakegpu_fabric_no_mpi_runs_each_task_alone_and_the_pair_is_a_setup_problem(tmp_path: Path, fakegpu: Path) -> None:
     from healthcheck.decide.fabricjob import JobSpec, NotSpanned, judge_job_output
+    from healthcheck.read.fabricjob import read_job_output
     from healthcheck.decide.sweep import Job
 
     spec = JobSpec("all_reduce_perf", ("-b", "1G", "-e", "1G", "-g", "1"), (), 1, 60.0)
@@ -117,9 +138,9 @@ def test_fakegpu_fabric_no_mpi_runs_each_task_alone_and_the_pair_is_a_setup_prob
     assert parse_nccl_tests(both).busbw_gbps == 0.0 and parse_nccl_tests(both).rank_lines == 2
     text = f"== gpu-healthcheck collective begin\n{both}== gpu-healthcheck collective rc=0\n== gpu-healthcheck end\n"
     with pytest.raises(NotSpanned, match="each task ran as its own single-node job"):
-        judge_job_output(spec, job, text, "COMPLETED", "5")
+        judge_job_output(spec, job, read_job_output(text), "COMPLETED", "5")
     # the same pair with MPI: rank 0 prints both nodes' ranks, and it passes
     path.write_text("")
     mpi = task(0, "gpu-a")
     text = f"== gpu-healthcheck collective begin\n{mpi}== gpu-healthcheck collective rc=0\n== gpu-healthcheck end\n"
-    assert judge_job_output(spec, job, text, "COMPLETED", "5").problem is None
+    assert judge_job_output(spec, job, read_job_output(text), "COMPLETED", "5").problem is None

@@ -1,8 +1,10 @@
-"""The kernel-log parser on the real NVRM lines of tests/fixtures/kernel-log."""
+"""The kernel-log parser on the real NVRM lines of tests/fixtures/kernel-log, and the reader on
+a log of 200,000 lines (seconds: the unit layer's own reader tests use small logs)."""
 
 import pytest
 
-from healthcheck.read.kernlog import parse_lines
+from healthcheck.model import KernelLogWindow
+from healthcheck.read.kernlog import parse_lines, read_kernel_log
 from tests.lib import fakenode
 
 FIXTURES = fakenode.FIXTURES / "kernel-log"
@@ -44,3 +46,20 @@ def test_fallen_off_the_bus_over_three_lines_has_no_xid_and_keeps_the_first_line
     assert events[0].xid is None
     assert events[0].pci == "0000:b3:00"
     assert events[0].monotonic_s == pytest.approx(1843.308145)
+
+
+def test_two_hundred_thousand_xid_31_lines_become_one_event_per_gpu_with_count_times_and_samples(tmp_path):
+    log = tmp_path / "kern.log"
+    with log.open("w") as handle:
+        for i in range(200_000):
+            gpu = "3b" if i % 2 else "41"
+            handle.write(f"[{10 + i / 1000:.3f}] NVRM: Xid (PCI:0000:{gpu}:00): 31, pid={i}, name=a.out, "
+                         f"Ch 00000008, intr 10000000. MMU Fault: ENGINE GRAPHICS\n")
+        handle.write("[500.0] NVRM: Xid (PCI:0000:3b:00): 48, pid=1, DBE\n")
+    read = read_kernel_log(str(log), KernelLogWindow())
+    assert [(e.pci, e.xid, e.occurrences) for e in read.events] == [
+        ("0000:41:00", 31, 100_000), ("0000:3b:00", 31, 100_000), ("0000:3b:00", 48, 1)]
+    first = read.events[0]
+    assert first.monotonic_s == pytest.approx(10.0) and first.last_monotonic_s == pytest.approx(209.998)
+    assert len(first.samples) == 3 and "pid=0," in first.samples[0]
+    assert read.lines == 200_001 and read.skipped_bytes == 0

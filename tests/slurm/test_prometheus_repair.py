@@ -15,7 +15,7 @@ from tests.lib.prometheus import PromStack, tool
 from tests.lib.repair import drain_by_epilog, enable_repair
 
 pytestmark = pytest.mark.slurm
-RULES_DIR = Path(__file__).resolve().parents[2] / "deploy" / "prometheus"
+RULES_DIR = Path(__file__).resolve().parents[2] / "deploy" / "mixin"
 
 
 def test_prometheus_scrapes_the_repair_metrics_of_a_real_repair_and_the_rma_alert_fires(tmp_path, fakegpu):
@@ -25,7 +25,7 @@ def test_prometheus_scrapes_the_repair_metrics_of_a_real_repair_and_the_rma_aler
     c = GpuCluster(tmp_path / "cluster", fakegpu)
     for node in c.nodes:
         enable_repair(c, node)
-    with PromStack(tmp_path / "prom", RULES_DIR / "gpu-healthcheck.rules.yml") as prom, c.cluster:
+    with PromStack(tmp_path / "prom", RULES_DIR / "prometheus_alerts.yaml") as prom, c.cluster:
         config = c.wd / "config" / "gpu-a.toml"
         config.write_text(f'metrics_file = "{prom.textfile_dir / "gpu_healthcheck.prom"}"\n'
                           + config.read_text())

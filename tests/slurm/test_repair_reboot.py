@@ -80,10 +80,11 @@ def steps(c: GpuCluster, node: str):
 
 
 def only_ledger(c: GpuCluster, node: str):
-    """The node's one repair ledger: GPU 3's, keyed by its index (NVML had lost the GPU, so
-    its serial and PCI address were unknown when the reboot was asked for)."""
+    """The node's one repair ledger: GPU 3's, keyed by its index and the address the driver
+    logged in its Xid 79 line (NVML had lost the GPU, so its serial and PCI address were
+    unknown when the reboot was asked for, and no earlier run had listed it)."""
     [path] = (c.state(node) / "repair").iterdir()
-    assert path.name == "~index3@~nopci.json", path
+    assert path.name == "~index3@0000-48-00.0.json", path
     return json.loads(path.read_text())
 
 
@@ -159,7 +160,8 @@ def test_repair_reboot_pending_is_not_repeated_and_a_fault_the_boot_leaves_keeps
     booted(c, "gpu-a", boot_before)
     assert c.check("gpu-a", "--node", "--act").returncode == 2
     reason = c.reason("gpu-a")
-    assert reason.startswith("gpu-healthcheck: gpu3 gpu.lost=GPU_IS_LOST node"), reason
+    # the address the repair named it by before the boot (known-gpus.json) names it now
+    assert reason.startswith("gpu-healthcheck: gpu3 pci=00000000:48:00.0 gpu.lost=GPU_IS_LOST node"), reason
     assert "reboot issued" not in reason  # the new finding's reason, written by the full check
     assert c.drained("gpu-a")
     assert c.cluster.node_info("gpu-a").get("Comment") in (None, "", "(null)")

@@ -13,8 +13,8 @@ from healthcheck.decide.sweep import SweepReport
 from healthcheck.decide.sweepnodes import candidates
 from healthcheck.report.sweep import history_record, metrics_text
 from healthcheck.act.sweeprun import minutes, sbatch_args, Setup
-from healthcheck.decide.fabricjob import (JobSpec, MissingProgram, NotSpanned, job_script, judge_job_output,
-                                         split_output)
+from healthcheck.decide.fabricjob import JobSpec, SetupProblem, NotSpanned, job_script, judge_job_output
+from healthcheck.read.fabricjob import read_job_output, split_output
 from healthcheck.decide.sweep import Job, JobResult, NodeOutcome, SweepOutcome
 
 SPEC = JobSpec("/opt/nccl-tests/build/all_reduce_perf", ("-b", "1G", "-e", "1G"), ("--mpi=pmix",), 8, 60.0,
@@ -28,6 +28,11 @@ TABLE = RANKS + ("#       size         count      type   redop    root     time 
          "# Out of bounds values : 0 OK\n# Avg bus bandwidth    : 25.87 \n")
 RAIL = (" #bytes     #iterations    BW peak[Gb/sec]    BW average[Gb/sec]   MsgRate[Mpps]\n"
         " 65536      5000             392.38             392.34 \t\t     0.748336\n" + "-" * 87 + "\n")
+
+
+def judge_text(spec: JobSpec, job: Job, text: str, state: str, job_id: str) -> JobResult:
+    """The job's output as act/sweeprun.py hands it over: read, then judged."""
+    return judge_job_output(spec, job, read_job_output(text), state, job_id)
 
 
 def output(collective: str, rc, rail: str = RAIL, rail_rc=0) -> str:
@@ -51,7 +56,7 @@ def test_fabric_job_script_runs_the_collective_and_each_rail_under_timeout() -> 
 
 
 def test_fabric_job_output_passes_with_its_figures() -> None:
-    result = judge_job_output(SPEC, JOB, output(TABLE, 0), "COMPLETED", "12")
+    result = judge_text(SPEC, JOB, output(TABLE, 0), "COMPLETED", "12")
     assert (result.busbw_gbps, result.problem, result.job_id) == (25.88, None, "12")
     assert result.rails[0].gbps == 392.34 and result.rails[0].problem is None
     assert set(split_output(output(TABLE, 0))) == {"collective", "mlx5_0"}
@@ -66,20 +71,20 @@ def test_fabric_job_output_passes_with_its_figures() -> None:
      "Test NCCL failure common.cu:1148 'unhandled system error'"),
 ])
 def test_fabric_job_output_failures_are_named(text: str, state: str, problem: str) -> None:
-    assert judge_job_output(SPEC, JOB, text, state, "12").problem == problem
+    assert judge_text(SPEC, JOB, text, state, "12").problem == problem
 
 
 def test_fabric_job_output_rail_hang_and_no_result() -> None:
-    assert judge_job_output(SPEC, JOB, output(TABLE, 0, rail="", rail_rc=124), "COMPLETED", "1").rails[0].problem == "hang"
-    assert judge_job_output(SPEC, JOB, output(TABLE, 0, rail="", rail_rc=1), "COMPLETED", "1").rails[0].problem == \
+    assert judge_text(SPEC, JOB, output(TABLE, 0, rail="", rail_rc=124), "COMPLETED", "1").rails[0].problem == "hang"
+    assert judge_text(SPEC, JOB, output(TABLE, 0, rail="", rail_rc=1), "COMPLETED", "1").rails[0].problem == \
         "no result (exit status 1)"
 
 
 def test_fabric_job_missing_program_stops_the_sweep() -> None:
     text = output("slurmstepd: error: execve(): /opt/nccl-tests/build/all_reduce_perf: No such file or directory\n"
                   "srun: error: gpu-a: task 0: Exited with exit code 2\n", 2)
-    with pytest.raises(MissingProgram, match="all_reduce_perf is not installed on gpu-a,gpu-b"):
-        judge_job_output(SPEC, JOB, text, "FAILED", "12")
+    with pytest.raises(SetupProblem, match="all_reduce_perf is not installed on gpu-a,gpu-b"):
+        judge_text(SPEC, JOB, text, "FAILED", "12")
 
 
 LINES = "\n".join([
@@ -133,9 +138,9 @@ def each_task_alone(*hosts: str) -> str:
 def test_fabric_job_two_single_node_runs_at_235_gbps_are_a_setup_problem_never_a_pass() -> None:
     text = output(each_task_alone("gpu-a", "gpu-b"), 0)
     with pytest.raises(NotSpanned, match="did not span gpu-a,gpu-b: its ranks were numbered anew on each host") as err:
-        judge_job_output(SPEC, JOB, text, "COMPLETED", "12")
+        judge_text(SPEC, JOB, text, "COMPLETED", "12")
     assert "build nccl-tests with MPI" in str(err.value) and "srun --mpi=pmix" in str(err.value)
-    assert isinstance(err.value, MissingProgram)  # the sweep stops: nothing drained, exit 3
+    assert isinstance(err.value, SetupProblem)  # the sweep stops: nothing drained, exit 3
 
 
 def test_fabric_job_g1_single_rank_runs_reading_zero_are_a_setup_problem() -> None:
@@ -146,20 +151,20 @@ def test_fabric_job_g1_single_rank_runs_reading_zero_are_a_setup_problem() -> No
            "# Out of bounds values : 0 OK\n# Avg bus bandwidth    : 0 \n#\n")
     text = output(one.format(host="gpu-a") + one.format(host="gpu-b"), 0)
     with pytest.raises(NotSpanned, match="2 rank lines for 1 ranks"):
-        judge_job_output(SPEC, JOB, text, "COMPLETED", "12")
+        judge_text(SPEC, JOB, text, "COMPLETED", "12")
 
 
 def test_fabric_job_ranks_on_one_node_only_name_it() -> None:
     text = output(SINGLE_NODE.replace("localhost", "gpu-a"), 0)
     with pytest.raises(NotSpanned, match="ranks on gpu-a only"):
-        judge_job_output(SPEC, JOB, text, "COMPLETED", "12")
+        judge_text(SPEC, JOB, text, "COMPLETED", "12")
 
 
 def test_fabric_job_the_real_two_node_run_passes_and_a_hang_before_the_header_stays_a_hang() -> None:
-    result = judge_job_output(SPEC, Job(("nid005471", "nid005487"), "pair", 1), output(TWO_NODES, 0), "COMPLETED", "7")
+    result = judge_text(SPEC, Job(("nid005471", "nid005487"), "pair", 1), output(TWO_NODES, 0), "COMPLETED", "7")
     assert (result.busbw_gbps, result.problem) == (123.11, None)
     # no rank lines at all: unproven, unless the run failed on its own (then the failure counts)
     with pytest.raises(NotSpanned, match="printed no rank lines"):
-        judge_job_output(SPEC, JOB, output(TABLE.replace(RANKS, ""), 0), "COMPLETED", "12")
-    assert judge_job_output(SPEC, JOB, output("# Using devices\n", 124), "COMPLETED", "12").problem == \
+        judge_text(SPEC, JOB, output(TABLE.replace(RANKS, ""), 0), "COMPLETED", "12")
+    assert judge_text(SPEC, JOB, output("# Using devices\n", 124), "COMPLETED", "12").problem == \
         "hang: ended by its time limit"

@@ -12,7 +12,7 @@ from hypothesis import given, settings, strategies as st
 from healthcheck.decide.sweep import (BAD, PASS, TRANSIENT, UNKNOWN, Job, JobResult, NodeOutcome,
                                       RailResult, SweepPlanner, Thresholds, failure, fabric_reason,
                                       is_fabric_reason, judge_collective, median_of)
-from healthcheck.read.nccltests import NcclRow, NcclRun
+from healthcheck.netmodel import NcclRow, NcclRun
 
 HEALTHY = 380.0
 

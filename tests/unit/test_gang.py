@@ -3,14 +3,17 @@ job's nodes (which one is slow, hangs or errs) in place of srun: the plan is pur
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Callable, List, Sequence, Set
 
 import pytest
 from hypothesis import given, settings, strategies as st
 
+from healthcheck.decide.fabricjob import NotSpanned, SetupProblem
 from healthcheck.decide.gang import (FAILED, PASSED, SINGLE, UNKNOWN, GangPlan, gang_reason, job_lines,
-                                     judge_pairs, parse_show_job, suspects, valid_job_id)
+                                     judge_gang_run, judge_pairs, parse_show_job, suspects, valid_job_id)
 from healthcheck.decide.sweep import BAD, Job, JobResult, NodeOutcome, Thresholds
+from healthcheck.read.nccltests import parse_nccl_tests
 from healthcheck.read.slurmconf import expand_hostlist
 
 HEALTHY = 380.0
@@ -258,3 +261,31 @@ def test_gang_never_names_a_healthy_node_whatever_is_bad(n: int, bad: Set[int], 
         assert [b.node for b in result.bad] == sorted(culprits)
     if not culprits:
         assert result.outcome == PASSED
+
+
+# real outputs (tests/fixtures/fabric/SOURCES.md): one node's run alone, and a run over two nodes
+FABRIC = Path(__file__).resolve().parents[1] / "fixtures" / "fabric"
+SINGLE_NODE = (FABRIC / "superbench__nccl_allreduce__8xA100-SXM4-40GB.log").read_text()
+TWO_NODES = (FABRIC / "cscs-docs__nccl-md__srun-pmix-2x4-GH200-ompi__2.17.1.txt").read_text()
+
+
+@pytest.mark.parametrize("text, why", [
+    (SINGLE_NODE.replace("localhost", "gpu-a"), "ranks on gpu-a only"),
+    (SINGLE_NODE.replace("localhost", "gpu-a") + SINGLE_NODE.replace("localhost", "gpu-b"),
+     "its ranks were numbered anew on each host"),
+])
+def test_gang_collective_that_did_not_span_the_nodes_is_a_setup_problem_never_a_pass(text: str, why: str) -> None:
+    """Issue 36 case 6 for the gang check: the fabric sweep's rule (decide/fabricjob.span_problem),
+    before any figure is judged; the single-node run's 235 GB/s would pass any floor."""
+    job = Job(("gpu-a", "gpu-b", "gpu-c"), "whole", 0)
+    with pytest.raises(NotSpanned, match=f"did not span gpu-a,gpu-b,gpu-c: {why}") as err:
+        judge_gang_run(job, parse_nccl_tests(text), 0, False)
+    assert isinstance(err.value, SetupProblem) and "srun --mpi=pmix" in str(err.value)
+
+
+def test_gang_collective_that_spanned_is_judged_and_a_hang_stays_a_hang() -> None:
+    job = Job(("nid005471", "nid005487"), "whole", 0)
+    assert judge_gang_run(job, parse_nccl_tests(TWO_NODES), 0, False) == JobResult(job, 123.11, None)
+    # no rank lines because the run hung before its header: the node's failure, not the setup
+    hung = judge_gang_run(Job(("gpu-a", "gpu-b"), "whole", 0), parse_nccl_tests("# Using devices\n"), None, True)
+    assert hung.problem == "hang: ended by its time limit"

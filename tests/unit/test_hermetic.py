@@ -25,6 +25,19 @@ def test_the_session_sees_none_of_the_hosts_paths_and_no_network_but_loopback(is
     assert os.readlink("/proc/self/ns/mnt") != os.readlink(f"/proc/self/fd/{isolation.host.mnt_fd}")
 
 
+
+def test_a_pytest_xdist_worker_sees_the_real_host_not_its_controllers_private_view(isolation):
+    """A worker starts inside its controller's namespaces and isolates again: its host handles
+    must still be the host's (those the controller opened), or the tests that look at the real
+    host (the kmsg device, a fresh pytest on the host) would look at the controller's tmpfs."""
+    if not os.environ.get("PYTEST_XDIST_WORKER"):
+        return  # not under xdist: the parent is the shell or make, on the host
+    controller = os.readlink(f"/proc/{os.getppid()}/ns/mnt")
+    assert os.readlink(f"/proc/self/fd/{isolation.host.mnt_fd}") != controller
+    assert os.readlink("/proc/self/ns/mnt") not in (controller, os.readlink(f"/proc/self/fd/{isolation.host.mnt_fd}"))
+    assert os.stat(isolation.host.path("/etc")).st_dev != os.stat(f"/proc/{os.getppid()}/root/etc").st_dev
+
+
 # What builds, demonstrates and tests this project must leave the host's daemons alone. (The
 # packages' own maintainer scripts manage our own units only; they are tested in a throwaway
 # root by test_deb.py and are not scanned here.)

@@ -123,23 +123,6 @@ def test_a_messages_file_counts_the_kernels_line_and_the_forged_ones_apart(tmp_p
     assert read.ignored_lines == 3
 
 
-def test_two_hundred_thousand_xid_31_lines_become_one_event_per_gpu_with_count_times_and_samples(tmp_path):
-    log = tmp_path / "kern.log"
-    with log.open("w") as handle:
-        for i in range(200_000):
-            gpu = "3b" if i % 2 else "41"
-            handle.write(f"[{10 + i / 1000:.3f}] NVRM: Xid (PCI:0000:{gpu}:00): 31, pid={i}, name=a.out, "
-                         f"Ch 00000008, intr 10000000. MMU Fault: ENGINE GRAPHICS\n")
-        handle.write("[500.0] NVRM: Xid (PCI:0000:3b:00): 48, pid=1, DBE\n")
-    read = read_kernel_log(str(log), KernelLogWindow())
-    assert [(e.pci, e.xid, e.occurrences) for e in read.events] == [
-        ("0000:41:00", 31, 100_000), ("0000:3b:00", 31, 100_000), ("0000:3b:00", 48, 1)]
-    first = read.events[0]
-    assert first.monotonic_s == pytest.approx(10.0) and first.last_monotonic_s == pytest.approx(209.998)
-    assert len(first.samples) == 3 and "pid=0," in first.samples[0]
-    assert read.lines == 200_001 and read.skipped_bytes == 0
-
-
 def test_a_log_larger_than_the_scan_bound_is_read_from_its_newest_part(tmp_path):
     log = tmp_path / "kern.log"
     old = "[1.0] NVRM: Xid (PCI:0000:41:00): 48, pid=1, DBE\n"

@@ -1,0 +1,188 @@
+"""`gpu-healthcheck --suspects` and `--replay-failures` (docs/suspects.md).
+
+    main(args, config, started) -> exit status     # cli.py's dispatch table, after usage(args)
+
+--suspects: Slurm's accounting (sacct, or --sacct-file) and this host's own history in, the
+suspects (decide/suspects.py) out, as a table or one JSON document:
+
+    {"since": "...", "until": "...",
+     "accounting": {"source": "sacct", "jobs": 10234, "unknown": null, "notes": []},
+     "history": {"file": "/var/lib/gpu-healthcheck/history.jsonl", "events": 12, "notes": []},
+     "suspects": [{"node": "gpu-07", "kind": "black_hole", "score": 42.0, "evidence": {...}}]}
+
+Exit status: 0 no suspect, 1 suspects found, 3 the accounting could not be read (the history's
+suspects are still printed: unknown accounting never names a node, and never reads as none) or
+the command could not run.  It changes nothing: statistics never drain a node, and --act, the
+verification of suspects, is refused (exit 3) until it goes through the repair loop's claim.
+
+--replay-failures FILE.csv: decide/replay.py's table, or its JSON.  Exit 0, 3 unreadable file.
+"""
+
+from __future__ import annotations
+
+import datetime
+import json
+import os
+import re
+import sys
+import time
+from typing import TYPE_CHECKING, Any, Dict, List, Optional, TextIO, Tuple
+
+from ..decide import exitcodes
+from ..fleetmodel import Accounting, FleetEvent, Suspect
+from ..model import UsageError
+from ..text import iso_utc
+
+if TYPE_CHECKING:
+    from ..config import Config
+
+FOUND = exitcodes.ExitCode.WARN  # suspects found: the monitoring convention's "warning", someone should look
+UNKNOWN = exitcodes.ExitCode.UNKNOWN
+ACT_NOT_BUILT = ("--suspects --act: sending suspects to verification (drain after their jobs, the "
+                 "deep level, then lemon hold or resume, through the repair loop's claim and budget) "
+                 "is not built yet; nothing was done (docs/suspects.md)")
+_DURATION = re.compile(r"(\d+(?:\.\d+)?)([smhdw])")
+_UNIT_S = {"s": 1, "m": 60, "h": 3600, "d": 86400, "w": 7 * 86400}
+
+
+def parse_when(text: str, now: float, option: str) -> float:
+    """WHEN: `now`, a duration before now (`14d`, `12h`, `90m`, `2w`), or an ISO date or time
+    (local time where it has no zone, as sacct's -S and -E read it).  Raises UsageError."""
+    text = text.strip()
+    if text == "now":
+        return now
+    m = _DURATION.fullmatch(text)
+    if m:
+        return now - float(m.group(1)) * _UNIT_S[m.group(2)]
+    try:
+        return datetime.datetime.fromisoformat(text.replace("Z", "+00:00")).timestamp()
+    except ValueError:
+        raise UsageError(f"{option} takes an ISO date or time (2026-12-01, 2026-12-01T08:00) or a "
+                         f"duration before now (14d, 12h, 90m), got {text!r}") from None
+
+
+def usage(args: Any) -> None:
+    """The refusals of --suspects and --replay-failures, before the config is read (cli.py)."""
+    if args.gpus or args.level or args.nodes or args.partition or args.gres:
+        raise UsageError("--suspects takes --since, --until, --sacct-file, --act, --json and "
+                         "--config; --replay-failures takes --json")
+    if args.replay_failures:
+        if args.since or args.until or args.sacct_file or args.act:
+            raise UsageError("--replay-failures takes only --json and --config")
+    elif args.act:
+        raise UsageError(ACT_NOT_BUILT)
+
+
+def main(args: Any, config: "Config", started: float) -> int:
+    """cli.py's dispatch: --suspects or --replay-failures with the loaded config."""
+    if args.replay_failures:
+        return replay_command(args.replay_failures, config, args.json, sys.stdout, sys.stderr)
+    now = time.time()
+    until = parse_when(args.until, now, "--until") if args.until else now
+    since = (parse_when(args.since, now, "--since") if args.since
+             else until - config.suspects.lookback_s)
+    if since >= until:
+        raise UsageError(f"--since ({iso_utc(since)}) must be before --until ({iso_utc(until)})")
+    return suspects_command(config, since, until, args.sacct_file, args.json, sys.stdout, sys.stderr)
+
+
+def _history(config: "Config", since: float, until: float) -> Tuple[List[FleetEvent], List[str]]:
+    from ..decide.suspects import history_events
+    from ..report.history import HistoryError, read_history
+
+    path = config.history_path()
+    try:
+        records, notes = read_history(path)
+    except HistoryError as exc:
+        return [], [f"cannot read the history {path}: {exc.strerror or exc}; its rules were not run"]
+    events = [e for e in history_events(records) if since <= e.time <= until]
+    return events, notes
+
+
+def suspects_command(config: "Config", since: float, until: float, sacct_file: Optional[str],
+                     as_json: bool, out: TextIO, err: TextIO) -> int:
+    from ..decide.suspects import find_suspects
+    from ..read.sacct import read_accounting, read_sacct_file
+
+    if sacct_file:
+        acct = read_sacct_file(sacct_file)
+        acct = acct._replace(jobs=tuple(j for j in acct.jobs if j.end >= since and j.start < until))
+    else:
+        acct = read_accounting(config.suspects, os.environ, since, until)
+    events, history_notes = _history(config, since, until)
+    suspects = find_suspects(acct.jobs if acct.unknown is None else (), events, config.suspects, until)
+    doc = {"since": iso_utc(since), "until": iso_utc(until),
+           "accounting": {"source": sacct_file or "sacct", "jobs": len(acct.jobs),
+                          "unknown": acct.unknown, "notes": list(acct.notes)},
+           "history": {"file": config.history_path(), "events": len(events), "notes": history_notes},
+           "suspects": [s.as_json() for s in suspects]}
+    if as_json:
+        json.dump(doc, out, indent=2, sort_keys=False)
+        out.write("\n")
+    else:
+        for line in format_table(suspects, acct, len(events), since, until):
+            print(line, file=out)
+    for note in list(acct.notes) + history_notes:
+        print(f"gpu-healthcheck: --suspects: {note}", file=err)
+    if acct.unknown:
+        print(f"gpu-healthcheck: --suspects: {acct.unknown}; no node is named from it", file=err)
+        return UNKNOWN
+    return FOUND if suspects else int(exitcodes.done_exit(True))
+
+
+def _evidence_text(s: Suspect) -> str:
+    e: Dict[str, Any] = s.evidence
+    if s.kind == "black_hole":
+        return (f"{e['failed_fast']} jobs of {e['users']} users failed within {e['within_s']:g} s of "
+                f"starting, in {len(e['incidents'])} incident(s); jobs {','.join(e['jobs'])}")
+    if s.kind == "lemon":
+        return (f"{e['failures']} failures against {e['expected']} expected over {e['jobs']} jobs "
+                f"(p={e['p_value']:.2g}, {e['users_in_excess']} users in excess); jobs "
+                f"{','.join(e['failed_jobs'])}")
+    return ", ".join(f"{k}={v}" for k, v in e.items())
+
+
+def format_table(suspects: List[Suspect], acct: Accounting, events: int, since: float,
+                 until: float) -> List[str]:
+    head = (f"{iso_utc(since)} .. {iso_utc(until)}: "
+            + (acct.unknown if acct.unknown else f"{len(acct.jobs)} jobs from the accounting")
+            + f", {events} events from our history")
+    if not suspects:
+        return [head, "no suspects"]
+    rows = [("NODE", "KIND", "SCORE", "EVIDENCE")]
+    for s in suspects:
+        rows.append((s.node + (f" (GPU SN {s.serial})" if s.serial else ""), s.kind, f"{s.score:.1f}",
+                     _evidence_text(s)))
+    widths = [max(len(r[i]) for r in rows) for i in range(3)]
+    return [head] + ["  ".join([r[i].ljust(widths[i]) for i in range(3)] + [r[3]]) for r in rows]
+
+
+def replay_command(path: str, config: "Config", as_json: bool, out: TextIO, err: TextIO) -> int:
+    from ..decide.replay import ReplayFormatError, parse_failures_csv, replay
+
+    try:
+        with open(path, encoding="utf-8") as f:
+            text = f.read()
+        events = parse_failures_csv(text, path)
+    except (OSError, UnicodeDecodeError) as exc:
+        print(f"gpu-healthcheck: --replay-failures: cannot read {path}: {exc}", file=err)
+        return UNKNOWN
+    except ReplayFormatError as exc:
+        print(f"gpu-healthcheck: --replay-failures: {exc}", file=err)
+        return UNKNOWN
+    result = replay(events, config.suspects)
+    if as_json:
+        json.dump(result, out, indent=2)
+        out.write("\n")
+        return int(exitcodes.done_exit(True))
+    cols = ("name", "default", "flags", "hits", "precision", "recall", "suspect_node_days")
+    rows: List[Tuple[str, ...]] = [("RULE", "DEFAULT", "FLAGS", "HITS", "PRECISION", "RECALL",
+                                    "SUSPECT NODE-DAYS")]
+    for r in result["rules"] + [result["naive"]]:
+        rows.append(tuple("-" if r[c] is None else "yes" if r[c] is True else "no" if r[c] is False
+                          else str(r[c]) for c in cols))
+    widths = [max(len(r[i]) for r in rows) for i in range(len(cols))]
+    print(f"{result['events']} events from {path}", file=out)
+    for r in rows:
+        print("  ".join(r[i].ljust(widths[i]) for i in range(len(cols))).rstrip(), file=out)
+    return int(exitcodes.done_exit(True))

@@ -1,0 +1,75 @@
+"""The records of fleet memory (`--suspects`, `--replay-failures`): what the accounting reader
+fills, what the history gives, and what the suspect rules return.
+
+    Job("4242", "alice", "FAILED", "1:0", start=1796380800.0, end=1796380803.0,
+        nodes=("gpu-01", "gpu-02"))
+    FleetEvent(time=1796380800.0, node="gpu-01", serial="1650522003802", kind="xid:48")
+    Suspect(node="gpu-01", kind="black_hole", score=42.0, evidence={...})
+
+A leaf shared by read/sacct.py and decide/suspects.py (the rooms do not import each other).
+"""
+
+from __future__ import annotations
+
+from typing import Any, Dict, Optional, Tuple
+
+from .records import NamedTuple
+
+
+class Job(NamedTuple):
+    """One allocation as Slurm's accounting recorded it (`sacct -X`).  Times are epoch seconds."""
+
+    job_id: str
+    user: str
+    state: str  # the state's first word: "CANCELLED by 1000" -> "CANCELLED"
+    exit_code: str  # "RC:SIGNAL", as sacct prints it
+    start: float
+    end: float
+    nodes: Tuple[str, ...]
+
+    @property
+    def failed(self) -> bool:
+        """Ended FAILED or NODE_FAIL: the states a node can cause.  CANCELLED, TIMEOUT,
+        OUT_OF_MEMORY and PREEMPTED are the user's or the scheduler's."""
+        return self.state in FAILED_STATES
+
+
+FAILED_STATES = frozenset({"FAILED", "NODE_FAIL"})
+
+
+class Accounting(NamedTuple):
+    """What the accounting door read.  `unknown` set: it could not be read (no sacct, slurmdbd
+    down, AccountingStorageType=none), and `jobs` is then empty and means nothing: a caller
+    must never read it as "no failures"."""
+
+    jobs: Tuple[Job, ...] = ()
+    unknown: Optional[str] = None
+    notes: Tuple[str, ...] = ()  # lines skipped, pieces truncated: said, never silent
+
+
+class FleetEvent(NamedTuple):
+    """One hardware event or remediation at a node (and GPU serial, where known), from our own
+    history or a failure history CSV.  kind: dbe, otb, xid:N, remap, sbe_burst, reset, reboot."""
+
+    time: float
+    node: str
+    serial: Optional[str]
+    kind: str
+
+
+class Suspect(NamedTuple):
+    """A node (or a GPU serial at a node) the evidence points at.  `score`: larger is worse;
+    for a lemon it is -log10 of the p-value, which `evidence` also holds."""
+
+    node: str
+    kind: str  # black_hole, lemon, remediations, serial_remediations, same_xid_after_reboots, xid_repeat
+    score: float
+    evidence: Dict[str, Any]
+    serial: Optional[str] = None
+
+    def as_json(self) -> Dict[str, Any]:
+        out: Dict[str, Any] = {"node": self.node, "kind": self.kind, "score": round(self.score, 3),
+                               "evidence": self.evidence}
+        if self.serial is not None:
+            out["serial"] = self.serial
+        return out
