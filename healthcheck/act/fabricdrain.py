@@ -6,7 +6,8 @@ one scontrol door and by the rules of every drain of ours.
 
 Within `drain.max_fraction` (decided before, held after with act/scontrol.hold_budget), never
 over an admin's reason (their drain is kept and ours only logged), and not at all under
-`drain.report_only` or without `act`: then it only says what it would have done.  Every step
+`drain.report_only` or without `act`: then it only says what it would have done.  A refused
+drain is noted in the node's Comment after the site's part of it, which is kept.  Every step
 leaves a LogEvent for the journal; `taken` is an Outcome value (applied, refused, admin_owned,
 already_ours, report_only) or "error: ..." when scontrol failed.
 """
@@ -16,7 +17,7 @@ from __future__ import annotations
 import time
 from typing import TYPE_CHECKING, Dict, List, Tuple
 
-from ..decide.verdict import DrainDecision, NodeState, decide_drain, refused_comment
+from ..decide.verdict import DrainDecision, NodeState, decide_drain, refused_comment, with_our_comment
 from ..model import CRIT, ERR, WARNING, DoorError, LogEvent, Outcome
 from ..text import iso_utc
 
@@ -51,7 +52,9 @@ def drain_fabric_node(ctl: "Scontrol", node: str, reason: str, config: "Config",
             if hold_budget(ctl, node, reason, config.drain.max_fraction).kept:
                 events.append(LogEvent("drain", CRIT, f"drained {node}: {reason}", fields, Outcome.APPLIED))
                 return Outcome.APPLIED.value, reason
-        ctl.set_comment(node, refused_comment(reason, iso_utc(time.time())))
+        # the node runs jobs, so the refusal is noted in its Comment, after the site's own note
+        # (a ticket number, a word for the next admin), which is kept as it is
+        ctl.set_comment(node, with_our_comment(this.comment, refused_comment(reason, iso_utc(time.time()))))
         events.append(LogEvent("refused", CRIT, f"drain of {node} refused: drain.max_fraction = "
                                                 f"{config.drain.max_fraction}; would have drained with: {reason}",
                                fields, Outcome.REFUSED))

@@ -92,12 +92,11 @@ def reason_time(line: str) -> Optional[str]:
 
 def parse_admin_comment(text: str) -> Optional[str]:
     """AdminComment from `scontrol show job` (not -o: there the free text has a line of its
-    own, so "key=value" inside it cannot be mistaken for the next field)."""
-    for line in text.splitlines():
-        stripped = line.strip()
-        if stripped.startswith("AdminComment="):
-            return stripped[len("AdminComment="):].strip() or None
-    return None
+    own, so "key=value" inside it cannot be mistaken for the next field; none when a job's name
+    or comment adds a second such line: slurmjob.job_line_value)."""
+    from ..slurmjob import job_line_value
+
+    return job_line_value(text, "AdminComment")
 
 
 def parse_show_nodes(text: str) -> List[NodeState]:

@@ -5,7 +5,7 @@ through outside.run_bounded.
     jobs = SlurmJobs.from_config(config.fabric, os.environ)
     job_id = jobs.submit(["-N2", "--exclusive", "-w", "gpu-a,gpu-b", "--time=11"], script_path)
     jobs.states([job_id])               # {"1234": "RUNNING"}; a job squeue no longer knows is absent
-    jobs.named(JOB_NAME)                # [(job id, state, comment)] of the jobs with that name
+    jobs.named(JOB_NAME)                # [NamedJob(job id, state, user id, comment)] with that name
     jobs.cancel([job_id])
 
 Arguments are lists, never a shell.  Every failure is a JobsError naming the command and what
@@ -14,10 +14,11 @@ it said (sbatch's "invalid partition specified", a missing binary, a deadline).
 
 from __future__ import annotations
 
-from typing import Dict, List, Mapping, Optional, Sequence, Tuple
+from typing import Dict, List, Mapping, Optional, Sequence
 
 from ..configsections import FabricConfig
 from ..model import DoorError
+from ..records import NamedTuple
 from ..tools import find_tool
 
 # squeue's states of a job that has not ended yet (squeue(1) JOB STATE CODES)
@@ -25,6 +26,16 @@ LIVE_STATES = frozenset({"PENDING", "RUNNING", "CONFIGURING", "COMPLETING", "SUS
                          "REQUEUED", "REQUEUE_HOLD", "REQUEUE_FED", "RESIZING", "SIGNALING",
                          "STAGE_OUT", "STOPPED"})
 CHUNK = 500  # job ids per squeue/scancel call: keeps the command line short at 10,000 nodes
+
+
+class NamedJob(NamedTuple):
+    """A live job found by its name.  The name and the comment are anyone's to choose; the user
+    id is slurmctld's own record of who submitted it (root's only when root did)."""
+
+    job_id: str
+    state: str
+    user_id: Optional[int]  # None when squeue printed no number
+    comment: str
 
 
 class JobsError(DoorError):
@@ -77,14 +88,16 @@ class SlurmJobs:
                     found[job] = state
         return found
 
-    def named(self, name: str) -> List[Tuple[str, str, str]]:
-        """(job id, state, comment) of every job with this name that has not ended."""
-        text = self._run([self.squeue, "-h", "-n", name, "-o", "%i|%T|%k"])
+    def named(self, name: str) -> List[NamedJob]:
+        """Every job of any user with this name that has not ended (the comment last: it is
+        free text, `|` included)."""
+        text = self._run([self.squeue, "-h", "-n", name, "-o", "%i|%T|%U|%k"])
         rows = []
         for line in text.splitlines():
-            parts = line.strip().split("|", 2)
-            if len(parts) == 3 and parts[1] in LIVE_STATES:
-                rows.append((parts[0], parts[1], parts[2]))
+            parts = line.strip().split("|", 3)
+            if len(parts) == 4 and parts[1] in LIVE_STATES:
+                uid = parts[2].strip()
+                rows.append(NamedJob(parts[0], parts[1], int(uid) if uid.isdigit() else None, parts[3]))
         return rows
 
     def cancel(self, job_ids: Sequence[str]) -> Optional[str]:

@@ -37,7 +37,8 @@ from ..act.sweeprun import JOB_NAME, Setup, SlurmRunner, SweepError
 from ..config import Config
 from ..decide.exitcodes import CONFIG_ERROR, fabric_exit
 from ..decide.fabricjob import JobSpec, SetupProblem
-from ..decide.sweep import BAD, UNKNOWN, NodeOutcome, SweepPlanner, SweepReport, Thresholds, fabric_reason
+from ..decide.sweep import (BAD, UNKNOWN, NodeOutcome, SweepOutcome, SweepPlanner, SweepReport, Thresholds,
+                             fabric_reason)
 from ..decide.sweepnodes import candidates, retest_candidates, retest_refused
 from ..model import CRIT, ERR, NOTICE, SLURMCTLD_ADVICE, DoorError, LogEvent, Terminated, UsageError
 from ..records import NamedTuple
@@ -206,11 +207,11 @@ def fabric_sweep(request: SweepRequest, config: Config, environ: Mapping[str, st
 
 
 def _thresholds(config: Config, nodes: Sequence["NodeState"]) -> Thresholds:
-    """[fabric]'s thresholds, with each node's per-model floor from its Gres= (`[fabric] floors`)."""
+    """[fabric]'s thresholds, with each node's GPU model (its own median) and per-model floor
+    (`[fabric] floors`) from its Gres=."""
     from ..decide.sweep import fabric_thresholds
 
-    gres_of = {n.name: n.gres for n in nodes} if config.fabric.floors else {}
-    return fabric_thresholds(config.fabric, gres_of)
+    return fabric_thresholds(config.fabric, {n.name: n.gres for n in nodes})
 
 
 UNKNOWN_FILE = "fabric-unknown.json"
@@ -243,12 +244,19 @@ def _keep_unknown(state_dir: str, sweep_id: str, nodes: Sequence[str], err: Text
 
 def _running_sweep(door: "object", sweep_id: str) -> Optional[str]:
     """Another sweep's id, from the live jobs named gpu-healthcheck-fabric (a sweep on another
-    submit host holds no lock of ours)."""
-    for job_id, state, comment in door.named(JOB_NAME):  # type: ignore[attr-defined]
-        m = _COMMENT_ID_RE.search(comment)
+    submit host holds no lock of ours).  Any user may name a job so, and write its comment: a job
+    is a sweep's only when slurmctld says root, or the user running this sweep, submitted it, so
+    a user's held job of that name never stops the sweeps."""
+    import os
+
+    ours = {0, os.geteuid()}
+    for job in door.named(JOB_NAME):  # type: ignore[attr-defined]
+        if job.user_id not in ours:
+            continue
+        m = _COMMENT_ID_RE.search(job.comment)
         other = m.group(1) if m else "unknown"
         if other != sweep_id:
-            return f"{other} (its job {job_id} is {state})"
+            return f"{other} (its job {job.job_id} is {job.state})"
     return None
 
 
@@ -277,10 +285,18 @@ def _summary_event(report: SweepReport) -> LogEvent:
     bad = outcome.of(BAD)
     retested = [f"{n} {report.actions.get(n, ('-', None))[0]}" for n in report.retested]
     text = (f"fabric sweep {report.sweep_id}: {len(outcome.nodes)} nodes, {outcome.rounds} rounds, "
-            f"{outcome.jobs} jobs, median busbw {outcome.median_gbps or 0:.1f} GB/s; "
+            f"{outcome.jobs} jobs, median busbw {outcome.median_gbps or 0:.1f} GB/s{_per_model(outcome)}; "
             f"bad: {','.join(bad) or 'none'}" + (f"; re-tested: {', '.join(retested)}" if retested else ""))
     return LogEvent("summary", CRIT if bad else NOTICE, text, {"GPU_HEALTHCHECK_SWEEP": report.sweep_id,
                                                               "GPU_HEALTHCHECK_MODE": "fabric-sweep"})
+
+
+def _per_model(outcome: "SweepOutcome") -> str:
+    """Each GPU model's own median, when the sweep had several: " (a100 200.0, h100 380.0)"."""
+    by_model = outcome.medians.by_model
+    if len(by_model) < 2:
+        return ""
+    return " (" + ", ".join(f"{model or 'untyped'} {figure:.1f}" for model, figure in by_model) + ")"
 
 
 def _record(config: Config, report: SweepReport, events: List[LogEvent], err: TextIO) -> None:

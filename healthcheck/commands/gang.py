@@ -157,13 +157,11 @@ def gang(request: GangRequest, config: Config, environ: Mapping[str, str], out: 
 
 
 def _thresholds(ctl: "Scontrol", config: Config, nodes: Sequence[str]) -> Thresholds:
-    """[fabric]'s thresholds; with `[fabric] floors`, each node's per-model floor from its Gres=
-    (one `scontrol show nodes` of the job's nodes, only then)."""
+    """[fabric]'s thresholds, with each node's GPU model (its own median) and per-model floor from
+    its Gres= (one `scontrol show nodes` of the job's nodes)."""
     from ..decide.sweep import fabric_thresholds
     from ..act.scontrol import parse_show_nodes
 
-    if not config.fabric.floors:
-        return fabric_thresholds(config.fabric, {})
     shown = {n.name: n.gres for n in parse_show_nodes(ctl.show_nodes_raw(nodes))}
     return fabric_thresholds(config.fabric, {n: shown.get(n) for n in nodes})
 

@@ -12,7 +12,9 @@ floor is the lowest floor of its GPU types; a type without an entry, and a node 
 no type, take `[fabric] busbw_floor_gbps` (0: no floor).  A job over several nodes is held to
 the lowest floor among them, so a pair of an H100 and an A100 node is judged as A100 (the
 slower fabric sets what the pair can reach): a floor only ever drops for a mixed job, and
-never drains a node for missing a figure its partner's model could not reach.
+never drains a node for missing a figure its partner's model could not reach.  The median rule
+holds the same promise: each model has its own median (decide/sweep.py's Medians), and a mixed
+job is held to the lower of its models' medians.
 
 No floor is built in: a pair's bus bandwidth is set by the nodes' NICs and switches more than by
 their GPUs (cluster-health-scanner holds the same H100 to 60 GB/s over GPUDirect-TCPX and 90 over
@@ -73,6 +75,14 @@ def node_floors(gres_of: Mapping[str, Optional[str]], floors: Mapping[str, float
         return ()
     pairs = ((name, node_floor(gres, floors, default)) for name, gres in sorted(gres_of.items()))
     return tuple((name, value) for name, value in pairs if value != default)
+
+
+def node_models(gres_of: Mapping[str, Optional[str]]) -> Tuple[Tuple[str, str], ...]:
+    """(node, its GPU model) for every node whose gres names a GPU type, in name order; a node of
+    several types is the model "a100,h100" (its types, sorted).  The fabric sweep's median is
+    each model's own (decide/sweep.py's Medians): a node without a type is of the model ""."""
+    pairs = ((name, ",".join(sorted(gpu_types(gres)))) for name, gres in sorted(gres_of.items()))
+    return tuple((name, model) for name, model in pairs if model)
 
 
 def floor_for(nodes: Iterable[str], per_node: Iterable[Tuple[str, float]], default: float) -> float:

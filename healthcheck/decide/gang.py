@@ -35,20 +35,20 @@ nothing is drained; so is every node the evidence cannot tell about (every pair 
 from __future__ import annotations
 
 import re
-from typing import Callable, Dict, FrozenSet, List, Optional, Sequence, Set, Tuple
+from typing import Callable, Dict, FrozenSet, List, Optional, Sequence, Set, Tuple, Union
 
 from ..netmodel import NcclRun
 from ..records import NamedTuple
+from ..slurmjob import job_fields
 from .fabricjob import require_span
-from .sweep import (BAD, FABRIC_PREFIX, PASS, TRANSIENT, Job, JobResult, NodeOutcome, SweepPlanner,
-                    Thresholds, failure, judge_collective, reason_token)
+from .sweep import (BAD, FABRIC_PREFIX, PASS, TRANSIENT, Job, JobResult, Medians, NodeOutcome,
+                    SweepPlanner, Thresholds, failure, judge_collective, reason_token)
 from .sweep import UNKNOWN as NODE_UNKNOWN
 from .verdict import sanitise
 
 PASSED, FAILED, SINGLE, UNKNOWN = "passed", "failed", "single", "unknown"
 LINE = "gpu-healthcheck: gang:"  # every line the gang check writes into the job's output
 _JOB_ID_RE = re.compile(r"[1-9][0-9]{0,9}")
-_FIELD_RE = re.compile(r"(?:^|\s)(JobId|UserId|JobState|NodeList|Restarts|Requeue|BatchHost)=(\S*)")
 
 
 class GangJob(NamedTuple):
@@ -79,11 +79,11 @@ def parse_show_job(text: str, expand: Optional[Callable[[str], List[str]]] = Non
     """`scontrol show job ID` (either layout: one line with -o, or several) -> GangJob.
 
     `expand` turns a hostlist into names (read/slurmconf.expand_hostlist; a parameter so that
-    this module imports no reader).  Raises ValueError when the text names no job or no nodes.
+    this module imports no reader).  Raises ValueError when the text names no job or no nodes,
+    or when the job's own text (its name, its comment) holds one of the keys read here
+    (slurmjob.job_fields: read by key, never by position, never guessed).
     """
-    fields: Dict[str, str] = {}
-    for m in _FIELD_RE.finditer(text):
-        fields.setdefault(m.group(1), m.group(2))
+    fields = job_fields(text, (), ("JobId", "NodeList", "UserId", "JobState", "Restarts", "Requeue"))
     job_id = fields.get("JobId", "")
     if not valid_job_id(job_id):
         raise ValueError(f"scontrol show job printed no job id: {text[:200]!r}")
@@ -111,7 +111,7 @@ def judge_gang_run(job: Job, run: NcclRun, exited: Optional[int], timed_out: boo
 
 
 def judge_pairs(nodes: Sequence[str], results: Sequence[JobResult], thresholds: Thresholds,
-                median: Optional[float], partners: int) -> Dict[str, NodeOutcome]:
+                median: "Union[Medians, float, None]", partners: int) -> Dict[str, NodeOutcome]:
     """Every two-node run of the job judged together (pure).  A node of a passing pair is known
     good (transient when it also failed a pair); a node that never passed is bad when it failed
     with at least `partners` different known-good nodes, else unknown.  The order the runs came
@@ -195,7 +195,7 @@ class GangPlan:
 
     def _judged(self) -> Dict[str, NodeOutcome]:
         assert self.planner is not None
-        return judge_pairs(self.nodes, self._pair_results(), self.thresholds, self.planner.median,
+        return judge_pairs(self.nodes, self._pair_results(), self.thresholds, self.planner.medians,
                            self.partners)
 
     def _cross_jobs(self) -> List[Job]:

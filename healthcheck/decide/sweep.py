@@ -10,16 +10,18 @@ output is judged, which node is bad, and the drain reason.
     outcome = planner.outcome()             # per node: bad | transient | unknown | pass | skipped
 
 The rounds (the issue's design, each bounded by the jobs' time limit):
-1. **pairs**: the candidates in disjoint pairs, all at once.  A pair below the bus-bandwidth
-   floor, or below `median_ratio_fail` of the round's median, or with an NCCL error, wrong
+1. **pairs**: the candidates in disjoint pairs, all at once, nodes of one GPU model together.
+   A pair below the bus-bandwidth floor, or below `median_ratio_fail` of the round's median of
+   its GPU model (a mixed pair: the lower of its models' medians), or with an NCCL error, wrong
    elements, a hang or a slow rail, makes both its nodes suspects; an odd node out is a suspect
    with no evidence yet.
 2. **partners**: each suspect runs with `partners` different known-good nodes (from passing
-   pairs), one job at a time per node, so `partners` rounds when good nodes are plenty.  Failing
+   pairs, of its own model first), one job at a time per node, so `partners` rounds when good
+   nodes are plenty.  Failing
    with every one of them is **bad** (drained); passing with every one is **transient** (history
    only: the pair's failure did not come back); mixed, or too few good partners to tell, is
    **unknown** (tested first at the next sweep).  A suspect's partners are judged against the
-   floor and the first round's median: a partner round's own median is made of suspects.
+   floor and the first round's medians: a partner round's own median is made of suspects.
 3. **group** (optional, `group_size`): the nodes still in service in groups of that size, all at
    once; a group that fails while its pairs passed is **bisected**: both halves at once, and so
    on, at most log2(n) rounds, until a failing pair is left (its two nodes go to the partner
@@ -37,11 +39,11 @@ only at scale in 3 + ceil(log2 N); gcm's all-pairs mode runs N(N-1)/2 jobs inste
 from __future__ import annotations
 
 import statistics
-from typing import TYPE_CHECKING, Dict, List, Mapping, Optional, Sequence, Set, Tuple
+from typing import TYPE_CHECKING, Dict, List, Mapping, Optional, Sequence, Set, Tuple, Union
 
 from ..netmodel import NcclRun
 from ..records import NamedTuple
-from .fabricfloor import floor_for, node_floors, parse_floors
+from .fabricfloor import floor_for, node_floors, node_models, parse_floors
 from .verdict import FABRIC_PREFIX, RMA_TOKEN, is_fabric_reason, sanitise
 
 if TYPE_CHECKING:
@@ -58,6 +60,9 @@ class Thresholds(NamedTuple):
     # (node, floor GB/s) of the nodes whose GPU model has a `[fabric] floors` entry
     # (decide/fabricfloor.py); the others take floor_gbps
     node_floors: Tuple[Tuple[str, float], ...] = ()
+    # (node, GPU model) of the nodes whose Gres= names a type (decide/fabricfloor.py); the others
+    # are of the model "": each model has its own median (Medians)
+    node_models: Tuple[Tuple[str, str], ...] = ()
 
     def floor_for(self, nodes: Sequence[str]) -> float:
         """The bus-bandwidth floor of a job over `nodes`: the lowest of its nodes' floors."""
@@ -65,12 +70,32 @@ class Thresholds(NamedTuple):
             return self.floor_gbps
         return floor_for(nodes, self.node_floors, self.floor_gbps)
 
+    def models_of(self, nodes: Sequence[str]) -> Tuple[str, ...]:
+        """The GPU models of a job's nodes, each once, in the nodes' order."""
+        known = dict(self.node_models)
+        return tuple(dict.fromkeys(known.get(n, "") for n in nodes))
+
+
+class Medians(NamedTuple):
+    """The first round's median bus bandwidth of each GPU model, from the jobs whose nodes are
+    all of that model.  A job is compared with the lowest median of its nodes' models (a mixed
+    pair with the lower model's), and with none when one of its models has no median: its
+    figure cannot be told from what that model reaches, so only the floor judges it."""
+
+    by_model: Tuple[Tuple[str, float], ...] = ()
+
+    def of(self, nodes: Sequence[str], thresholds: Thresholds) -> Optional[float]:
+        known = dict(self.by_model)
+        values = [known.get(m) for m in thresholds.models_of(nodes)]
+        return min(v for v in values if v is not None) if values and None not in values else None
+
 
 def fabric_thresholds(fabric: "FabricConfig", gres_of: Mapping[str, Optional[str]]) -> Thresholds:
     """The thresholds of `[fabric]`, with the per-model floors of the nodes in `gres_of`
     ({node: its Gres= as scontrol shows it})."""
     return Thresholds(fabric.busbw_floor_gbps, fabric.median_ratio_fail, fabric.rail_floor_gbps,
-                      node_floors(gres_of, parse_floors(fabric.floors), fabric.busbw_floor_gbps))
+                      node_floors(gres_of, parse_floors(fabric.floors), fabric.busbw_floor_gbps),
+                      node_models(gres_of))
 
 
 class Job(NamedTuple):
@@ -107,8 +132,9 @@ class SweepOutcome(NamedTuple):
     nodes: Tuple[NodeOutcome, ...]
     rounds: int
     jobs: int
-    median_gbps: Optional[float]
+    median_gbps: Optional[float]  # over every model's jobs (what the report prints)
     results: Tuple[JobResult, ...]
+    medians: Medians = Medians()  # what each job was judged against
 
     def of(self, outcome: str) -> List[str]:
         return [n.node for n in self.nodes if n.outcome == outcome]
@@ -155,8 +181,23 @@ def median_of(results: Sequence[JobResult]) -> Optional[float]:
     return statistics.median(figures) if figures else None
 
 
-def failure(result: JobResult, thresholds: Thresholds, median: Optional[float]) -> Optional[str]:
-    """Why this job failed, in the drain reason's words, or None when it passed."""
+def medians_of(results: Sequence[JobResult], thresholds: Thresholds) -> Medians:
+    """Each GPU model's median over the jobs whose nodes are all of that model (a mixed job's
+    figure is neither model's)."""
+    by_model: Dict[str, List[JobResult]] = {}
+    for result in results:
+        models = thresholds.models_of(result.job.nodes)
+        if len(models) == 1:
+            by_model.setdefault(models[0], []).append(result)
+    figures = ((model, median_of(jobs)) for model, jobs in sorted(by_model.items()))
+    return Medians(tuple((model, figure) for model, figure in figures if figure is not None))
+
+
+def failure(result: JobResult, thresholds: Thresholds,
+            medians: "Union[Medians, float, None]") -> Optional[str]:
+    """Why this job failed, in the drain reason's words, or None when it passed.  `medians`:
+    the first round's per model, or one figure for every job (a fleet of one model)."""
+    median = medians.of(result.job.nodes, thresholds) if isinstance(medians, Medians) else medians
     if result.problem:
         return result.problem
     busbw = result.busbw_gbps
@@ -201,7 +242,11 @@ class SweepPlanner:
         # partner rounds, with known-good nodes, and pass only with `partners` of them.
         wanted = set(candidates)
         doubtful = list(dict.fromkeys(n for n in first if n in wanted))
-        rest = [n for n in dict.fromkeys(candidates) if n not in set(doubtful)]
+        # nodes of one GPU model next to each other, so that the first round's pairs are of one
+        # model (each model's median is made of them) and at most one pair per model is mixed
+        rank = {m: i for i, m in enumerate(thresholds.models_of(candidates))}
+        rest = sorted((n for n in dict.fromkeys(candidates) if n not in set(doubtful)),
+                      key=lambda n: rank[thresholds.models_of((n,))[0]])
         ordered: List[str] = []
         for i, node in enumerate(doubtful):
             ordered.append(node)
@@ -215,6 +260,7 @@ class SweepPlanner:
         self.round = 0
         self.phase = "pairs"
         self.median: Optional[float] = None
+        self.medians = Medians()
         self.results: List[JobResult] = []
         self.good: List[str] = []  # nodes of passing first-round pairs, in order
         # suspect -> its partner jobs: (the partners, why it failed or None, busbw)
@@ -292,6 +338,9 @@ class SweepPlanner:
         for suspect in self._pending_suspects():
             tried = {p for partners, _, _ in self.suspects[suspect] for p in partners}
             free = [g for g in good if g not in busy and g not in tried and g != suspect]
+            # partners of its own model first: a mixed job is held only to the lower model
+            mine = self.thresholds.models_of((suspect,))
+            free.sort(key=lambda g: self.thresholds.models_of((g,)) != mine)
             wanted = 2 if suspect in self.at_scale else 1
             if len(free) < wanted:
                 continue
@@ -311,8 +360,9 @@ class SweepPlanner:
         kinds = {r.job.kind for r in ran}
         if "pair" in kinds:
             self.median = median_of(ran)
+            self.medians = medians_of(ran, self.thresholds)
             for r in ran:
-                why = failure(r, self.thresholds, self.median)
+                why = failure(r, self.thresholds, self.medians)
                 if why is None:
                     self.good.extend(r.job.nodes)
                     continue
@@ -322,13 +372,13 @@ class SweepPlanner:
         for r in ran:
             if r.job.kind == "partner":
                 suspect, *partners = r.job.nodes
-                self.suspects[suspect].append((tuple(partners), failure(r, self.thresholds, self.median),
+                self.suspects[suspect].append((tuple(partners), failure(r, self.thresholds, self.medians),
                                                r.busbw_gbps))
             elif r.job.kind == "group":
                 self._record_group(r)
 
     def _record_group(self, result: JobResult) -> None:
-        why = failure(result, self.thresholds, self.median)
+        why = failure(result, self.thresholds, self.medians)
         if why is None:
             return
         nodes = result.job.nodes
@@ -405,7 +455,8 @@ class SweepPlanner:
                 nodes.append(NodeOutcome(node, SKIPPED, why=self.skipped[node]))
             else:
                 nodes.append(NodeOutcome(node, PASS))
-        return SweepOutcome(tuple(nodes), self.round, self.jobs, self.median, tuple(self.results))
+        return SweepOutcome(tuple(nodes), self.round, self.jobs, self.median, tuple(self.results),
+                            self.medians)
 
 
 def reason_token(why: str) -> str:

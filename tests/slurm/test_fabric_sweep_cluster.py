@@ -10,12 +10,13 @@ import json
 import subprocess
 import sys
 from pathlib import Path
-from typing import Dict
+from typing import Dict, Iterator, Optional
 
 import pytest
 
 from tests.lib.fakenode import ROOT
 from tests.lib.gpucluster import GpuCluster, require_slurm
+from tests.lib.localuser import as_user, local_user, open_dir
 from tests.lib.slurmcluster import _wait_until
 
 pytestmark = pytest.mark.slurm
@@ -23,8 +24,9 @@ pytestmark = pytest.mark.slurm
 NODES = [f"gpu-{c}" for c in "abcdefgh"]
 
 
-def fabric_cluster(tmp_path: Path, fakegpu: Path, scenario: str, extra: str = "") -> GpuCluster:
-    c = GpuCluster(tmp_path, fakegpu, nodes=NODES, scripts=False, weights={})
+def fabric_cluster(tmp_path: Path, fakegpu: Path, scenario: str, extra: str = "",
+                   gres_types: Optional[Dict[str, str]] = None) -> GpuCluster:
+    c = GpuCluster(tmp_path, fakegpu, nodes=NODES, scripts=False, weights={}, gres_types=gres_types or {})
     # time_limit_s: a collective on the fakes takes about a second; 30 s leaves room for a loaded
     # machine running the three Slurm versions of the matrix at once (at 15 s a partner job of
     # a healthy node was cut short there, and made it unknown instead of transient).
@@ -82,6 +84,25 @@ def test_fabric_sweep_finds_and_drains_the_slow_node_and_no_healthy_one(tmp_path
         cluster = c.check("gpu-a", "--cluster", "--json")
         [row] = [r for r in json.loads(cluster.stdout) if r["node"] == "gpu-c"]
         assert row["check"] == "fabric" and row["fabric"].startswith("busbw=41.2<100 partners=gpu-")
+
+
+def test_fabric_sweep_over_two_gpu_models_judges_each_by_its_own_median(tmp_path: Path, fakegpu: Path) -> None:
+    """6 H100 nodes at 380 GB/s and 2 A100 nodes at 200 (slurm.conf Gres=gpu:TYPE:8), floors per
+    model as docs/network.md advises: every run meets its model's floor, so no node is drained
+    (the round's single median of 380 once drained both A100 nodes, busbw=200.0<0.7*median=380.0)."""
+    require_slurm()
+    a100s = ("gpu-c", "gpu-h")  # apart by name: the sweep pairs them by model
+    c = fabric_cluster(tmp_path, fakegpu, "".join(f"node.{n}.busbw_gbps = 200\n" for n in a100s),
+                       extra='floors = ["h100:busbw_gbps=360", "a100:busbw_gbps=150"]\n',
+                       gres_types={n: "a100" if n in a100s else "h100" for n in NODES})
+    with c.cluster:
+        done = sweep(c, tmp_path, "--act", "--json")
+        assert done.returncode == 0, done.stdout + done.stderr
+        nodes = outcomes(done)
+        assert {n for n, v in nodes.items() if v["outcome"] == "pass"} == set(NODES), done.stdout
+        pairs = sorted(sorted(j["nodes"]) for j in json.loads(done.stdout)["jobs_run"])
+        assert ["gpu-c", "gpu-h"] in pairs, pairs  # the A100 nodes' own pair
+        assert not [n for n in NODES if c.drained(n)], [c.reason(n) for n in NODES]
 
 
 def test_fabric_sweep_pair_that_fails_once_drains_nothing(tmp_path: Path, fakegpu: Path) -> None:
@@ -211,3 +232,31 @@ def test_fabric_sweep_second_sweep_refuses_with_the_first_ones_id(tmp_path: Path
         finally:
             out, err = first.communicate(timeout=240)
         assert first.returncode == 0 or first.returncode == 2, err
+
+
+@pytest.fixture
+def open_path() -> Iterator[Path]:
+    """A work folder an ordinary user can reach (pytest's tmp is 0700 above the test's folder):
+    her sbatch reads the cluster's slurm.conf and talks to its munge socket in there."""
+    with open_dir("hc36-", 0o711) as path:
+        yield path
+
+
+def test_fabric_sweep_a_users_job_of_the_sweeps_name_does_not_stop_it(open_path: Path, fakegpu: Path,
+                                                                       isolation) -> None:
+    """Any user may name a job gpu-healthcheck-fabric and write `gpu-healthcheck sweep=...` in its
+    comment; her held job stopped every sweep (exit 3, "another fabric sweep is running").  A job
+    is a sweep's only when slurmctld says root submitted it (test_fabric_sweep_second_sweep_...:
+    root's own sweep still stops a second one)."""
+    require_slurm()
+    c = fabric_cluster(open_path, fakegpu, "node.gpu-c.busbw_gbps = 41.2\n")
+    with c.cluster, local_user("hc36") as user:
+        held = as_user(user, "sbatch --parsable --hold -J gpu-healthcheck-fabric -N1 --output=/dev/null "
+                             "--comment='gpu-healthcheck sweep=20261204T000000-x-1' --wrap true",
+                       env=c.cluster.env, cwd="/tmp").stdout.strip().split(";")[0]
+        assert c.cluster.run(["squeue", "-h", "-j", held, "-o", "%U|%T|%j"]).stdout.strip() == \
+            f"{user.pw_uid}|PENDING|gpu-healthcheck-fabric"
+        done = sweep(c, open_path, "--act", "--json")
+        assert done.returncode == 2, done.stdout + done.stderr
+        assert [n for n, v in outcomes(done).items() if v["outcome"] == "bad"] == ["gpu-c"]
+        assert [n for n in NODES if c.drained(n)] == ["gpu-c"]

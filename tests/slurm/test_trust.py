@@ -8,56 +8,28 @@ account created with useradd and removed afterwards.
 from __future__ import annotations
 
 import json as _json
-import shutil
-import subprocess
-import tempfile
-import uuid
 from pathlib import Path
-from typing import NamedTuple
 
 import pytest
 
 from tests.lib.gpucluster import GpuCluster, HEALTHY, pci, require_slurm
+from tests.lib.localuser import as_user, open_dir
+from tests.lib.localuser import local_user as make_local_user
 
 HER_REASON = "Maintenance by ops - do not resume until 2027"
 
 
-class LocalUser(NamedTuple):
-    name: str
-    pw_uid: int
-    pw_gid: int
-
-
 @pytest.fixture(scope="module")
 def local_user(isolation):
-    """A real unprivileged account, made with useradd for this module and removed after it.
-    The session's /etc is private (tests/lib/hermetic.py): useradd replaces the session's
-    /etc/passwd, never the host's; -l keeps it out of the host's lastlog and faillog."""
-    name = f"hc17{uuid.uuid4().hex[:8]}"
-    subprocess.run(["useradd", "-l", "--no-create-home", "--shell", "/usr/sbin/nologin", name],
-                   check=True)
-    try:
-        with open("/etc/passwd") as handle:
-            [entry] = [line.split(":") for line in handle if line.startswith(name + ":")]
-        yield LocalUser(name, int(entry[2]), int(entry[3]))
-    finally:
-        subprocess.run(["userdel", name], check=False)
+    with make_local_user("hc17") as user:
+        yield user
 
 
 @pytest.fixture
 def shared_dir():
     """A directory every user may write into, sticky, as /tmp is."""
-    path = Path(tempfile.mkdtemp(prefix="hc17-shared-"))
-    path.chmod(0o1777)
-    try:
+    with open_dir("hc17-shared-", 0o1777) as path:
         yield path
-    finally:
-        shutil.rmtree(path, ignore_errors=True)
-
-
-def as_user(user, script: str) -> None:
-    subprocess.run(["sh", "-c", script], user=user.pw_uid, group=user.pw_gid, extra_groups=[],
-                   check=True, env={"PATH": "/usr/bin:/bin"}, timeout=30)
 
 
 @pytest.fixture(scope="module")

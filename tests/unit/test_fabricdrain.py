@@ -55,3 +55,18 @@ def test_fabricdrain_refused_past_the_budget() -> None:
     taken, events = drain(door, Config(drain=DrainConfig(max_fraction=0.25)))
     assert taken == "refused" and "DRAIN" not in door.nodes["gpu-c"].state
     assert events[-1].kind == "refused"
+
+
+def test_fabricdrain_refused_keeps_the_admins_comment() -> None:
+    """A refusal notes itself after the site's part of the Comment (a ticket, a word for the
+    next admin), as the node drain's refusal does; an older note of ours is replaced."""
+    door = cluster()
+    door.nodes["gpu-a"] = door.nodes["gpu-a"]._replace(
+        state="IDLE+DRAIN", reason="gpu-healthcheck: gpu0 ecc.volatile_uncorrected=1 epilog job=3", reason_time=stamp(-60))
+    door.nodes["gpu-c"] = door.nodes["gpu-c"]._replace(
+        comment="RT#4711 PSU swapped | gpu-healthcheck: drain refused 2026-01-01T00:00:00Z: old")
+    taken, _ = drain(door, Config(drain=DrainConfig(max_fraction=0.25)))
+    comment = door.nodes["gpu-c"].comment or ""
+    assert taken == "refused"
+    assert comment.startswith("RT#4711 PSU swapped | gpu-healthcheck: drain refused "), comment
+    assert comment.endswith(REASON) and "old" not in comment and comment.count("gpu-healthcheck: drain refused") == 1
