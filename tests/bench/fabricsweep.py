@@ -33,8 +33,13 @@ SCHED_S = 10.0  # slurmctld starting a round of jobs (sched_interval, prologs)
 HEALTHY, SLOW = 380.0, 41.2
 
 
-def table(busbw: float) -> str:
-    return ("== gpu-healthcheck collective begin\n"
+def table(busbw: float, nodes: Sequence[str], per_node: int = 8) -> str:
+    # rank 0's one line per rank of the communicator, as nccl-tests built with MPI prints them:
+    # the proof that the collective spanned its nodes (decide/fabricjob.span_problem)
+    ranks = "".join(f"#  Rank {r:2d} Group  0 Pid {1000 + r:6d} on {node:>10} device {r % per_node:2d} "
+                    f"[0x{r:02x}] NVIDIA H100 80GB HBM3\n"
+                    for r, node in enumerate(n for n in nodes for _ in range(per_node)))
+    return ("== gpu-healthcheck collective begin\n" + ranks +
             "#       size         count      type   redop    root     time   algbw   busbw #wrong     time   algbw   busbw #wrong\n"
             f"  4294967296    1073741824     float     sum      -1  22000.0  195.00 {busbw:7.2f}      0  22000.0  195.00 {busbw:7.2f}      0\n"
             f"# Out of bounds values : 0 OK\n# Avg bus bandwidth    : {busbw:g} \n#\n"
@@ -54,7 +59,7 @@ class StandInJobs:
         nodes = opts["nodelist"].split(",")
         slow = self.bad in nodes and (not self.at_scale or len(nodes) > 2)
         with open(opts["output"], "w") as out:
-            out.write(table(SLOW if slow else HEALTHY))
+            out.write(table(SLOW if slow else HEALTHY, nodes))
         self.submitted += 1
         return str(self.submitted)
 
