@@ -32,6 +32,11 @@
     remapTrendHorizonSeconds: 30 * 86400,
     // Mean time between interruptions: the window the drains are counted over.
     mtbiWindow: '30d',
+    // GpuHealthcheckSuspectNode: how long a node stays a suspect of --suspects before the
+    // alert fires (the textfile keeps the last run's suspects until the next run).
+    suspectFor: '6h',
+    // The suspect kinds that make a lemon (cluster:gpu_healthcheck_lemons:count).
+    lemonKinds: 'lemon|remediations',
     // Dashboards: how many repeat nodes the Fleet dashboard lists.
     topRepeatNodes: 10,
 

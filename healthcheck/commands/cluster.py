@@ -1,5 +1,6 @@
 """`gpu-healthcheck --cluster [--json]`: the nodes gpu-healthcheck drained, with their reasons in
-columns (report/cluster.py says what each column holds), from one `scontrol -o show nodes` call.
+columns (report/cluster.py says what each column holds), from one `scontrol -o show nodes` call,
+and the last `--suspects` run's suspects from <state_dir>/suspects.json (act/suspectsrun.py).
 
     code = show_cluster(config, os.environ, as_json=False, out=sys.stdout)
 """
@@ -39,12 +40,22 @@ def show_cluster(config: "Config", environ: Mapping[str, str], as_json: bool, ou
         print(f"gpu-healthcheck: --cluster: cannot list nodes with scontrol: {exc}; {SLURMCTLD_ADVICE}",
               file=err)
         return done_exit(False)
-    rows = rows_from_show_nodes(text, config.repair.max_concurrent)
+    from ..act.suspectsrun import load_state
+
+    # the last --suspects run on this host (the admin host, where both run)
+    state, note = load_state(config.state_dir)
+    if note:
+        print(f"gpu-healthcheck: --cluster: {note}", file=err)
+    rows = rows_from_show_nodes(text, config.repair.max_concurrent, state["suspects"] if state else ())
     if as_json:
         json.dump(rows, out, indent=2)
         out.write("\n")
     else:
-        for line in format_table(rows):
+        since = None
+        if state:
+            since = f"{state.get('time')}, {state.get('source')}" + (
+                f"; accounting unknown: {state['unknown']}" if state.get("unknown") else "")
+        for line in format_table(rows, since):
             out.write(line + "\n")
         if rows:
             out.write(f"\nwhat each reason means and what to do: {RUNBOOK}\n")

@@ -15,6 +15,10 @@ suspects are still printed: unknown accounting never names a node, and never rea
 the command could not run.  It changes nothing: statistics never drain a node, and --act, the
 verification of suspects, is refused (exit 3) until it goes through the repair loop's claim.
 
+Every --suspects run (from sacct or a --sacct-file) leaves, through act/suspectsrun.py: a
+history line ("mode": "suspects"), <state_dir>/suspects.json (what --cluster on this host shows)
+and, where metrics_file is set, gpu_healthcheck_suspects.prom beside it (report/suspects.py).
+
 --replay-failures FILE.csv: decide/replay.py's table, or its JSON.  Exit 0, 3 unreadable file.
 """
 
@@ -26,11 +30,12 @@ import os
 import re
 import sys
 import time
-from typing import TYPE_CHECKING, Any, Dict, List, Optional, TextIO, Tuple
+from typing import TYPE_CHECKING, Any, List, Optional, TextIO, Tuple
 
 from ..decide import exitcodes
 from ..fleetmodel import Accounting, FleetEvent, Suspect
 from ..model import UsageError
+from ..report.suspects import evidence_text
 from ..text import iso_utc
 
 if TYPE_CHECKING:
@@ -116,30 +121,24 @@ def suspects_command(config: "Config", since: float, until: float, sacct_file: O
                           "unknown": acct.unknown, "notes": list(acct.notes)},
            "history": {"file": config.history_path(), "events": len(events), "notes": history_notes},
            "suspects": [s.as_json() for s in suspects]}
+    from ..act.suspectsrun import record
+    from ..report.suspects import SuspectsResult
+
+    # every run is recorded, a --sacct-file one too: the history says which source it read
+    notes = record(config, SuspectsResult(suspects, since, until, sacct_file or "sacct", len(acct.jobs),
+                                          acct.unknown), time.time())
     if as_json:
         json.dump(doc, out, indent=2, sort_keys=False)
         out.write("\n")
     else:
         for line in format_table(suspects, acct, len(events), since, until):
             print(line, file=out)
-    for note in list(acct.notes) + history_notes:
+    for note in list(acct.notes) + history_notes + notes:
         print(f"gpu-healthcheck: --suspects: {note}", file=err)
     if acct.unknown:
         print(f"gpu-healthcheck: --suspects: {acct.unknown}; no node is named from it", file=err)
         return UNKNOWN
     return FOUND if suspects else int(exitcodes.done_exit(True))
-
-
-def _evidence_text(s: Suspect) -> str:
-    e: Dict[str, Any] = s.evidence
-    if s.kind == "black_hole":
-        return (f"{e['failed_fast']} jobs of {e['users']} users failed within {e['within_s']:g} s of "
-                f"starting, in {len(e['incidents'])} incident(s); jobs {','.join(e['jobs'])}")
-    if s.kind == "lemon":
-        return (f"{e['failures']} failures against {e['expected']} expected over {e['jobs']} jobs "
-                f"(p={e['p_value']:.2g}, {e['users_in_excess']} users in excess); jobs "
-                f"{','.join(e['failed_jobs'])}")
-    return ", ".join(f"{k}={v}" for k, v in e.items())
 
 
 def format_table(suspects: List[Suspect], acct: Accounting, events: int, since: float,
@@ -152,7 +151,7 @@ def format_table(suspects: List[Suspect], acct: Accounting, events: int, since: 
     rows = [("NODE", "KIND", "SCORE", "EVIDENCE")]
     for s in suspects:
         rows.append((s.node + (f" (GPU SN {s.serial})" if s.serial else ""), s.kind, f"{s.score:.1f}",
-                     _evidence_text(s)))
+                     evidence_text(s)))
     widths = [max(len(r[i]) for r in rows) for i in range(3)]
     return [head] + ["  ".join([r[i].ljust(widths[i]) for i in range(3)] + [r[3]]) for r in rows]
 

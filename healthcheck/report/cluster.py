@@ -25,14 +25,23 @@ holds the GPU), fabric_retest (a fabric drain rebooted, waiting for the next fab
 re-test), fabric_testing (in that re-test: resumed into its reservation, so listed while in
 service), drained (waiting for its next check), or "-" where the loop has no part.
 
+SUSPECTS lists the last `--suspects` run's suspects (<state_dir>/suspects.json: --suspects and
+--cluster both run on the admin host), each with its node's state now:
+
+    suspects of the last --suspects run (2026-12-04T06:00:00+00:00, sacct):
+    NODE    STATE  KIND        SCORE  SERIAL
+    gpu-07  IDLE   black_hole  42.0   -
+
 --json prints a list of objects with keys node, state, gpu, pci, serial, check, value, context,
-job, time, repair, fabric, ours, refused and raw_reason (ours first, then refused drains, then the
-others), and held_by for a blocked repair.
+job, time, repair, fabric, ours, refused, raw_reason and suspect (ours first, then refused drains,
+then the others, then the suspect nodes not drained), and held_by for a blocked repair.
+`suspect` is the list of the node's suspects ({kind, score, serial?}), empty when it is none; a
+suspect node that is not drained has a row of its own with ours false and raw_reason null.
 """
 
 from __future__ import annotations
 
-from typing import Any, Dict, List, Optional, Union
+from typing import Any, Dict, List, Optional, Sequence, Union
 
 # the admin's runbook, as the packages install it (docs/runbook.md in the source)
 RUNBOOK = "/usr/share/doc/gpu-healthcheck/docs/runbook.md"
@@ -41,9 +50,11 @@ COLUMNS = ("node", "state", "gpu", "pci", "serial", "check", "value", "context",
            "fabric", "repair")
 
 
-def rows_from_show_nodes(text: str, max_concurrent: Union[int, float] = 1) -> List[Dict[str, Any]]:
-    """Pure: one row per node drained by us or by someone else, ours first; max_concurrent is
-    repair.max_concurrent (whether a drained node waits for the repair budget)."""
+def rows_from_show_nodes(text: str, max_concurrent: Union[int, float] = 1,
+                         suspects: Sequence[Dict[str, Any]] = ()) -> List[Dict[str, Any]]:
+    """Pure: one row per node drained by us or by someone else, ours first, then one per
+    suspect node not drained; max_concurrent is repair.max_concurrent (whether a drained node
+    waits for the repair budget); suspects: the last --suspects run's ({node, kind, score})."""
     from ..act.scontrol import parse_node_line, reason_time
     from ..decide.fabricretest import FABRIC_TESTING, parse_retest_mark
     from ..decide.repair import BLOCKED, blocked_by, cluster_state
@@ -88,7 +99,24 @@ def rows_from_show_nodes(text: str, max_concurrent: Union[int, float] = 1) -> Li
             row.update(node=node.name, state=node.state, time=reason_time(line),
                        raw_reason=node.reason, ours=False, refused=False)
             others.append(row)
-    return ours + refused + others
+    return _with_suspects(ours + refused + others, {n.name: n.state for n in cluster}, suspects)
+
+
+def _with_suspects(rows: List[Dict[str, Any]], states: Dict[str, str],
+                   suspects: Sequence[Dict[str, Any]]) -> List[Dict[str, Any]]:
+    by_node: Dict[str, List[Dict[str, Any]]] = {}
+    for s in suspects:
+        by_node.setdefault(s["node"], []).append(
+            {k: s[k] for k in ("kind", "score", "serial") if k in s})
+    for row in rows:
+        row["suspect"] = by_node.pop(row["node"], [])
+    for name, found in by_node.items():
+        # a suspect in service (or unknown to the controller now): its own row
+        row = dict.fromkeys(COLUMNS)
+        row.update(node=name, state=states.get(name, "?"), ours=False, refused=False, raw_reason=None,
+                   suspect=found)
+        rows.append(row)
+    return rows
 
 
 def _our_row(name: str, state: str, reason: str, raw: Optional[str]) -> Dict[str, Any]:
@@ -134,10 +162,12 @@ def _columns(rows: List[Dict[str, Any]]) -> List[str]:
             + [f"  {r['node']}: repair blocked by {r['held_by']}" for r in rows if r.get("held_by")])
 
 
-def format_table(rows: List[Dict[str, Any]]) -> List[str]:
+def format_table(rows: List[Dict[str, Any]], suspects_from: Optional[str] = None) -> List[str]:
+    """suspects_from: when and from what the last --suspects run read, heading its section
+    (None: no --suspects run recorded on this host, and no section)."""
     ours = [r for r in rows if r["ours"] and not r.get("refused")]
     refused = [r for r in rows if r.get("refused")]
-    others = [r for r in rows if not r["ours"]]
+    others = [r for r in rows if not r["ours"] and r["raw_reason"] is not None]
     lines: List[str] = []
     if ours:
         lines += _columns(ours)
@@ -155,4 +185,17 @@ def format_table(rows: List[Dict[str, Any]]) -> List[str]:
         for r in others:
             when = f" [{r['time']}]" if r["time"] else ""
             lines.append(f"{r['node'].ljust(width)}  {r['state'].ljust(swidth)}  {r['raw_reason']}{when}")
+    if suspects_from is not None:
+        lines += [""] + _suspect_lines(rows, suspects_from)
     return lines
+
+
+def _suspect_lines(rows: List[Dict[str, Any]], suspects_from: str) -> List[str]:
+    table = [("NODE", "STATE", "KIND", "SCORE", "SERIAL")]
+    table += [(r["node"], r["state"], str(s["kind"]), f"{float(s['score']):.1f}", str(s.get("serial") or "-"))
+              for r in rows for s in r.get("suspect") or ()]
+    if len(table) == 1:
+        return [f"no suspects in the last --suspects run ({suspects_from})"]
+    widths = [max(len(t[i]) for t in table) for i in range(5)]
+    return ([f"suspects of the last --suspects run ({suspects_from}):"]
+            + ["  ".join(t[i].ljust(widths[i]) for i in range(5)).rstrip() for t in table])

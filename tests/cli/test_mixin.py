@@ -71,7 +71,7 @@ def panel_targets() -> Iterator[Tuple[str, Dict, Dict]]:
 
 def exported_metrics() -> Set[str]:
     """Every metric family the tool's renderers can write: the node textfile's, the fabric
-    sweep's and the gang check's (from their own # TYPE lines)."""
+    sweep's, the gang check's and --suspects' (from their own # TYPE lines)."""
     from healthcheck.report.gang import metrics_text as gang_text
     from healthcheck.act.metrics import FAMILIES
     from healthcheck.report.sweep import metrics_text as sweep_text
@@ -86,7 +86,12 @@ def exported_metrics() -> Set[str]:
         jobs = plan.next_jobs()
     report = SweepReport("S1", SweepOutcome((NodeOutcome("gpu-c", "bad", 41.2, ("gpu-a",), "x"),), 3, 8, 380.0,
                                             (JobResult(Job(("gpu-c", "gpu-d"), "pair", 1), 41.2),)), {}, {})
-    for text in (gang_text(plan.result(), ["gpu-a", "gpu-b", "gpu-c"], 1.0, plan.recorded), sweep_text(report, 1.0)):
+    from healthcheck.fleetmodel import Suspect
+    from healthcheck.report.suspects import SuspectsResult, metrics_text as suspects_text
+
+    suspects = SuspectsResult([Suspect("gpu-a", "lemon", 3.0, {})], 0.0, 1.0, "sacct", 1, None)
+    for text in (gang_text(plan.result(), ["gpu-a", "gpu-b", "gpu-c"], 1.0, plan.recorded), sweep_text(report, 1.0),
+                 suspects_text(suspects, 1.0)):
         names |= set(re.findall(r"^# TYPE (\S+) ", text, re.M))
     return names
 
@@ -155,7 +160,7 @@ def test_every_alert_has_a_runbook_section():
     headings = {re.sub(r"[^a-z0-9 _-]", "", h.strip().lower()).replace(" ", "-")
                 for h in re.findall(r"^#+ (.*)$", RUNBOOK.read_text(), re.M)}
     urls = _yaml_values(MIXIN / "prometheus_alerts.yaml", "runbook_url")
-    assert len(urls) == len(alerts()) == 12
+    assert len(urls) == len(alerts()) == 13
     for name, url in zip(alerts(), urls):
         path, _, anchor = url.partition("#")
         assert path.endswith("/runbook.md") and anchor == name.lower(), url

@@ -31,7 +31,7 @@ def test_prometheus_rules_pass_promtool_check_rules():
     assert done.returncode == 0, done.stdout + done.stderr
     alerts = ALERT.findall(RULES.read_text())
     assert f"SUCCESS: {len(alerts)} rules found" in done.stdout, done.stdout
-    assert len(alerts) == 12  # the nine of the repair loop and reporting, the config refused, two trend alerts
+    assert len(alerts) == 13  # the nine of the repair loop and reporting, the config refused, two trend alerts, the suspect node
 
 
 def test_prometheus_rules_unit_tests_pass_and_test_every_alert_firing_and_not():

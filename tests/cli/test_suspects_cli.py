@@ -144,3 +144,47 @@ def test_replay_failures_bad_file_names_the_line(capsys, tmp_path: Path) -> None
     path.write_text("time,node,serial,kind\n2026-01-01T00:00:00Z,n1,SN1,melted\n")
     rc, out, err = _run(capsys, "--replay-failures", str(path), "--config", _config(tmp_path))
     assert rc == 3 and "f.csv:2" in err and "melted" in err
+
+
+def test_suspects_leave_a_history_line_a_textfile_and_the_cluster_view(capsys, tmp_path: Path) -> None:
+    """One --suspects run on a saved sacct file writes its history line, gpu_healthcheck_suspects.prom
+    beside metrics_file (promtool's lint finds nothing), and <state_dir>/suspects.json, which
+    --cluster on the same host shows with the node's state from (a stub) scontrol."""
+    import subprocess
+
+    from tests.lib.prometheus import tool
+    from tests.lib.shownodes import fake_scontrol, node_line
+
+    textdir = tmp_path / "textfile"
+    textdir.mkdir()
+    scontrol = tmp_path / "scontrol"
+    fake_scontrol(scontrol, node_line("gpu-07", "IDLE") + "\n")
+    config = _config(tmp_path, f'metrics_file = "{textdir / "gpu_healthcheck.prom"}"\n'
+                               f'scontrol = "{scontrol}"\n')
+    rc, _, err = _run(capsys, "--suspects", "--sacct-file", _sacct_file(tmp_path, black_hole=True),
+                      "--since", "2026-11-30", "--until", "2026-12-02", "--config", config)
+    assert rc == 1, err
+    prom = (textdir / "gpu_healthcheck_suspects.prom").read_text()
+    assert 'gpu_healthcheck_suspect{kind="black_hole",node="gpu-07"} 1' in prom
+    assert "gpu_healthcheck_suspects_accounting_unknown 0" in prom and "200" not in prom
+    done = subprocess.run([tool("promtool"), "check", "metrics"], input=prom, capture_output=True,
+                          text=True, timeout=30)
+    assert done.returncode == 0 and not done.stdout.strip(), done.stdout + done.stderr
+    [line] = (tmp_path / "state" / "history.jsonl").read_text().splitlines()
+    record = json.loads(line)
+    assert record["mode"] == "suspects" and record["verdict"] == "warn"
+    assert [(s["node"], s["kind"]) for s in record["suspects"]] == [("gpu-07", "black_hole")]
+    assert "jobs 200,201" in record["suspects"][0]["evidence"]
+    rc, out, err = _run(capsys, "--history", "--config", config)
+    assert rc == 0 and "suspects" in out and "warn" in out, err
+
+    rc, out, err = _run(capsys, "--cluster", "--config", config)
+    assert rc == 0, err
+    lines = out.splitlines()
+    i = next(n for n, l in enumerate(lines) if l.startswith("suspects of the last --suspects run ("))
+    row_words = lines[i + 2].split()
+    assert row_words[:3] == ["gpu-07", "IDLE", "black_hole"] and row_words[4] == "-", lines
+    rc, out, _ = _run(capsys, "--cluster", "--json", "--config", config)
+    [row] = json.loads(out)
+    assert (row["node"], row["state"], row["ours"]) == ("gpu-07", "IDLE", False)
+    assert [s["kind"] for s in row["suspect"]] == ["black_hole"]

@@ -117,8 +117,10 @@ def panel_queries() -> List[tuple]:
 
 
 # Panels with nothing to show in this scenario, and why: no gang check ran, no reset was
-# blocked.  Every other panel must return at least one series.
-EMPTY_HERE = {"Gang checks": "no --gang ran", "Repairs blocked": "no reset was blocked"}
+# blocked, no --suspects ran (tests/cli/test_mixin.py's promtool cases cover its rules).
+# Every other panel must return at least one series.
+EMPTY_HERE = {"Gang checks": "no --gang ran", "Repairs blocked": "no reset was blocked",
+              "Suspects and lemons": "no --suspects ran", "Suspects": "no --suspects ran"}
 
 
 def test_every_rule_and_panel_returns_what_the_real_tool_wrote(tmp_path: Path, fakegpu: Path) -> None:

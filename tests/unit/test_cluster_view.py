@@ -12,7 +12,7 @@ def test_our_reason_is_split_into_columns_with_slurms_time():
     assert row == {"node": "gpu-a", "state": "IDLE+DRAIN", "gpu": "2", "pci": "00000000:38:00.0",
                    "serial": "1650522003802", "check": "ecc.volatile_uncorrected", "value": "3",
                    "context": "epilog", "job": "12", "time": "2026-11-29T19:01:02", "repair": "drained",
-                   "fabric": None, "ours": True, "refused": False,
+                   "fabric": None, "ours": True, "refused": False, "suspect": [],
                    "raw_reason": "gpu-healthcheck: gpu2 pci=00000000:38:00.0 sn=1650522003802 "
                                  "ecc.volatile_uncorrected=3 epilog job=12"}
 

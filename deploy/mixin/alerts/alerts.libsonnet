@@ -3,6 +3,7 @@
 {
   local c = $._config,
   local s = $.sel,
+  local cl = c.clusterLabel,
   // '30m' -> '30 minutes', '1h' -> 'an hour', '6h' -> '6 hours' (the summaries' words)
   local human(d) =
     local n = std.parseInt(std.substr(d, 0, std.length(d) - 1));
@@ -111,6 +112,19 @@
                 '{{ $labels.instance }}: gpu-healthcheck refuses its config file',
                 'The config is not owned by root or is writable by others: the checks run with built-in defaults and nothing is drained, resumed or repaired. Fix it (chown root:root; chmod 0644, 0640 or 0600); the journal and `gpu-healthcheck --check-config` name the file.',
                 '5m'),
+        ],
+      },
+      {
+        name: 'gpu-healthcheck-suspects',
+        rules: [
+          // --suspects (on the admin host) has named this node, from Slurm's accounting or
+          // our own history, for a while: statistics never drain a node, a person looks.
+          alert('GpuHealthcheckSuspectNode',
+                'max by (%s, node, kind) (gpu_healthcheck_suspect%s) == 1\n' % [cl, s()],
+                'warning',
+                '{{ $labels.node }}: suspect ({{ $labels.kind }}) for over %s' % human(c.suspectFor),
+                "gpu-healthcheck --suspects has named this node ({{ $labels.kind }}) in its last runs for %s or more; it stays in service. `gpu-healthcheck --suspects` on the admin host prints the evidence (jobs, rates, score); run the deep level on it or drain it yourself." % human(c.suspectFor),
+                c.suspectFor),
         ],
       },
       {

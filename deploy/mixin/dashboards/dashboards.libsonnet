@@ -55,6 +55,11 @@ local g = import 'lib.libsonnet';
                 [g.target('topk(%d, instance:gpu_healthcheck_interruptions:increase%s%s > 0)' % [c.topRepeatNodes, c.mtbiWindow, f()], '{{%s}}' % host)]),
         g.timeseries('Repairs per day', 'Resets and reboots attempted and succeeded, and GPUs marked for RMA, in the last day.',
                      [g.target('%s:gpu_healthcheck_repair_funnel:increase1d%s' % [cl, f()], '{{step}}')]),
+        g.bargauge('Suspects and lemons', "The last --suspects run's suspects by rule (black_hole, lemon, remediations, ...), and the lemon nodes among them. Suspects stay in service: statistics never drain a node.",
+                   [g.target('%s:gpu_healthcheck_suspects:count%s' % [cl, f()], '{{kind}}'),
+                    g.target('%s:gpu_healthcheck_lemons:count%s' % [cl, f()], 'lemon nodes')]),
+        g.table('Suspects', "One row per suspect of the last --suspects run: its node, rule (kind) and score (larger is worse); `gpu-healthcheck --suspects` on the admin host prints the evidence.",
+                [g.target('max by (node, kind, serial) (gpu_healthcheck_suspect_score%s)' % f(), '{{node}} {{kind}}')]),
       ]),
 
     'gpu-healthcheck-node.json': g.dashboard(c, 'gpu-healthcheck-node', 'GPU health / Node',

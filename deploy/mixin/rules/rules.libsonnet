@@ -112,6 +112,26 @@
         ],
       },
       {
+        name: 'gpu-healthcheck-suspects.rules',
+        rules: [
+          // the last --suspects run's suspects (the admin host's textfile) by rule; a node
+          // (or GPU serial) counts once per rule, whichever admin hosts report it
+          record('%s:gpu_healthcheck_suspects:count' % cl, |||
+            count by (%(cl)s, kind) (
+              max by (%(cl)s, node, kind, serial) (gpu_healthcheck_suspect%(s)s)
+            )
+          ||| % { cl: cl, s: s() }),
+          // lemon nodes: those whose jobs fail more than their share (kind lemon) or that were
+          // repaired too often (kind remediations, NVSentinel's rule); 0 once --suspects ran
+          // and named none
+          record('%s:gpu_healthcheck_lemons:count' % cl, |||
+            count by (%(cl)s) (max by (%(cl)s, node) (gpu_healthcheck_suspect%(lemon)s))
+            or
+            max by (%(cl)s) (gpu_healthcheck_suspects_last_run_timestamp_seconds%(s)s * 0)
+          ||| % { cl: cl, s: s(), lemon: s('kind=~"%s"' % c.lemonKinds) }),
+        ],
+      },
+      {
         name: 'gpu-healthcheck-fabric.rules',
         rules: [
           // the fabric sweep's median bus bandwidth per GPU model: each pair's figure (the
