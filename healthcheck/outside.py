@@ -25,7 +25,7 @@ import selectors
 import signal
 import subprocess
 import time
-from typing import IO, Dict, List, Mapping, NamedTuple, Optional, Sequence
+from typing import IO, Any, Dict, List, Mapping, NamedTuple, Optional, Sequence, Tuple
 
 DEFAULT_CAP_BYTES = 4 << 20
 DEFAULT_TERM_GRACE_S = 5.0
@@ -62,16 +62,20 @@ class Ran(NamedTuple):
 
 def run_bounded(argv: Sequence[str], timeout_s: float, *, cap_bytes: int = DEFAULT_CAP_BYTES,
                 term_grace_s: float = DEFAULT_TERM_GRACE_S, merge_stderr: bool = False,
-                env: Optional[Mapping[str, str]] = None, cwd: Optional[str] = None) -> Ran:
+                env: Optional[Mapping[str, str]] = None, cwd: Optional[str] = None,
+                as_user: Optional[Tuple[int, int, Sequence[int]]] = None) -> Ran:
     """Run `argv` to its end or its deadline; see the module docstring.  `merge_stderr` sends
-    stderr into stdout (one stream, one cap)."""
+    stderr into stdout (one stream, one cap).  `as_user` (uid, gid, groups), as root: the child
+    drops to exactly those ids before it execs (setgroups, setgid, setuid)."""
     argv = list(argv)
     started = time.monotonic()
+    ids: Dict[str, Any] = ({"user": as_user[0], "group": as_user[1], "extra_groups": list(as_user[2])}
+                           if as_user is not None else {})
     try:
         proc = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
                                 stderr=subprocess.STDOUT if merge_stderr else subprocess.PIPE,
                                 env=dict(env) if env is not None else None, cwd=cwd,
-                                start_new_session=True)
+                                start_new_session=True, **ids)
     except FileNotFoundError:
         return Ran(argv, None, error=f"{argv[0]} not found")
     except PermissionError:

@@ -13,11 +13,11 @@ import concurrent.futures
 import os
 import re
 import time
-from typing import Dict, List, Mapping, Sequence
+from typing import Dict, List, Mapping, Optional, Sequence
 
 from ..config import Config
 from ..decide.fabricjob import SetupProblem
-from ..decide.gang import judge_gang_run
+from ..decide.gang import StepUser, judge_gang_run
 from ..decide.sweep import Job, JobResult
 
 # slurmstepd's words when the program is not on the nodes (Slurm 22.05-24.11)
@@ -31,17 +31,39 @@ class GangError(Exception):
     span the nodes): nobody's node is at fault."""
 
 
-def srun_env(environ: Mapping[str, str]) -> Dict[str, str]:
+# root's own variables that must not follow the drop to the job's owner (her srun and her
+# steps): a home, a login, a session bus, credentials of root's
+_ROOTS_OWN = ("HOME", "USER", "LOGNAME", "MAIL", "XDG_", "DBUS_", "SSH_", "KRB5", "SUDO_")
+
+
+def srun_env(environ: Mapping[str, str], user: Optional[StepUser] = None) -> Dict[str, str]:
     """The nested srun's environment: ours without the step's SLURM_* (SLURM_NTASKS and the
-    like would override what we ask for); the job is named by --jobid."""
-    return {k: v for k, v in environ.items() if not k.startswith("SLURM_") or k == "SLURM_CONF"}
+    like would override what we ask for); the job is named by --jobid.  Run as the job's owner
+    (`user`), also without root's home, login and session variables; HOME is then /tmp, which
+    she can read (her own home may not exist on the node)."""
+    env = {k: v for k, v in environ.items() if not k.startswith("SLURM_") or k == "SLURM_CONF"}
+    if user is not None and user.uid != 0:
+        env = {k: v for k, v in env.items() if not k.startswith(_ROOTS_OWN)}
+        env["HOME"] = "/tmp"
+    return env
+
+
+def node_groups(uid: int, gid: int) -> List[int]:
+    """The supplementary groups of `uid` in this node's account database (as slurmstepd gives
+    her steps), or none where the node has no name for her."""
+    import pwd
+
+    try:
+        return os.getgrouplist(pwd.getpwuid(uid).pw_name, gid)
+    except (KeyError, OSError):
+        return []
 
 
 class GangRunner:
     """Runs a round's jobs at once, each an `srun --overlap` step inside the job."""
 
     def __init__(self, srun: str, job_id: str, config: Config, environ: Mapping[str, str],
-                 deadline: float) -> None:
+                 deadline: float, user: Optional[StepUser] = None) -> None:
         fabric = config.fabric
         self.srun, self.job_id, self.deadline = srun, job_id, deadline
         self.collective = (os.path.join(fabric.nccl_tests, fabric.collective) if fabric.nccl_tests
@@ -50,10 +72,13 @@ class GangRunner:
         self.tasks_per_node = fabric.tasks_per_node
         self.srun_args = fabric.srun_args
         self.run_limit = max(5.0, fabric.gang_timeout_s / RUN_SHARE)
-        self.env = srun_env(environ)
+        self.env = srun_env(environ, user)
+        # root's steps run as the job's owner (decide/gang.step_user): only she may create a
+        # step in her job; None: as whoever runs this (the user's side, or root's own job)
+        self.as_user = (user.uid, user.gid, user.groups) if user is not None and user.uid != 0 else None
 
     def argv(self, job: Job) -> List[str]:
-        return [self.srun, f"--jobid={self.job_id}", "--overlap", f"--nodes={len(job.nodes)}",
+        return [self.srun, f"--jobid={self.job_id}", "--overlap", "--chdir=/tmp", f"--nodes={len(job.nodes)}",
                 f"--nodelist={','.join(job.nodes)}", f"--ntasks-per-node={self.tasks_per_node}",
                 # the job may hold fewer CPUs than ranks (one task a node): the ranks mostly wait
                 # on GPUs and the fabric, so they may share them
@@ -72,7 +97,8 @@ class GangRunner:
         from ..outside import run_bounded
         from ..read.nccltests import parse_nccl_tests
 
-        ran = run_bounded(self.argv(job), limit, merge_stderr=True, env=self.env, term_grace_s=3.0)
+        ran = run_bounded(self.argv(job), limit, merge_stderr=True, env=self.env, term_grace_s=3.0,
+                          cwd="/tmp" if self.as_user else None, as_user=self.as_user)
         if ran.error and not ran.timed_out:
             raise GangError(ran.error)
         text = ran.text()

@@ -15,7 +15,9 @@ conducts and acts through act/, report/gang.py words its output):
   with `--gpu-healthcheck=gang`, where plugstack.conf says allow_gang=yes).  It trusts nothing
   the job wrote or said: the job id comes from slurmstepd (the plugin sets SLURM_JOB_ID from
   S_JOB_ID), the nodes from slurmctld (`scontrol show job`), the programs from root's config,
-  and every figure from its own srun steps (`srun --jobid=J --overlap`).  A user's exit status
+  and every figure from its own srun steps (`srun --jobid=J --overlap`), which it starts as the
+  job's owner, with the uid, gid and groups of slurmctld's record (decide/gang.step_user):
+  slurmctld lets nobody else, root included, create a step in her job.  A user's exit status
   2, or any line she prints, only makes it measure again, at most once per job run on a node
   (`<state_dir>/gang-<job>-<restarts>`).  A node it finds bad is drained through the scontrol
   door (act/fabricdrain.py: the budget, ownership, report_only), the job's AdminComment gets the
@@ -36,11 +38,11 @@ import os
 import time
 from typing import TYPE_CHECKING, Dict, List, Mapping, Optional, Sequence, TextIO, Tuple
 
-from ..act.gangrun import GangError, GangRunner
+from ..act.gangrun import GangError, GangRunner, node_groups
 from ..config import Config
 from ..decide.exitcodes import CONFIG_ERROR, fabric_exit
 from ..decide.gang import (FAILED, LINE, PASSED, SINGLE, GangPlan, GangResult, gang_reason, job_lines, parse_show_job,
-                           suspects)
+                           step_user, suspects)
 from ..decide.sweep import FABRIC_PREFIX, JobResult, Thresholds
 from ..model import CRIT, ERR, NOTICE, DoorError, LogEvent, Outcome
 from ..records import NamedTuple
@@ -109,9 +111,19 @@ def gang(request: GangRequest, config: Config, environ: Mapping[str, str], out: 
             events.append(LogEvent("error", ERR, f"gang check of job {job_id} could not run: {exc}", fields))
             _record(config, job_id, None, {}, events, err, job.nodes)
         return fabric_exit(False, could_run=False)
+    user = None
+    if request.act:
+        # slurmctld lets only the job's owner create a step in it: root's steps drop to her
+        try:
+            user = step_user(job, node_groups)
+        except ValueError as exc:
+            print(f"{LINE} job {job_id}: could not run: {exc}; nothing drained", file=out)
+            events.append(LogEvent("error", ERR, f"gang check of job {job_id} could not run: {exc}", fields))
+            _record(config, job_id, None, {}, events, err, job.nodes)
+            return fabric_exit(False, could_run=False)
     started = time.monotonic()
     runner = GangRunner(find_tool("srun", fabric.srun, environ), job_id, config, environ,
-                        started + fabric.gang_timeout_s)
+                        started + fabric.gang_timeout_s, user)
     plan = GangPlan(job.nodes, thresholds, partners=fabric.partners)
     try:
         jobs = plan.next_jobs()

@@ -58,6 +58,7 @@ class GangJob(NamedTuple):
     user: str = ""  # UserId=name(uid)
     restarts: int = 0
     requeue: bool = True  # Requeue=1: the job may be requeued
+    group: str = ""  # GroupId=name(gid)
 
 
 class GangResult(NamedTuple):
@@ -83,7 +84,7 @@ def parse_show_job(text: str, expand: Optional[Callable[[str], List[str]]] = Non
     or when the job's own text (its name, its comment) holds one of the keys read here
     (slurmjob.job_fields: read by key, never by position, never guessed).
     """
-    fields = job_fields(text, (), ("JobId", "NodeList", "UserId", "JobState", "Restarts", "Requeue"))
+    fields = job_fields(text, (), ("JobId", "NodeList", "UserId", "GroupId", "JobState", "Restarts", "Requeue"))
     job_id = fields.get("JobId", "")
     if not valid_job_id(job_id):
         raise ValueError(f"scontrol show job printed no job id: {text[:200]!r}")
@@ -93,7 +94,37 @@ def parse_show_job(text: str, expand: Optional[Callable[[str], List[str]]] = Non
     nodes = tuple(expand(nodelist)) if expand else tuple(nodelist.split(","))
     restarts = fields.get("Restarts", "0")
     return GangJob(job_id, nodes, fields.get("JobState", "UNKNOWN"), fields.get("UserId", ""),
-                   int(restarts) if restarts.isdigit() else 0, fields.get("Requeue", "1") != "0")
+                   int(restarts) if restarts.isdigit() else 0, fields.get("Requeue", "1") != "0",
+                   fields.get("GroupId", ""))
+
+
+class StepUser(NamedTuple):
+    """Whom the privileged side's srun steps run as: the job's owner (slurmctld lets only a
+    job's owner create a step in it, root included: "Security violation, JOB_STEP_CREATE RPC
+    from uid=0 to run as uid N")."""
+    uid: int
+    gid: int
+    groups: Tuple[int, ...]
+
+
+_ID_RE = re.compile(r"(?:.*)\(([0-9]+)\)")  # UserId=name(uid), GroupId=name(gid); the name may be anything
+
+
+def step_user(job: GangJob, groups_of: Callable[[int, int], Sequence[int]]) -> StepUser:
+    """The job's owner's uid and gid from slurmctld's record (UserId=name(uid) GroupId=name(gid),
+    never the job's environment), and her supplementary groups from `groups_of(uid, gid)` (the
+    node's own account database: act/gangrun.py's node_groups), her gid first.  Raises
+    ValueError when the record lacks either id: root then runs nothing as anyone."""
+    ids = []
+    for key, value in (("UserId", job.user), ("GroupId", job.group)):
+        found = _ID_RE.fullmatch(value)
+        if not found:
+            raise ValueError(f"job {job.job_id}: slurmctld's record has no numeric {key} "
+                             f"({key}={value!r}): cannot run its steps as its owner")
+        ids.append(int(found.group(1)))
+    uid, gid = ids
+    # always an explicit list: the drop replaces root's own groups, never keeps them
+    return StepUser(uid, gid, tuple(dict.fromkeys([gid, *groups_of(uid, gid)])))
 
 
 def judge_gang_run(job: Job, run: NcclRun, exited: Optional[int], timed_out: bool) -> JobResult:

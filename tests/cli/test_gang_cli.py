@@ -120,8 +120,9 @@ state = json.load(open(state_path)) if os.path.exists(state_path) else {}
 args = sys.argv[1:]
 open(log, "a").write(" ".join(args) + "\n")
 if args[:2] == ["show", "job"]:
-    print("JobId=12 JobName=train UserId=alice(1001) JobState=RUNNING Requeue=1 Restarts=0 "
-          "NodeList=gpu-a,gpu-b,gpu-c,gpu-d")
+    # root's own job: its steps stay root's (an ordinary user's job: slurm/test_gang_cluster.py)
+    print(os.environ.get("SHOW_JOB_IDS", "UserId=root(0) GroupId=root(0)"),
+          "JobId=12 JobName=train JobState=RUNNING Requeue=1 Restarts=0 NodeList=gpu-a,gpu-b,gpu-c,gpu-d")
 elif args[:3] == ["-o", "show", "nodes"]:
     for n in ("gpu-a", "gpu-b", "gpu-c", "gpu-d"):
         reason = state.get(n)
@@ -164,6 +165,24 @@ def test_gang_cli_privileged_side_drains_names_the_job_and_requeues_last(tmp_pat
     # once per job run on a node: a second trigger measures nothing and drains nothing
     assert gang(GangRequest(act=True), config, environ, io.StringIO(), err) == 0
     assert "measured on this node already" in err.getvalue()
+
+
+def test_gang_cli_privileged_side_without_the_jobs_group_in_the_record_runs_nothing(tmp_path, fakegpu,
+                                                                                   monkeypatch) -> None:
+    """Root's steps run as the job's owner by slurmctld's uid and gid: a record without GroupId
+    is "could not run" (exit 3), no step started, nothing drained, never run as root."""
+    bin_dir = stand_ins(tmp_path, "gpu-a,gpu-b,gpu-c,gpu-d")
+    (bin_dir / "scontrol").write_text(SCONTROL)
+    monkeypatch.setenv("SHOW_JOB_IDS", "UserId=alice(1001)")
+    config = Config(scontrol=str(bin_dir / "scontrol"), state_dir=str(tmp_path / "state"), journal=False,
+                    history_file=str(tmp_path / "history.jsonl"),
+                    fabric=FabricConfig(srun=str(bin_dir / "srun"), nccl_tests=str(fakegpu), busbw_floor_gbps=100.0))
+    out = io.StringIO()
+    assert gang(GangRequest(act=True), config, {"SLURM_JOB_ID": "12", "PATH": os.environ["PATH"]}, out,
+                io.StringIO()) == 3
+    assert "could not run: job 12: slurmctld's record has no numeric GroupId" in out.getvalue(), out.getvalue()
+    assert "nothing drained" in out.getvalue()
+    assert not any(c.startswith(("update", "requeue")) for c in (bin_dir / "calls.log").read_text().splitlines())
 
 
 @pytest.mark.parametrize("bad", ["gpu-a", "gpu-b", "gpu-c"])

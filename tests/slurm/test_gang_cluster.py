@@ -2,16 +2,23 @@
 batch job runs `srun --ntasks-per-node=1 gpu-healthcheck --gang` at its top; its nested srun
 steps run the fake nccl-tests (tests/fakegpu/fabric.py) on the job's own nodes, and the scenario
 (FAKEGPU_FABRIC) makes one node slow.  The SPANK plugin (allow_gang=yes) is the privileged side:
-slurmstepd runs `--gang --act` as root when rank 0 of the step exits 2."""
+slurmstepd runs `--gang --act` as root when rank 0 of the step exits 2.
+
+Every job is an ordinary user's, as on a real cluster (tests/lib/localuser.py): slurmctld lets
+only a job's owner create a step in it, so root's re-measuring steps must run as her
+(decide/gang.step_user); with root's own steps both doors ended "could not run; nothing
+drained"."""
 
 from __future__ import annotations
 
 import os
 from pathlib import Path
+from typing import List
 
 import pytest
 
 from tests.lib.gpucluster import GpuCluster, require_slurm
+from tests.lib.localuser import LocalUser, as_user, local_user, open_dir
 
 pytestmark = pytest.mark.slurm
 
@@ -27,9 +34,15 @@ echo work done run=${{SLURM_RESTART_COUNT:-0}} nodes=$SLURM_JOB_NODELIST
 
 
 @pytest.fixture(scope="module")
-def gang_cluster(tmp_path_factory, fakegpu):
+def gang_cluster(fakegpu, isolation):
     require_slurm()
-    wd = tmp_path_factory.mktemp("gang")
+    # a work folder she can reach (pytest's tmp is 0700 above it): her sbatch and her steps,
+    # and root's srun run as her, read slurm.conf, the munge socket and the scenario in there
+    with open_dir("hc36-gang-", 0o711) as wd, local_user("hc36") as user:
+        yield from _gang_cluster(wd, fakegpu, user)
+
+
+def _gang_cluster(wd: Path, fakegpu: Path, user: LocalUser):
     # gpu-c (slow) is taken first, gpu-e (the spare) last: the 4-node job gets gpu-c, its
     # requeued run gpu-e in its place
     # gpu-a and gpu-b are H100 nodes, the rest A100 (slurm.conf Gres=gpu:TYPE:8, gres.conf Type=):
@@ -45,6 +58,8 @@ def gang_cluster(tmp_path_factory, fakegpu):
     # slurmd's own environment: slurmstepd, and so the privileged side's srun steps, have it
     c.cluster.env["FAKEGPU_FABRIC"] = str(wd / "fabric.scenario")
     # the job's user runs gpu-healthcheck with a config of its own (any user may: it only reads)
+    (wd / "user-state").mkdir()
+    os.chown(wd / "user-state", user.pw_uid, user.pw_gid)
     (wd / "user.toml").write_text(f'scontrol = "{c.scontrol}"\njournal = false\nstate_dir = "{wd / "user-state"}"\n'
                                   + fabric)
     (wd / "user.toml").chmod(0o644)
@@ -55,8 +70,24 @@ def gang_cluster(tmp_path_factory, fakegpu):
                SLURM_CONF=str(c.cluster.conf_path),
                PATH=f"{wd / 'bin'}:/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin")
     c.cluster.write_wrapper(c.exec_wrapper, str(wd / "bin" / "gpu-healthcheck"), env)
+    c.user = user  # type: ignore[attr-defined]
     with c.cluster:
         yield c
+
+
+def _sbatch(c: GpuCluster, args: List[str], script: str) -> str:
+    """Submit `script` as the test's ordinary user; the job id."""
+    path = c.wd / "scripts" / f"job-{len(list((c.wd / 'scripts').glob('job-*')))}.sh"
+    path.parent.mkdir(exist_ok=True)
+    path.write_text(script if script.startswith("#!") else "#!/bin/sh\n" + script)
+    path.chmod(0o755)
+    jobs = c.cluster.jobs_dir
+    done = as_user(c.user, " ".join(["sbatch", "--parsable", f"--output={jobs}/slurm-%j.out",  # type: ignore[attr-defined]
+                                     f"--chdir={jobs}", *args, str(path)]), env=c.cluster.env, cwd="/tmp")
+    job = done.stdout.strip().split(";")[0]
+    owner = c.cluster.job_info(job).get("UserId", "")
+    assert owner == f"{c.user.name}({c.user.pw_uid})", owner  # type: ignore[attr-defined]
+    return job
 
 
 def _output(c: GpuCluster, job: str) -> str:
@@ -75,7 +106,7 @@ def _wait_drained(c: GpuCluster, node: str, job: str, timeout: float = 90) -> st
 
 def test_gang_in_a_4_node_job_drains_the_slow_node_and_the_requeued_job_completes_elsewhere(gang_cluster) -> None:
     c = gang_cluster
-    job = c.cluster.sbatch(["-N4", "--requeue", "--open-mode=append"],
+    job = _sbatch(c, ["-N4", "--requeue", "--open-mode=append"],
                            SCRIPT.format(gang=c.wd / "bin" / "gpu-healthcheck"))
     try:
         reason = _wait_drained(c, "gpu-c", job)
@@ -96,19 +127,18 @@ def test_gang_in_a_4_node_job_drains_the_slow_node_and_the_requeued_job_complete
             c.cluster.resume("gpu-c")
 
 
-def test_gang_a_lying_task_cannot_drain_a_healthy_node(gang_cluster, tmp_path) -> None:
+def test_gang_a_lying_task_cannot_drain_a_healthy_node(gang_cluster) -> None:
     """A user's own 'gpu-healthcheck' prints a fake finding naming gpu-b and exits 2: the
     privileged side measures again, finds every node healthy, and drains nothing."""
     c = gang_cluster
-    liar = tmp_path / "liar" / "gpu-healthcheck"
-    liar.parent.mkdir()
+    liar = c.wd / "liar" / "gpu-healthcheck"
+    liar.parent.mkdir(exist_ok=True)
     liar.write_text("#!/bin/sh\n[ \"$SLURM_PROCID\" = 0 ] || exit 0\n"
                     "echo 'gpu-healthcheck: gang: gpu-b is bad: busbw=1.0<100 with every partner'\nexit 2\n")
     liar.chmod(0o755)
-    os.chmod(tmp_path, 0o755)
     (c.wd / "fabric.scenario").write_text("")  # every node healthy
     try:
-        job = c.cluster.sbatch(["-N4", "--requeue"], SCRIPT.format(gang=liar))
+        job = _sbatch(c, ["-N4", "--requeue"], SCRIPT.format(gang=liar))
         info = c.cluster.wait_job(job, states=("FAILED", "COMPLETED"), timeout=120)
         out = _output(c, job)
         assert info["JobState"] == "FAILED" and info["Restarts"] == "0", (info, out)
@@ -120,7 +150,7 @@ def test_gang_a_lying_task_cannot_drain_a_healthy_node(gang_cluster, tmp_path) -
 
 def test_gang_one_node_does_nothing(gang_cluster) -> None:
     c = gang_cluster
-    job = c.cluster.sbatch(["-N1", "-w", "gpu-c"], SCRIPT.format(gang=c.wd / "bin" / "gpu-healthcheck"))
+    job = _sbatch(c, ["-N1", "-w", "gpu-c"], SCRIPT.format(gang=c.wd / "bin" / "gpu-healthcheck"))
     c.cluster.wait_job(job, states=("COMPLETED",), timeout=60)
     out = _output(c, job)
     assert f"gpu-healthcheck: gang: job {job} has one node: nothing to check" in out, out
@@ -129,7 +159,7 @@ def test_gang_one_node_does_nothing(gang_cluster) -> None:
 
 def test_gang_spank_option_checks_before_the_script_and_requeues_without_the_slow_node(gang_cluster) -> None:
     c = gang_cluster
-    job = c.cluster.sbatch(["-N4", "--requeue", "--open-mode=append", "--gpu-healthcheck=gang"],
+    job = _sbatch(c, ["-N4", "--requeue", "--open-mode=append", "--gpu-healthcheck=gang"],
                            "#!/bin/sh\necho work done run=${SLURM_RESTART_COUNT:-0} nodes=$SLURM_JOB_NODELIST\n")
     try:
         assert _wait_drained(c, "gpu-c", job).endswith(f"gang job={job}")
@@ -153,7 +183,7 @@ def test_gang_three_nodes_with_the_slow_one_in_the_only_pair_drain_it(gang_clust
     if c.drained("gpu-c"):  # an earlier case's drain (its requeued job may have drained it again)
         c.cluster.resume("gpu-c")
     c.cluster.wait_node("gpu-c", lambda info: "DRAIN" not in info.get("State", ""), 30)
-    job = c.cluster.sbatch(["-N3", "-x", "gpu-b,gpu-e", "--no-requeue"],
+    job = _sbatch(c, ["-N3", "-x", "gpu-b,gpu-e", "--no-requeue"],
                            SCRIPT.format(gang=c.wd / "bin" / "gpu-healthcheck"))
     try:
         # this job's drain, not an earlier case's
@@ -171,23 +201,22 @@ def test_gang_three_nodes_with_the_slow_one_in_the_only_pair_drain_it(gang_clust
             c.cluster.resume("gpu-c")
 
 
-def test_gang_per_model_floors_come_from_the_jobs_nodes_gres(gang_cluster, tmp_path) -> None:
+def test_gang_per_model_floors_come_from_the_jobs_nodes_gres(gang_cluster) -> None:
     """The job's user sets [fabric] floors: h100 360, a100 30.  gpu-b runs at 300 GB/s: a job of
     the two H100 nodes fails their floor (two nodes: no node named, nothing drained), a job of an
     H100 and an A100 node is held to the A100's floor and passes."""
     c = gang_cluster
     user = c.wd / "user.toml"
-    floors = tmp_path / "floors.toml"
+    floors = c.wd / "floors.toml"
     floors.write_text(user.read_text() + 'floors = ["h100:busbw_gbps=360", "A100:busbw_gbps=30"]\n')
     floors.chmod(0o644)
-    os.chmod(tmp_path, 0o755)
     scenario = c.wd / "fabric.scenario"
     scenario.write_text(scenario.read_text() + "node.gpu-b.busbw_gbps = 300\n")
     script = SCRIPT.format(gang=c.wd / "bin" / "gpu-healthcheck").replace(
         "#!/bin/sh\n", f"#!/bin/sh\nexport GPU_HEALTHCHECK_CONFIG={floors}\n", 1)
     try:
-        h100s = c.cluster.sbatch(["-N2", "-w", "gpu-a,gpu-b"], script)
-        mixed = c.cluster.sbatch(["-N2", "-w", "gpu-b,gpu-d"], script)
+        h100s = _sbatch(c, ["-N2", "-w", "gpu-a,gpu-b"], script)
+        mixed = _sbatch(c, ["-N2", "-w", "gpu-b,gpu-d"], script)
         info = c.cluster.wait_job(h100s, states=("FAILED", "COMPLETED"), timeout=120)
         out = _output(c, h100s)
         assert info["JobState"] == "FAILED", (info, out)
