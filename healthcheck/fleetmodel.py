@@ -15,6 +15,10 @@ from typing import Any, Dict, Optional, Tuple
 
 from .records import NamedTuple
 
+# what a --suspects run leaves: in state_dir (for --cluster), and beside metrics_file
+SUSPECTS_STATE_FILE = "suspects.json"
+SUSPECTS_TEXTFILE = "gpu_healthcheck_suspects.prom"
+
 
 class Job(NamedTuple):
     """One allocation as Slurm's accounting recorded it (`sacct -X`).  Times are epoch seconds."""

@@ -1,6 +1,6 @@
 """`gpu-healthcheck --cluster [--json]`: the nodes gpu-healthcheck drained, with their reasons in
 columns (report/cluster.py says what each column holds), from one `scontrol -o show nodes` call,
-and the last `--suspects` run's suspects from <state_dir>/suspects.json (act/suspectsrun.py).
+and the last `--suspects` run's suspects from <state_dir>/suspects.json (written by act/suspectsrun.py, read by load_state below).
 
     code = show_cluster(config, os.environ, as_json=False, out=sys.stdout)
 """
@@ -10,7 +10,7 @@ from __future__ import annotations
 import json
 import os
 import sys
-from typing import TYPE_CHECKING, Mapping, Optional, TextIO
+from typing import TYPE_CHECKING, Any, Dict, Mapping, Optional, TextIO, Tuple
 
 from ..decide.exitcodes import done_exit
 from ..report.cluster import RUNBOOK, format_table, rows_from_show_nodes
@@ -40,8 +40,6 @@ def show_cluster(config: "Config", environ: Mapping[str, str], as_json: bool, ou
         print(f"gpu-healthcheck: --cluster: cannot list nodes with scontrol: {exc}; {SLURMCTLD_ADVICE}",
               file=err)
         return done_exit(False)
-    from ..act.suspectsrun import load_state
-
     # the last --suspects run on this host (the admin host, where both run)
     state, note = load_state(config.state_dir)
     if note:
@@ -60,3 +58,22 @@ def show_cluster(config: "Config", environ: Mapping[str, str], as_json: bool, ou
         if rows:
             out.write(f"\nwhat each reason means and what to do: {RUNBOOK}\n")
     return done_exit(True)
+
+
+def load_state(state_dir: str) -> Tuple[Optional[Dict[str, Any]], Optional[str]]:
+    """(the last --suspects run's state, None) or (None, why not); (None, None): none ran here."""
+    from ..report.suspects import STATE_FILE, parse_state
+    from ..safefile import read_file
+
+    path = os.path.join(state_dir, STATE_FILE)
+    try:
+        raw = read_file(state_dir, STATE_FILE)
+    except OSError as exc:
+        return None, f"cannot read {path}: {exc.strerror or exc}"
+    if raw is None:
+        return None, None
+    try:
+        state = parse_state(json.loads(raw.decode("utf-8")))
+    except (ValueError, UnicodeDecodeError):
+        state = None
+    return (state, None) if state is not None else (None, f"{path} is not a suspects state file; ignored")

@@ -122,11 +122,14 @@ def suspects_command(config: "Config", since: float, until: float, sacct_file: O
            "history": {"file": config.history_path(), "events": len(events), "notes": history_notes},
            "suspects": [s.as_json() for s in suspects]}
     from ..act.suspectsrun import record
-    from ..report.suspects import SuspectsResult
+    from ..report.suspects import SuspectsResult, history_record, metrics_text, state_document
 
     # every run is recorded, a --sacct-file one too: the history says which source it read
-    notes = record(config, SuspectsResult(suspects, since, until, sacct_file or "sacct", len(acct.jobs),
-                                          acct.unknown), time.time())
+    result = SuspectsResult(suspects, since, until, sacct_file or "sacct", len(acct.jobs), acct.unknown)
+    now = time.time()
+    host = os.uname().nodename.split(".")[0]
+    notes = record(config, history_record(result, host, now), state_document(result, now),
+                   metrics_text(result, now))
     if as_json:
         json.dump(doc, out, indent=2, sort_keys=False)
         out.write("\n")

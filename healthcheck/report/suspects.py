@@ -23,12 +23,12 @@ from __future__ import annotations
 
 from typing import Any, Dict, List, NamedTuple, Optional, Sequence, Tuple
 
-from ..fleetmodel import Suspect
+from ..fleetmodel import SUSPECTS_STATE_FILE, SUSPECTS_TEXTFILE, Suspect
 from ..text import iso_utc
 
-STATE_FILE = "suspects.json"
+STATE_FILE = SUSPECTS_STATE_FILE
 STATE_SCHEMA = 1
-TEXTFILE = "gpu_healthcheck_suspects.prom"
+TEXTFILE = SUSPECTS_TEXTFILE
 SUMMARY_CHARS = 240  # the history line's evidence summary: a few job ids, never all of them
 MAX_SUSPECTS = 64  # suspects kept in one history line; the rest are counted
 
