@@ -21,7 +21,8 @@ def test_show_cluster_makes_one_scontrol_call_and_prints_json(tmp_path):
     assert calls.read_text().splitlines() == ["-o show nodes"]
     doc = json.loads(out.getvalue())
     assert [d["node"] for d in doc] == ["gpu-a", "gpu-b", "gpu-f", "gpu-c", "gpu-e"]
-    assert set(doc[0]) == set(COLUMNS) | {"ours", "refused", "raw_reason"}
+    assert set(doc[0]) == set(COLUMNS) | {"ours", "refused", "raw_reason", "suspect"}
+    assert doc[0]["suspect"] == []  # no --suspects run on this host
     assert doc[3]["ours"] is False and doc[3]["raw_reason"] == "bad fan, ticket 4711"
 
 
