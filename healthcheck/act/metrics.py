@@ -386,6 +386,12 @@ def render(state: Mapping[str, Any]) -> str:
 
 # --- files -------------------------------------------------------------------------------
 
+def textfile_beside(metrics_file: str, name: str) -> str:
+    """A run's own textfile (the sweep's, the gang check's, --suspects') in node_exporter's
+    textfile folder: the folder of the node's metrics_file."""
+    return os.path.join(os.path.dirname(os.path.abspath(metrics_file)), name)
+
+
 def write_textfile(path: str, text: str) -> None:
     """Replace path atomically with text, mode 0644, without touching the directory's mode
     (node_exporter, not root, must read it).

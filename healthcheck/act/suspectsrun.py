@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import json
 import os
-from typing import TYPE_CHECKING, Any, Dict, List, Optional
+from typing import TYPE_CHECKING, Any, Dict, List
 
 from ..fleetmodel import SUSPECTS_STATE_FILE, SUSPECTS_TEXTFILE
 
@@ -21,16 +21,10 @@ if TYPE_CHECKING:
     from ..config import Config
 
 
-def textfile_path(config: "Config") -> Optional[str]:
-    if not config.metrics_file:
-        return None
-    return os.path.join(os.path.dirname(os.path.abspath(config.metrics_file)), SUSPECTS_TEXTFILE)
-
-
 def record(config: "Config", history_line: Dict[str, Any], state_doc: Dict[str, Any], metrics: str) -> List[str]:
     from ..safefile import atomic_write
     from .history import append_line, encode
-    from .metrics import write_textfile
+    from .metrics import textfile_beside, write_textfile
 
     notes: List[str] = []
     try:
@@ -43,8 +37,8 @@ def record(config: "Config", history_line: Dict[str, Any], state_doc: Dict[str, 
     except OSError as exc:
         notes.append(f"cannot write {os.path.join(config.state_dir, SUSPECTS_STATE_FILE)}: "
                      f"{exc.strerror or exc}; --cluster shows no suspects from this run")
-    path = textfile_path(config)
-    if path:
+    if config.metrics_file:
+        path = textfile_beside(config.metrics_file, SUSPECTS_TEXTFILE)
         try:
             write_textfile(path, metrics)
         except OSError as exc:

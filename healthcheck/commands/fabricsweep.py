@@ -311,9 +311,9 @@ def _record(config: Config, report: SweepReport, events: List[LogEvent], err: Te
     except OSError as exc:
         print(f"gpu-healthcheck: --fabric-sweep: cannot write the history: {exc}", file=err)
     if config.metrics_file:
-        from ..act.metrics import write_textfile
+        from ..act.metrics import textfile_beside, write_textfile
 
-        path = os.path.join(os.path.dirname(os.path.abspath(config.metrics_file)), "gpu_healthcheck_fabric.prom")
+        path = textfile_beside(config.metrics_file, "gpu_healthcheck_fabric.prom")
         try:
             write_textfile(path, metrics_text(report, time.time()))
         except OSError as exc:

@@ -244,9 +244,9 @@ def _record(config: Config, job_id: str, result: Optional[GangResult], actions: 
         print(f"gpu-healthcheck: --gang: cannot write the history: {exc}", file=err)
     if config.metrics_file:
         from ..report.gang import FILE_NAME, metrics_text
-        from ..act.metrics import write_textfile
+        from ..act.metrics import textfile_beside, write_textfile
 
-        path = os.path.join(os.path.dirname(os.path.abspath(config.metrics_file)), FILE_NAME)
+        path = textfile_beside(config.metrics_file, FILE_NAME)
         try:
             write_textfile(path, metrics_text(result, nodes, time.time(), runs))
         except OSError as exc:
