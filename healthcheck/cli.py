@@ -46,6 +46,9 @@ class Command(NamedTuple):
     config: str = EXIT
     sigterm: bool = False
     crash: bool = False
+    # a mode that only acts (or writes what acting reads) stops at a refused config; the node
+    # pipeline's modes run their checks report_only and say so (commands/node.py)
+    stop_on_refused: bool = False
 
 
 # mode (the argparse dest of its flag) -> its command; each module is imported only when its mode
@@ -62,18 +65,14 @@ COMMANDS = {
     "check_config": Command("admin", OWN),
     # a report must never add a failure to the job: a bug is one line (jobreport.crashed)
     "job_report": Command("jobreport", QUIET, crash=True),
-    "ack": Command("ack"),
+    "ack": Command("ack", stop_on_refused=True),
     # SIGTERM: the sweep cancels its jobs and drains nothing (commands/fabricsweep.py)
-    "fabric_sweep": Command("fabricsweep", sigterm=True),
-    "gang": Command("gang"),
+    "fabric_sweep": Command("fabricsweep", sigterm=True, stop_on_refused=True),
+    "gang": Command("gang", stop_on_refused=True),
     "suspects": Command("suspects"),
     "replay_failures": Command("suspects"),
 }
 
-
-# Modes that only act (or write what acting reads) stop at a refused config; the node
-# pipeline's modes run their checks report_only and say so (commands/node.py).
-_STOP_ON_REFUSED = ("fabric_sweep", "gang", "ack")
 
 
 def _on_sigterm(signum: int, frame: object) -> None:
@@ -263,7 +262,7 @@ def _guarded(mode: str, command: Command, args: "argparse.Namespace", started: f
         config = _config(command.config, args.config)
         if isinstance(config, int):
             return config
-        if config is not None and config.refused and mode in _STOP_ON_REFUSED:
+        if config is not None and config.refused and command.stop_on_refused:
             from .config import refusal_line
 
             print(refusal_line(config.refused), flush=True)
