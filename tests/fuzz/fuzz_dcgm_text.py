@@ -22,7 +22,9 @@ with atheris.instrument_imports():
     from healthcheck.deepmodel import DcgmRead
     from healthcheck.model import GpuSnapshot, Mode, NodeSnapshot
 
-STATUSES = {"pass", "fail", "warn", "skip"}
+# what the readers give (deepmodel.DcgmResult.status): a fail DCGM 4.x graded CONFIG, its own
+# internal error, or UNKNOWN is "config", "internal" or "ungraded" (read/dcgm4.py)
+STATUSES = {"pass", "fail", "warn", "skip", "config", "internal", "ungraded"}
 NODE = NodeSnapshot(host="h", gpus=tuple(GpuSnapshot(i, uuid=f"GPU-{i}") for i in range(8)))
 CTX = CheckContext(Config(), Mode.NODE, level="deep")
 
