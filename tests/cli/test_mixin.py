@@ -286,3 +286,32 @@ def test_jobs_on_unhealthy_gpus_panel_joins_dcgm_exporters_hpc_job(tmp_path):
     path.write_text(json.dumps(test))  # YAML is a superset of JSON
     done = subprocess.run([tool("promtool"), "test", "rules", str(path)], capture_output=True, text=True, timeout=120)
     assert done.returncode == 0, done.stdout + done.stderr
+
+
+def test_dashboards_fit_grafanas_dashboard_schema():
+    """Each generated dashboard against Grafana's own schema, as PyPI's grafana-foundation-sdk
+    models it (tests/lib/grafanaschema.py): every field of the schema's type, no key outside it
+    but those Grafana writes itself.  And the check finds what Grafana would not take."""
+    pytest.importorskip("grafana_foundation_sdk", reason="Grafana's dashboard schema comes from PyPI's "
+                        "grafana-foundation-sdk (.ci/run installs it); the structural checks above still run")
+    from tests.lib.grafanaschema import schema_problems
+
+    for path in DASHBOARDS:
+        assert schema_problems(json.loads(path.read_text())) == [], path.name
+    fleet = json.loads(DASHBOARDS[0].read_text())
+    broken = json.loads(json.dumps(fleet))
+    broken["schemaVersion"] = "39"
+    broken["panels"][0]["options"]["colorMode"] = "loud"
+    broken["panels"][0]["gridPos"]["w"] = "6"
+    broken["panels"][1]["fieldConfig"]["defaults"]["thresholds"]["mode"] = "relative"
+    broken["templating"]["list"][1]["type"] = "sql"
+    broken["panels"][2]["targets"][0]["legend"] = "out"
+    assert schema_problems(broken) == [
+        ".schema_version: '39' is not an int",
+        ".panels[0].grid_pos.w: '6' is not an int",
+        ".panels[0].options.color_mode: 'loud' is not one of ['value', 'background', 'background_solid', 'none']",
+        ".panels[1].field_config.defaults.thresholds.mode: 'relative' is not one of ['absolute', 'percentage']",
+        ".templating.list_val[1].type_val: 'sql' is not one of ['query', 'adhoc', 'constant', 'datasource', "
+        "'interval', 'textbox', 'custom', 'system']",
+        "panels[2].targets[0].legend: not in Grafana's schema",
+    ]
