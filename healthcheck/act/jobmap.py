@@ -101,9 +101,10 @@ def update(directory: str, job_id: str, gpus: Optional[Sequence[int]],
 
 
 def _usable_dir(directory: str, create: bool) -> None:
-    if create:
+    if create and not os.path.isdir(directory):
         try:
             os.makedirs(directory, mode=0o755, exist_ok=True)
+            os.chmod(directory, 0o755)  # whatever slurmd's umask: dcgm-exporter may not be root
         except OSError as exc:
             raise JobMapError(exc.errno, f"cannot create {directory}: {exc.strerror}") from None
     st = os.stat(directory)

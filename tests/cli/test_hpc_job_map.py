@@ -113,3 +113,13 @@ def test_hpc_job_map_concurrent_prologs_and_epilogs_on_a_shared_gpu_lose_no_line
     all_at_once("--epilog")
     assert gpu_files(jobmap) == {}
     assert sorted(os.listdir(jobmap)) == [".gpu-healthcheck.lock"]
+
+
+def test_hpc_job_map_writes_nothing_for_gpus_it_cannot_map_and_says_so(node, tmp_path):
+    """SLURM_JOB_GPUS names a gres index gres.conf does not have: no GPU is guessed."""
+    jobmap = tmp_path / "jobmap"
+    node.write_config(f'hpc_job_mapping_dir = "{jobmap}"\njournal = false\n')
+    done = node.run("--prolog", env={**JOB, "SLURM_JOB_GPUS": "9"})
+    assert done.rc == 0, done.stderr
+    assert f"hpc_job_mapping_dir {jobmap}: job 42 not written: its GPUs are not known (SLURM_JOB_GPUS=9" in done.stderr
+    assert not jobmap.exists() or gpu_files(jobmap) == {}
