@@ -66,6 +66,7 @@ class Config(NamedTuple):
     history_file: Optional[str] = _D["history_file"]
     history_max_bytes: int = _D["history_max_bytes"]
     metrics_file: Optional[str] = _D["metrics_file"]
+    hpc_job_mapping_dir: Optional[str] = _D["hpc_job_mapping_dir"]
     journal: bool = _D["journal"]
     drain: DrainConfig = DrainConfig()
     probe: ProbeConfig = ProbeConfig()

@@ -146,6 +146,12 @@ KEYS: Dict[str, Key] = {
     "metrics_file": Key("str", None, "node_exporter textfile output, e.g. "
                         "/var/lib/node_exporter/gpu_healthcheck.prom.",
                         unset="no node_exporter textfile", see="observability.md"),
+    "hpc_job_mapping_dir": Key("str", None, "dcgm-exporter's --hpc-job-mapping-dir "
+                               "(DCGM_HPC_JOB_MAPPING_DIR): the prolog of a job that starts adds its job id to "
+                               "the file of each of its GPUs (named by GPU index, one job id a line), the "
+                               "epilog takes it out, so that dcgm-exporter labels the GPU's series with "
+                               "hpc_job.", unset="no job mapping written",
+                               see="observability.md#jobs-on-gpus-dcgm-exporters-hpc_job"),
     "journal": Key("bool", True, "Send entries to journald where its socket exists."),
 
     "drain.max_fraction": Key("float", 0.1, "Share of the cluster's GPU nodes this tool may hold "

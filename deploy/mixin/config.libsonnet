@@ -39,6 +39,12 @@
     lemonKinds: 'lemon|remediations',
     // Dashboards: how many repeat nodes the Fleet dashboard lists.
     topRepeatNodes: 10,
+    // The dcgm-exporter series the Fleet dashboard's "Jobs on unhealthy GPUs" reads the
+    // `hpc_job` label from (dcgm-exporter adds it to every series of a GPU that the prolog wrote
+    // into its --hpc-job-mapping-dir: config hpc_job_mapping_dir); one its default counters have.
+    dcgmJobMetric: 'DCGM_FI_DEV_GPU_TEMP',
+    // and its selector (the job that scrapes dcgm-exporter); empty: any.
+    dcgmExporterSelector: '',
 
     // Where each alert's runbook_url points: the anchor is the alert's name in lower case.
     runbookURLPattern: 'file:///usr/share/doc/gpu-healthcheck/docs/runbook.md#%s',

@@ -42,7 +42,7 @@ if TYPE_CHECKING:
     from ..model import LogEvent, RunOutcome
 
 SCHEMA = 1
-LOGGED_KINDS = ("drain", "resume", "refused", "pending", "error", "repair")
+LOGGED_KINDS = ("drain", "resume", "refused", "pending", "error", "repair", "jobmap")
 MAX_MESSAGE_CHARS = 2000  # one line stays small enough that the size bound means something
 MAX_ITEMS = 64  # findings / events kept per line; the rest are counted, not lost silently
 # An event's field: it was written to the journal and the history when it happened

@@ -11,6 +11,8 @@
   file still keeps every run.
 - history: always (history.py).
 - metrics: when metrics_file is set (metrics.py).
+- dcgm-exporter's job mapping: prolog and epilog, when hpc_job_mapping_dir is set (jobmap.py);
+  first, so that what it did is in the journal and the history line.
 
 A sink that fails never raises out of here and never changes the exit code, which slurmd acts
 on: it costs one line on stderr naming the sink and its path.
@@ -48,6 +50,13 @@ def emit(outcome: "RunOutcome", config: "Config", mode: "Mode", err: Optional[Te
 
     err = err if err is not None else sys.stderr
     mode_name = getattr(mode, "value", str(mode))
+    if config.hpc_job_mapping_dir and mode in (Mode.PROLOG, Mode.EPILOG):
+        try:  # first, so that its line reaches the journal and the history with the run's
+            from .jobmap import job_map_events
+
+            outcome.events.extend(job_map_events(config, outcome, mode))
+        except Exception as exc:  # noqa: BLE001 - a sink must not change slurmd's exit code
+            print(f"gpu-healthcheck: hpc job map sink failed: {config.hpc_job_mapping_dir}: {exc}", file=err)
     limit = 2 if mode is Mode.NODE else 5
     fallback: Set[int] = set()
     if config.journal:

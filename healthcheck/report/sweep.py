@@ -21,6 +21,9 @@ Metrics (node_exporter's textfile collector reads every *.prom of its folder):
     gpu_healthcheck_fabric_busbw_gbps{node,partner}      the last bus bandwidth of each job a
                                                          node ran with a partner (GB/s)
     gpu_healthcheck_fabric_sweep_nodes{outcome}          nodes by outcome (bad, transient, ...)
+    gpu_healthcheck_fabric_sweep_node_outcome{node,outcome}  1 per node the last sweep judged,
+                                                         with its outcome (the mixin counts a
+                                                         bad one out of the healthy nodes)
     gpu_healthcheck_fabric_sweep_rounds, _jobs           the last sweep's rounds and jobs
     gpu_healthcheck_fabric_sweep_last_run_timestamp_seconds
 """
@@ -166,6 +169,14 @@ def metrics_text(report: "SweepReport", now: float) -> str:
          "ran with a partner (GB/s, nccl-tests busbw at the largest size).", busbw_samples(report)),
         ("gpu_healthcheck_fabric_sweep_nodes", "gauge", "Nodes of the last fabric sweep by outcome.",
          [({"outcome": o}, float(c)) for o, c in counts.items()]),
+        # per node, so that the fleet rules can join a bad node to its own series (hostname =
+        # node): the sweep drains it from this host, and the node's own textfile knows nothing
+        # of it until the repair loop takes it.  Labels stay bounded: the swept nodes, and the
+        # five outcomes.
+        ("gpu_healthcheck_fabric_sweep_node_outcome", "gauge", "1 per node the last fabric sweep "
+         "judged, labelled with its outcome (bad, transient, unknown, pass, skipped).",
+         [({"node": n.node, "outcome": n.outcome}, 1.0)
+          for n in sorted(outcome.nodes if outcome else (), key=lambda n: n.node)]),
         ("gpu_healthcheck_fabric_sweep_rounds", "gauge", "Rounds of the last fabric sweep.",
          [({}, float(outcome.rounds if outcome else 0))]),
         ("gpu_healthcheck_fabric_sweep_jobs", "gauge", "Slurm jobs of the last fabric sweep.",

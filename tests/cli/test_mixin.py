@@ -193,7 +193,8 @@ def test_dashboards_have_the_variables_legends_and_layout_their_users_expect():
         doc = json.loads(path.read_text())
         assert doc["uid"] and doc["title"] and doc["schemaVersion"] >= 36
         variables = {v["name"]: v for v in doc["templating"]["list"]}
-        assert list(variables) == ["datasource", "cluster", "hostname", "gpu"]
+        assert list(variables)[:4] == ["datasource", "cluster", "hostname", "gpu"]
+        assert list(variables)[4:] == (["hpc_job"] if "fleet" in path.name else []), path.name
         assert variables["datasource"]["type"] == "datasource" and variables["datasource"]["query"] == "prometheus"
         ids = [p["id"] for p in doc["panels"]]
         assert len(ids) == len(set(ids))
@@ -240,3 +241,77 @@ def test_cluster_view_points_to_the_runbook_and_the_runbook_covers_every_class(n
     table = text[text.index("## Checks"):text.index("## Alerts")]
     missing = [c for c in CATALOGUE if f"`{c}`" not in table]
     assert not missing, f"docs/runbook.md's check table lacks {missing}"
+
+
+# dcgm-exporter 4.8's labels on a GPU's series (its `hostname` was `Hostname` before), with the
+# scrape's own (cluster, instance, job) and the `hpc_job` its hpc mapper adds once per line of
+# the GPU's job file: GPU 0 runs job 11, GPU 1 (shared) jobs 12 and 13, GPU 2 no job.
+DCGM_LABELS = ('cluster="c1",instance="gpu-a:9400",job="dcgm",hostname="gpu-a",device="nvidia{gpu}",'
+               'modelName="NVIDIA H100 80GB HBM3",UUID="GPU-a{gpu}",pci_bus_id="00000000:{gpu}8:00.0",gpu="{gpu}"')
+
+
+def test_jobs_on_unhealthy_gpus_panel_joins_dcgm_exporters_hpc_job(tmp_path):
+    """The Fleet panel's own query (from the dashboard JSON, its variables set as Grafana
+    would) on promtool: the jobs on gpu-a's GPU 1, whose remap is pending, and only those."""
+    fleet = json.loads((MIXIN / "dashboards_out" / "gpu-healthcheck-fleet.json").read_text())
+    [panel] = [p for p in fleet["panels"] if p["title"] == "Jobs on unhealthy GPUs"]
+    [target] = panel["targets"]
+    assert target["legendFormat"] == "{{hostname}} GPU {{gpu}} job {{hpc_job}}"
+    metric = re.match(r"group by \([^)]*\) \((\w+)\{", target["expr"]).group(1)
+    [variable] = [v for v in fleet["templating"]["list"] if v["name"] == "hpc_job"]
+    assert variable["definition"].startswith(f"label_values({metric}{{") and variable["definition"].endswith(", hpc_job)")
+    ours = 'cluster="c1",hostname="gpu-a",instance="gpu-a:9100",job="node"'
+    series = [(f'gpu_healthcheck_verdict{{{ours},mode="node",verdict="pass"}}', "1x10"),
+              (f'gpu_healthcheck_last_run_timestamp_seconds{{{ours},mode="node"}}', "0+60x10"),
+              (f'gpu_healthcheck_repair_state{{{ours},state="in_service"}}', "1x10")]
+    for gpu in (0, 1, 2):
+        labels = f'{ours},gpu="{gpu}",uuid="GPU-a{gpu}"'
+        series += [(f"gpu_healthcheck_gpu_lost{{{labels}}}", "0x10"),
+                   (f"gpu_healthcheck_gpu_remap_pending{{{labels}}}", "1x10" if gpu == 1 else "0x10")]
+    dcgm = DCGM_LABELS
+    series += [(f'{metric}{{{dcgm.format(gpu=0)},hpc_job="11"}}', "40x10"),
+               (f'{metric}{{{dcgm.format(gpu=1)},hpc_job="12"}}', "41x10"),
+               (f'{metric}{{{dcgm.format(gpu=1)},hpc_job="13"}}', "41x10"),
+               (f"{metric}{{{dcgm.format(gpu=2)}}}", "42x10")]
+
+    def expect(hpc_job, jobs):
+        expr = target["expr"].replace("$cluster", ".*").replace("$hpc_job", hpc_job)
+        samples = [{"labels": f'{{cluster="c1",gpu="1",hostname="gpu-a",hpc_job="{j}"}}', "value": 1} for j in jobs]
+        return {"expr": expr, "eval_time": "5m", "exp_samples": samples}
+
+    test = {"rule_files": [str(MIXIN / "prometheus_rules.yaml")], "evaluation_interval": "1m",
+            "tests": [{"interval": "1m", "input_series": [{"series": s, "values": v} for s, v in series],
+                       "promql_expr_test": [expect(".*", ["12", "13"]), expect("13", ["13"]), expect("11", [])]}]}
+    path = tmp_path / "jobs.yaml"
+    path.write_text(json.dumps(test))  # YAML is a superset of JSON
+    done = subprocess.run([tool("promtool"), "test", "rules", str(path)], capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stdout + done.stderr
+
+
+def test_dashboards_fit_grafanas_dashboard_schema():
+    """Each generated dashboard against Grafana's own schema, as PyPI's grafana-foundation-sdk
+    models it (tests/lib/grafanaschema.py): every field of the schema's type, no key outside it
+    but those Grafana writes itself.  And the check finds what Grafana would not take."""
+    pytest.importorskip("grafana_foundation_sdk", reason="Grafana's dashboard schema comes from PyPI's "
+                        "grafana-foundation-sdk (.ci/run installs it); the structural checks above still run")
+    from tests.lib.grafanaschema import schema_problems
+
+    for path in DASHBOARDS:
+        assert schema_problems(json.loads(path.read_text())) == [], path.name
+    fleet = json.loads(DASHBOARDS[0].read_text())
+    broken = json.loads(json.dumps(fleet))
+    broken["schemaVersion"] = "39"
+    broken["panels"][0]["options"]["colorMode"] = "loud"
+    broken["panels"][0]["gridPos"]["w"] = "6"
+    broken["panels"][1]["fieldConfig"]["defaults"]["thresholds"]["mode"] = "relative"
+    broken["templating"]["list"][1]["type"] = "sql"
+    broken["panels"][2]["targets"][0]["legend"] = "out"
+    assert schema_problems(broken) == [
+        ".schema_version: '39' is not an int",
+        ".panels[0].grid_pos.w: '6' is not an int",
+        ".panels[0].options.color_mode: 'loud' is not one of ['value', 'background', 'background_solid', 'none']",
+        ".panels[1].field_config.defaults.thresholds.mode: 'relative' is not one of ['absolute', 'percentage']",
+        ".templating.list_val[1].type_val: 'sql' is not one of ['query', 'adhoc', 'constant', 'datasource', "
+        "'interval', 'textbox', 'custom', 'system']",
+        "panels[2].targets[0].legend: not in Grafana's schema",
+    ]

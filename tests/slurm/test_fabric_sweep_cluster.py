@@ -7,6 +7,7 @@ a child process with the cluster's Slurm clients on PATH."""
 from __future__ import annotations
 
 import json
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -78,6 +79,10 @@ def test_fabric_sweep_finds_and_drains_the_slow_node_and_no_healthy_one(tmp_path
         prom = (tmp_path / "metrics" / "gpu_healthcheck_fabric.prom").read_text()
         assert 'gpu_healthcheck_fabric_busbw_gbps{node="gpu-c",partner="gpu-d"} 41.2' in prom
         assert 'gpu_healthcheck_fabric_sweep_nodes{outcome="bad"} 1' in prom
+        # per node, for the mixin's node-health join: each judged node once, with its outcome
+        per_node = re.findall(r'^gpu_healthcheck_fabric_sweep_node_outcome\{node="([^"]+)",outcome="([^"]+)"\} 1$', prom, re.M)
+        assert dict(per_node) == {n: v["outcome"] for n, v in nodes.items()} and len(per_node) == len(nodes)
+        assert ("gpu-c", "bad") in per_node and ("gpu-d", "transient") in per_node
         history = (tmp_path / "sweep-state" / "history.jsonl").read_text().splitlines()
         assert json.loads(history[-1])["mode"] == "fabric-sweep"
         assert json.loads((tmp_path / "sweep-state" / "fabric-unknown.json").read_text())["nodes"] == []

@@ -120,6 +120,10 @@ def test_fabric_sweep_records_history_and_metrics() -> None:
     prom = metrics_text(report, 1.0)
     assert 'gpu_healthcheck_fabric_busbw_gbps{node="gpu-d",partner="gpu-c"} 41.2' in prom
     assert 'gpu_healthcheck_fabric_sweep_nodes{outcome="bad"} 1' in prom and "gpu_healthcheck_fabric_sweep_rounds 3" in prom
+    # one series per judged node, for the mixin's node-health join (node = hostname)
+    per_node = [line for line in prom.splitlines() if line.startswith("gpu_healthcheck_fabric_sweep_node_outcome{")]
+    assert per_node == ['gpu_healthcheck_fabric_sweep_node_outcome{node="gpu-a",outcome="pass"} 1',
+                        'gpu_healthcheck_fabric_sweep_node_outcome{node="gpu-c",outcome="bad"} 1']
 
 
 # A pair passes only when its output proves it spanned both nodes (issue 36, case 6), on real

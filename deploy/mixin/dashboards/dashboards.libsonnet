@@ -58,9 +58,20 @@ local g = import 'lib.libsonnet';
         g.bargauge('Suspects and lemons', "The last --suspects run's suspects by rule (black_hole, lemon, remediations, ...), and the lemon nodes among them. Suspects stay in service: statistics never drain a node.",
                    [g.target('%s:gpu_healthcheck_suspects:count%s' % [cl, f()], '{{kind}}'),
                     g.target('%s:gpu_healthcheck_lemons:count%s' % [cl, f()], 'lemon nodes')]),
+        // dcgm-exporter's series carry `hpc_job` (config hpc_job_mapping_dir) and the same
+        // hostname and gpu labels as ours: the jobs running on a GPU this tool calls unhealthy
+        g.table('Jobs on unhealthy GPUs', "Slurm jobs (dcgm-exporter's hpc_job label, written by the prolog into its job mapping directory: config hpc_job_mapping_dir) running on a GPU that is not healthy (lost, a remap or retirement pending or failed, or on a node out of service); empty without dcgm-exporter's --hpc-job-mapping-dir.",
+                [g.target(|||
+                  group by (%(cl)s, %(host)s, gpu, hpc_job) (%(dcgm)s%(dsel)s)
+                  and on (%(cl)s, %(host)s, gpu)
+                  (instance_gpu:gpu_healthcheck_gpu_healthy:bool%(sel)s == 0)
+                ||| % { cl: cl, host: host, dcgm: c.dcgmJobMetric, sel: f(),
+                        dsel: '{' + std.join(', ', std.filter(function(p) p != '', [
+                          c.dcgmExporterSelector, '%s=~"$cluster"' % cl, 'hpc_job=~"$hpc_job"', 'hpc_job!=""'])) + '}' },
+                          gpuLegend + ' job {{hpc_job}}')]),
         g.table('Suspects', "One row per suspect of the last --suspects run: its node, rule (kind) and score (larger is worse); `gpu-healthcheck --suspects` on the admin host prints the evidence.",
                 [g.target('max by (node, kind, serial) (gpu_healthcheck_suspect_score%s)' % f(), '{{node}} {{kind}}')]),
-      ]),
+      ], variables=[g.hpcJobVariable(c)]),
 
     'gpu-healthcheck-node.json': g.dashboard(c, 'gpu-healthcheck-node', 'GPU health / Node',
       "One node's GPUs: each GPU's state, ECC errors and row-remap headroom, the checks' findings, and its repair history (annotations).",

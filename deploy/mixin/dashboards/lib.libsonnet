@@ -78,7 +78,8 @@
     current: { selected: true, text: ['All'], value: ['$__all'] },
   },
 
-  templating(cfg):: {
+  // extra: variables of one dashboard after the four every dashboard has
+  templating(cfg, extra=[]):: {
     list: [
       {
         name: 'datasource',
@@ -97,10 +98,19 @@
       $.variable('gpu', 'GPU',
                  'label_values(gpu_healthcheck_gpu_lost{%s=~"$cluster", %s=~"$hostname"}, gpu)'
                  % [cfg.clusterLabel, cfg.hostnameLabel]),
-    ],
+    ] + extra,
   },
 
-  dashboard(cfg, uid, title, description, panels, annotations=[]):: {
+  // dcgm-exporter's `hpc_job` label (the Slurm job ids the prolog writes into its job mapping
+  // directory): the jobs on the chosen hosts' GPUs
+  hpcJobVariable(cfg)::
+    $.variable('hpc_job', 'Slurm job',
+               'label_values(%s{%s}, hpc_job)'
+               % [cfg.dcgmJobMetric, std.join(', ', std.filter(function(p) p != '', [
+                 cfg.dcgmExporterSelector, '%s=~"$cluster"' % cfg.clusterLabel,
+                 '%s=~"$hostname"' % cfg.hostnameLabel]))]),
+
+  dashboard(cfg, uid, title, description, panels, annotations=[], variables=[]):: {
     uid: uid,
     title: title,
     description: description,
@@ -113,7 +123,7 @@
     version: 1,
     time: { from: 'now-7d', to: 'now' },
     timepicker: {},
-    templating: $.templating(cfg),
+    templating: $.templating(cfg, variables),
     annotations: {
       list: [{
         builtIn: 1,

@@ -29,6 +29,21 @@
     ['reboot_succeeded', 'gpu_healthcheck_repairs_succeeded_reboot_total'],
     ['rma', 'gpu_healthcheck_gpus_marked_rma_total'],
   ],
+  // the node's own view: its last --node run and its repair state
+  local own = |||
+    max without (mode, verdict) (
+      gpu_healthcheck_verdict%(pass)s
+      and on (%(node)s) (time() - gpu_healthcheck_last_run_timestamp_seconds%(run)s < %(age)d)
+      or on (%(node)s) (gpu_healthcheck_verdict%(pass)s * 0)
+    )
+    * on (%(node)s) group_left ()
+    (1 - (max without (state) (gpu_healthcheck_repair_state%(out)s)
+          or on (%(node)s) max without (mode, verdict) (gpu_healthcheck_verdict%(run)s * 0)))
+  ||| % { pass: s('mode="node", verdict=~"pass|warn"'), run: s('mode="node"'), out: s('state!="in_service"'),
+          node: node, age: c.healthyMaxAgeSeconds },
+  // the last fabric sweep's bad nodes, with the hostname label set to the sweep's node label
+  sweepBad:: 'label_replace(gpu_healthcheck_fabric_sweep_node_outcome%s, "%s", "$1", "node", "(.+)")'
+             % [s('outcome="bad"'), c.hostnameLabel],
   local succeeded(action) = tag('gpu_healthcheck_repairs_succeeded_%s_total%s' % [action, s()], 'action', action),
 
   prometheusRules+:: {
@@ -36,19 +51,19 @@
       {
         name: 'gpu-healthcheck-health.rules',
         rules: [
-          // 1 when the node's last --node run passed (or only warned), is recent and the node
-          // is not out of service by the repair loop's state; 0 otherwise.
+          // 1 when the node's last --node run passed (or only warned), is recent, the node is
+          // not out of service by the repair loop's state and the last fabric sweep did not
+          // find it bad; 0 otherwise.  The sweep drains a bad node from the submit host, so
+          // the node's own textfile says nothing of it until the repair loop takes it: its
+          // per-node outcome is joined on the hostname label (= the sweep's node label).
           record('instance:gpu_healthcheck_node_healthy:bool', |||
-            max without (mode, verdict) (
-              gpu_healthcheck_verdict%(pass)s
-              and on (%(node)s) (time() - gpu_healthcheck_last_run_timestamp_seconds%(run)s < %(age)d)
-              or on (%(node)s) (gpu_healthcheck_verdict%(pass)s * 0)
-            )
-            * on (%(node)s) group_left ()
-            (1 - (max without (state) (gpu_healthcheck_repair_state%(out)s)
-                  or on (%(node)s) max without (mode, verdict) (gpu_healthcheck_verdict%(run)s * 0)))
-          ||| % { pass: s('mode="node", verdict=~"pass|warn"'), run: s('mode="node"'), out: s('state!="in_service"'),
-                  node: node, age: c.healthyMaxAgeSeconds }),
+            (
+            %(own)s)
+            unless on (%(cl)s, %(host)s) %(bad)s
+            or
+            (
+            %(own)s) * 0
+          ||| % { own: own, cl: cl, host: c.hostnameLabel, bad: $.sweepBad }),
           // 1 per GPU that is not lost, has no remap or retirement pending or failed, on a
           // healthy node; 0 otherwise.
           record('instance_gpu:gpu_healthcheck_gpu_healthy:bool', |||
@@ -76,15 +91,18 @@
                    tag('gpu_healthcheck_repair_state%s == 1' % s('state=~"%s"' % o.states), 'reason', o.reason)
                    for o in $.outClasses
                  ]) + '\n'),
-          // nodes out by reason class; the fabric class adds the last sweep's bad nodes
-          // (the sweep drains them from the submit host: their own textfile does not know)
+          // nodes out by reason class; the fabric class adds the last sweep's bad nodes (the
+          // sweep drains them from the submit host: their own textfile does not know) that
+          // the repair loop has not taken yet, so that each node counts once
           record('%s:gpu_healthcheck_nodes_out:sum' % cl, |||
             sum by (%(cl)s, reason) (
               instance:gpu_healthcheck_node_out:reason
               or
-              %(fabric)s
+              (%(fabric)s
+               unless on (%(cl)s, %(host)s) instance:gpu_healthcheck_node_out:reason)
             )
-          ||| % { cl: cl, fabric: tag('gpu_healthcheck_fabric_sweep_nodes%s' % s('outcome="bad"'), 'reason', 'fabric') }),
+          ||| % { cl: cl, host: c.hostnameLabel,
+                  fabric: tag('max by (%s, %s) (%s)' % [cl, c.hostnameLabel, $.sweepBad], 'reason', 'fabric') }),
         ],
       },
       {
