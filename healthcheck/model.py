@@ -376,6 +376,10 @@ class Finding(NamedTuple):
     # no longer lists (gpu.count: a GPU gone from the bus, known from an earlier run)
     pci: Optional[str] = None
     serial: Optional[str] = None  # that missing GPU's serial, where it was known
+    # a multi-node check's finding (checks/internode.py): the node it is about (gpu is then
+    # None), and the partners its collectives failed with
+    node: Optional[str] = None
+    partners: Tuple[str, ...] = ()
 
     @property
     def drains(self) -> bool:

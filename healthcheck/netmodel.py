@@ -2,7 +2,9 @@
 them (filled by healthcheck.read.infiniband, judged by healthcheck.checks.network), and the
 fabric tests' outputs: nccl-tests' (NcclRun, filled by read/nccltests.py), perftest's
 ib_write_bw's (IbRun, read/perftest.py) and a fabric job's sections (JobSection,
-read/fabricjob.py), judged by decide/sweep.py, decide/fabricjob.py and decide/gang.py.
+read/fabricjob.py), judged by decide/sweep.py, decide/fabricjob.py and decide/gang.py; and
+what the search for a bad node concludes of each node (NodeOutcome), which the multi-node checks
+(checks/internode.py) turn into findings.
 
     port = IbPort(hca="mlx5_0", port=1, state=4, phys_state=5, rate_gbps=400.0, ...)
     port.name        # "mlx5_0:1", how the config, findings and the drain reason name it
@@ -190,3 +192,15 @@ class JobSection(NamedTuple):
     last_line: str = "no output"  # its last line, to quote
     nccl: NcclRun = NcclRun()  # the collective's output read (rails: empty)
     ib: IbRun = IbRun()  # a rail's ib_write_bw output read (the collective: empty)
+
+
+# What the search for a bad node concludes of one node (decide/sweep.py's planner, decide/gang.py)
+BAD, TRANSIENT, UNKNOWN, PASS, SKIPPED = "bad", "transient", "unknown", "pass", "skipped"
+
+
+class NodeOutcome(NamedTuple):
+    node: str
+    outcome: str  # bad | transient | unknown | pass | skipped
+    busbw_gbps: Optional[float] = None  # the figure that decided (a bad node's worst)
+    partners: Tuple[str, ...] = ()
+    why: str = ""  # "busbw=41.2<100", "NCCL WARN ...", "passed with gpu-c,gpu-e"

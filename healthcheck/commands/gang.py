@@ -42,7 +42,7 @@ from ..act.gangrun import GangError, GangRunner, node_groups
 from ..config import Config
 from ..decide.exitcodes import CONFIG_ERROR, fabric_exit
 from ..decide.gang import (FAILED, LINE, PASSED, SINGLE, GangPlan, GangResult, gang_reason, job_lines, parse_show_job,
-                           step_user, suspects)
+                           step_user)
 from ..decide.sweep import FABRIC_PREFIX, JobResult, Thresholds
 from ..model import CRIT, ERR, NOTICE, DoorError, LogEvent, Outcome
 from ..records import NamedTuple
@@ -221,12 +221,11 @@ def _record(config: Config, job_id: str, result: Optional[GangResult], actions: 
             runs: Sequence[JobResult] = ()) -> None:
     """The privileged side's history line, journal entries and metrics textfile; a failure is
     said, never a crash."""
-    named = suspects(result) if result else []
-    doubtful = [n for n in result.others if n.node in named] if result else []
-    findings = [{"check": "fabric.gang", "severity": severity, "gpu": None, "node": n.node,
-                 "value": n.busbw_gbps, "partners": list(n.partners), "message": f"{n.node}: {n.why}"}
-                for severity, group in (("fail", result.bad if result else ()), ("unknown", doubtful))
-                for n in group]
+    from ..checks.internode import check_fabric_gang
+    from ..historyline import encode, finding_item
+
+    findings = [finding_item(f) for n in ((*result.bad, *result.others) if result else ())
+                for f in check_fabric_gang(n)]
     drained = [n for n, t in actions.items() if t == Outcome.APPLIED.value]
     record = {"time": iso_utc(time.time()), "mode": "gang", "job_id": job_id,
               "verdict": "unknown" if result is None else "fail" if result.bad else
@@ -237,7 +236,7 @@ def _record(config: Config, job_id: str, result: Optional[GangResult], actions: 
                          "dry_run": any(t == Outcome.REPORT_ONLY.value for t in actions.values())},
               "events": [{"kind": e.kind, "message": e.message[:500]} for e in events][:50]}
     try:
-        from ..act.history import append_line, encode
+        from ..act.history import append_line
 
         append_line(config.history_path(), encode(record), config.history_max_bytes)
     except OSError as exc:

@@ -95,14 +95,12 @@ def write_report(report: "SweepReport", as_json: bool, out: TextIO) -> None:
 
 def history_record(report: "SweepReport", events: Sequence["LogEvent"], now: float) -> Dict[str, Any]:
     outcome = report.outcome
-    findings = []
-    for node in outcome.nodes if outcome else ():
-        if node.outcome in (BAD, UNKNOWN, TRANSIENT) or node.node in report.retested:
-            findings.append({"check": "fabric.busbw", "severity": {BAD: "fail", UNKNOWN: "unknown"}.get(
-                                 node.outcome, "info"), "retest": node.node in report.retested,
-                             "gpu": None, "node": node.node, "value": node.busbw_gbps,
-                             "message": f"{node.node}: {node.outcome}: {node.why}",
-                             "partners": list(node.partners)})
+    from ..checks.internode import check_fabric_busbw
+    from ..historyline import finding_item
+
+    findings = [finding_item(f, retest=node.node in report.retested)
+                for node in (outcome.nodes if outcome else ())
+                for f in check_fabric_busbw(node, node.node in report.retested)]
     # a drain of the sweep's ("applied"), or of a re-tested node's ("drained", "rma", "kept")
     drained = [(n, r) for n, (taken, r) in report.actions.items() if taken in ("applied", "drained", "rma", "kept")]
     resumed = [n for n, (taken, _) in report.actions.items() if taken == "resumed"]
