@@ -16,6 +16,7 @@ cannot be read is named in `unreadable`, which the checks report as unknown, nev
 
 from __future__ import annotations
 
+import enum
 from typing import Optional, Tuple
 
 from .records import NamedTuple
@@ -194,13 +195,49 @@ class JobSection(NamedTuple):
     ib: IbRun = IbRun()  # a rail's ib_write_bw output read (the collective: empty)
 
 
-# What the search for a bad node concludes of one node (decide/sweep.py's planner, decide/gang.py)
-BAD, TRANSIENT, UNKNOWN, PASS, SKIPPED = "bad", "transient", "unknown", "pass", "skipped"
+class Word(str, enum.Enum):
+    """An outcome typed in the code and printed as its word at the edges: str(), an f-string
+    and JSON give the value ("bad"), as the table, the history, the journal and the metrics'
+    labels always printed it."""
+
+    def __str__(self) -> str:
+        return str(self.value)
+
+    def __format__(self, spec: str) -> str:
+        return format(str(self.value), spec)
+
+
+class NodeVerdict(Word):
+    """What the search for a bad node concludes of one node (decide/sweep.py's planner,
+    decide/gang.py): bad (drained), transient (history only), unknown (tested first at the next
+    sweep), pass, skipped (never ran: no evidence either way)."""
+
+    BAD = "bad"
+    TRANSIENT = "transient"
+    UNKNOWN = "unknown"
+    PASS = "pass"
+    SKIPPED = "skipped"
+
+
+BAD, TRANSIENT, UNKNOWN, PASS, SKIPPED = (NodeVerdict.BAD, NodeVerdict.TRANSIENT, NodeVerdict.UNKNOWN,
+                                          NodeVerdict.PASS, NodeVerdict.SKIPPED)
+
+
+class GangOutcome(Word):
+    """What one gang check concludes of its job (decide/gang.py): passed, failed (a node was
+    found bad), single (one node: nothing to check), unknown (failed, and no node could be
+    named); could_not_run (setup, never a node's fault) is the metrics' word for no result."""
+
+    PASSED = "passed"
+    FAILED = "failed"
+    SINGLE = "single"
+    UNKNOWN = "unknown"
+    COULD_NOT_RUN = "could_not_run"
 
 
 class NodeOutcome(NamedTuple):
     node: str
-    outcome: str  # bad | transient | unknown | pass | skipped
+    outcome: NodeVerdict
     busbw_gbps: Optional[float] = None  # the figure that decided (a bad node's worst)
     partners: Tuple[str, ...] = ()
     why: str = ""  # "busbw=41.2<100", "NCCL WARN ...", "passed with gpu-c,gpu-e"

@@ -41,7 +41,7 @@ from __future__ import annotations
 import statistics
 from typing import TYPE_CHECKING, Dict, List, Mapping, Optional, Sequence, Set, Tuple, Union
 
-from ..netmodel import BAD, PASS, SKIPPED, TRANSIENT, UNKNOWN, NcclRun, NodeOutcome
+from ..netmodel import BAD, PASS, SKIPPED, TRANSIENT, UNKNOWN, NcclRun, NodeOutcome, NodeVerdict
 from ..records import NamedTuple
 from .fabricfloor import floor_for, node_floors, node_models, parse_floors
 from .verdict import FABRIC_PREFIX, RMA_TOKEN, is_fabric_reason, sanitise
@@ -127,7 +127,7 @@ class SweepOutcome(NamedTuple):
     results: Tuple[JobResult, ...]
     medians: Medians = Medians()  # what each job was judged against
 
-    def of(self, outcome: str) -> List[str]:
+    def of(self, outcome: NodeVerdict) -> List[str]:
         return [n.node for n in self.nodes if n.outcome == outcome]
 
 

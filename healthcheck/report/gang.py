@@ -33,6 +33,7 @@ from ..decide.gang import FAILED, PASSED, SINGLE, UNKNOWN, GangResult, suspects
 from ..decide.sweep import BAD, PASS, TRANSIENT
 from ..decide.sweep import UNKNOWN as NODE_UNKNOWN
 from ..model import Outcome
+from ..netmodel import GangOutcome
 from .sweep import Samples, pair_samples, render_families
 
 if TYPE_CHECKING:
@@ -64,7 +65,7 @@ def document(result: GangResult, job_id: str, actions: Dict[str, str], requeue: 
             "requeue": requeue}
 
 
-COULD_NOT_RUN = "could_not_run"
+COULD_NOT_RUN = GangOutcome.COULD_NOT_RUN
 OUTCOMES = (PASSED, FAILED, UNKNOWN, SINGLE, COULD_NOT_RUN)
 NODE_OUTCOMES = (BAD, TRANSIENT, NODE_UNKNOWN, PASS)
 FILE_NAME = "gpu_healthcheck_gang.prom"
