@@ -2,6 +2,7 @@
 (act/history.py), the fabric sweep's (report/sweep.py) and the gang check's (commands/gang.py).
 
     item = finding_item(finding, retest=False)   # {"check", "severity", "gpu", "value", "message", ...}
+    events = brief_events(events)               # a multi-node run's [{"kind", "message"}]
     line = encode(record)                       # one JSON line, keys sorted, bytes
 
 A node-local finding carries its GPU's identity (pci_bus_id, serial, uuid: the caller passes
@@ -12,10 +13,10 @@ with.
 from __future__ import annotations
 
 import json
-from typing import TYPE_CHECKING, Any, Dict
+from typing import TYPE_CHECKING, Any, Dict, List, Sequence
 
 if TYPE_CHECKING:
-    from .model import Finding
+    from .model import Finding, LogEvent
 
 MAX_MESSAGE_CHARS = 2000  # one line stays small enough that the size bound means something
 
@@ -39,6 +40,12 @@ def finding_item(finding: "Finding", **where: Any) -> Dict[str, Any]:
     if finding.node is not None:
         where = {"node": finding.node, "partners": list(finding.partners), **where}
     return item(finding.check, finding.severity.value, finding.gpu, finding.value, finding.message, **where)
+
+
+def brief_events(events: Sequence["LogEvent"]) -> List[Dict[str, Any]]:
+    """A multi-node run's events on its line (the sweep's, the gang check's): kind and message,
+    500 characters each, the first 50 (a sweep of many nodes logs one event per drain)."""
+    return [{"kind": e.kind, "message": e.message[:500]} for e in events][:50]
 
 
 def encode(record: Dict[str, Any]) -> bytes:

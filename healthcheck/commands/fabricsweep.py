@@ -307,7 +307,8 @@ def _record(config: Config, report: SweepReport, events: List[LogEvent], err: Te
     from ..report.sweep import history_record, metrics_text
 
     try:
-        from ..act.history import append_line, encode
+        from ..act.history import append_line
+        from ..historyline import encode
 
         append_line(config.history_path(), encode(history_record(report, events, time.time())),
                     config.history_max_bytes)

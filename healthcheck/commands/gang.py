@@ -222,7 +222,7 @@ def _record(config: Config, job_id: str, result: Optional[GangResult], actions: 
     """The privileged side's history line, journal entries and metrics textfile; a failure is
     said, never a crash."""
     from ..checks.internode import check_fabric_gang
-    from ..historyline import encode, finding_item
+    from ..historyline import brief_events, encode, finding_item
 
     findings = [finding_item(f) for n in ((*result.bad, *result.others) if result else ())
                 for f in check_fabric_gang(n)]
@@ -234,7 +234,7 @@ def _record(config: Config, job_id: str, result: Optional[GangResult], actions: 
               "action": {"taken": "drain" if drained else "none",
                          "reason": next((e.message for e in events if e.kind == "drain"), None),
                          "dry_run": any(a.outcome is Outcome.REPORT_ONLY for a in actions.values())},
-              "events": [{"kind": e.kind, "message": e.message[:500]} for e in events][:50]}
+              "events": brief_events(events)}
     try:
         from ..act.history import append_line
 

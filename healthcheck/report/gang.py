@@ -34,7 +34,8 @@ from ..decide.sweep import BAD, PASS, TRANSIENT
 from ..decide.sweep import UNKNOWN as NODE_UNKNOWN
 from ..model import NodeAction, Outcome
 from ..netmodel import GangOutcome
-from .sweep import Samples, pair_samples, render_families
+from ..promtext import Samples, render_families
+from .sweep import pair_samples
 
 if TYPE_CHECKING:
     from ..decide.sweep import JobResult

@@ -31,6 +31,7 @@ import json
 from typing import TYPE_CHECKING, Any, Dict, List, Sequence, TextIO, Tuple
 
 from ..decide.sweep import BAD, PASS, SKIPPED, TRANSIENT, UNKNOWN
+from ..promtext import Samples, render_families
 from ..text import iso_utc
 
 if TYPE_CHECKING:
@@ -96,7 +97,7 @@ def write_report(report: "SweepReport", as_json: bool, out: TextIO) -> None:
 def history_record(report: "SweepReport", events: Sequence["LogEvent"], now: float) -> Dict[str, Any]:
     outcome = report.outcome
     from ..checks.internode import check_fabric_busbw
-    from ..historyline import finding_item
+    from ..historyline import brief_events, finding_item
 
     findings = [finding_item(f, retest=node.node in report.retested)
                 for node in (outcome.nodes if outcome else ())
@@ -111,7 +112,7 @@ def history_record(report: "SweepReport", events: Sequence["LogEvent"], now: flo
             "action": {"taken": "drain" if drained else "resume" if resumed else "none",
                        "reason": drained[0][1] if drained else None,
                        "dry_run": any(t == "report_only" for t, _ in report.actions.values())},
-            "events": [{"kind": e.kind, "message": e.message[:500]} for e in events][:50]}
+            "events": brief_events(events)}
 
 
 def busbw_samples(report: "SweepReport") -> List[Tuple[Dict[str, str], float]]:
@@ -128,30 +129,6 @@ def pair_samples(results: Sequence["JobResult"]) -> List[Tuple[Dict[str, str], f
         a, b = result.job.nodes
         last[(a, b)] = last[(b, a)] = result.busbw_gbps
     return [({"node": n, "partner": p}, v) for (n, p), v in sorted(last.items())]
-
-
-Samples = List[Tuple[Dict[str, str], float]]
-
-
-def _value(value: float) -> str:
-    """A sample's value in full: "3", "41.2", "1795978862.5" (`:g` keeps six digits, which put
-    a time stamp up to 5,000 s off)."""
-    number = float(value)
-    return str(int(number)) if number.is_integer() and abs(number) < 2 ** 53 else repr(number)
-
-
-def render_families(families: Sequence[Tuple[str, str, str, Samples]]) -> str:
-    """(name, kind, help, samples) families in node_exporter's text format, HELP and TYPE for
-    each; a family without samples is left out (the sweep's textfile and the gang check's)."""
-    from ..act.metrics import labels_text
-
-    lines: List[str] = []
-    for name, kind, text, rows in families:
-        if not rows:
-            continue
-        lines += [f"# HELP {name} {text}", f"# TYPE {name} {kind}"]
-        lines += [f"{name}{labels_text(labels)} {_value(value)}" for labels, value in rows]
-    return "\n".join(lines) + "\n"
 
 
 def metrics_text(report: "SweepReport", now: float) -> str:
