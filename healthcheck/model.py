@@ -376,6 +376,10 @@ class Finding(NamedTuple):
     # no longer lists (gpu.count: a GPU gone from the bus, known from an earlier run)
     pci: Optional[str] = None
     serial: Optional[str] = None  # that missing GPU's serial, where it was known
+    # a multi-node check's finding (checks/internode.py): the node it is about (gpu is then
+    # None), and the partners its collectives failed with
+    node: Optional[str] = None
+    partners: Tuple[str, ...] = ()
 
     @property
     def drains(self) -> bool:
@@ -386,7 +390,8 @@ class Outcome(str, enum.Enum):
     """What became of a run's action, or of one step of it (a log event's GPU_HEALTHCHECK_OUTCOME).
 
     A run's NodeAction ends in one of APPLIED, PENDING, REFUSED, ADMIN_OWNED, ALREADY_OURS,
-    REPORT_ONLY or NONE; metrics and history count these, never the wording of a message.  A log
+    REPORT_ONLY or NONE (a remote node's drain also ERROR); metrics and history count these,
+    never the wording of a message.  A log
     event may also be KEPT (a drain left as it is), ACKNOWLEDGED (Xids dealt with), CLEARED (a
     refused drain's note removed) or DROPPED (a stale pending drain).
     """
@@ -402,6 +407,7 @@ class Outcome(str, enum.Enum):
     ACKNOWLEDGED = "acknowledged"
     CLEARED = "cleared"
     DROPPED = "dropped"
+    ERROR = "error"  # a remote drain (Slurm.drain_remote) scontrol did not answer: nothing changed
 
 
 # The JSON document's flags (CONTRACTS §3) for the outcomes that have one: {"refused": true}.
@@ -424,6 +430,12 @@ class NodeAction(NamedTuple):
         """The outcome as the JSON document's action flag ({"refused": True}), if it has one."""
         flag = OUTCOME_FLAGS.get(self.outcome)
         return {flag: True} if flag else {}
+
+    @property
+    def said(self) -> str:
+        """The outcome as its word ("applied", "refused", ...), a remote drain's error with
+        scontrol's message ("error: ..."): what the sweep's and the gang check's output print."""
+        return f"error: {self.detail}" if self.outcome is Outcome.ERROR else self.outcome.value
 
 
 # journald priorities (syslog levels)

@@ -2,7 +2,9 @@
 them (filled by healthcheck.read.infiniband, judged by healthcheck.checks.network), and the
 fabric tests' outputs: nccl-tests' (NcclRun, filled by read/nccltests.py), perftest's
 ib_write_bw's (IbRun, read/perftest.py) and a fabric job's sections (JobSection,
-read/fabricjob.py), judged by decide/sweep.py, decide/fabricjob.py and decide/gang.py.
+read/fabricjob.py), judged by decide/sweep.py, decide/fabricjob.py and decide/gang.py; and
+what the search for a bad node concludes of each node (NodeOutcome), which the multi-node checks
+(checks/internode.py) turn into findings.
 
     port = IbPort(hca="mlx5_0", port=1, state=4, phys_state=5, rate_gbps=400.0, ...)
     port.name        # "mlx5_0:1", how the config, findings and the drain reason name it
@@ -14,6 +16,7 @@ cannot be read is named in `unreadable`, which the checks report as unknown, nev
 
 from __future__ import annotations
 
+import enum
 from typing import Optional, Tuple
 
 from .records import NamedTuple
@@ -190,3 +193,51 @@ class JobSection(NamedTuple):
     last_line: str = "no output"  # its last line, to quote
     nccl: NcclRun = NcclRun()  # the collective's output read (rails: empty)
     ib: IbRun = IbRun()  # a rail's ib_write_bw output read (the collective: empty)
+
+
+class Word(str, enum.Enum):
+    """An outcome typed in the code and printed as its word at the edges: str(), an f-string
+    and JSON give the value ("bad"), as the table, the history, the journal and the metrics'
+    labels always printed it."""
+
+    def __str__(self) -> str:
+        return str(self.value)
+
+    def __format__(self, spec: str) -> str:
+        return format(str(self.value), spec)
+
+
+class NodeVerdict(Word):
+    """What the search for a bad node concludes of one node (decide/sweep.py's planner,
+    decide/gang.py): bad (drained), transient (history only), unknown (tested first at the next
+    sweep), pass, skipped (never ran: no evidence either way)."""
+
+    BAD = "bad"
+    TRANSIENT = "transient"
+    UNKNOWN = "unknown"
+    PASS = "pass"
+    SKIPPED = "skipped"
+
+
+BAD, TRANSIENT, UNKNOWN, PASS, SKIPPED = (NodeVerdict.BAD, NodeVerdict.TRANSIENT, NodeVerdict.UNKNOWN,
+                                          NodeVerdict.PASS, NodeVerdict.SKIPPED)
+
+
+class GangOutcome(Word):
+    """What one gang check concludes of its job (decide/gang.py): passed, failed (a node was
+    found bad), single (one node: nothing to check), unknown (failed, and no node could be
+    named); could_not_run (setup, never a node's fault) is the metrics' word for no result."""
+
+    PASSED = "passed"
+    FAILED = "failed"
+    SINGLE = "single"
+    UNKNOWN = "unknown"
+    COULD_NOT_RUN = "could_not_run"
+
+
+class NodeOutcome(NamedTuple):
+    node: str
+    outcome: NodeVerdict
+    busbw_gbps: Optional[float] = None  # the figure that decided (a bad node's worst)
+    partners: Tuple[str, ...] = ()
+    why: str = ""  # "busbw=41.2<100", "NCCL WARN ...", "passed with gpu-c,gpu-e"

@@ -29,11 +29,11 @@ redirecting it.
 from __future__ import annotations
 
 import errno
-import json
 import os
 import time
 from typing import TYPE_CHECKING, Any, Dict, Optional, Sequence
 
+from ..historyline import clip, encode, item
 from ..safefile import Locked, SafeFileError, open_dir, open_in
 from ..text import iso_utc
 
@@ -43,7 +43,6 @@ if TYPE_CHECKING:
 
 SCHEMA = 1
 LOGGED_KINDS = ("drain", "resume", "refused", "pending", "error", "repair", "jobmap")
-MAX_MESSAGE_CHARS = 2000  # one line stays small enough that the size bound means something
 MAX_ITEMS = 64  # findings / events kept per line; the rest are counted, not lost silently
 # An event's field: it was written to the journal and the history when it happened
 # (sinks.record_now), so the run's own entries do not repeat it.
@@ -57,16 +56,8 @@ HistoryError = SafeFileError
 
 # --- the record (pure) -------------------------------------------------------------------
 
-def _clip(text: Any) -> Any:
-    """Head and tail of a long text: a traceback's last line names the exception."""
-    if isinstance(text, str) and len(text) > MAX_MESSAGE_CHARS:
-        half = MAX_MESSAGE_CHARS // 2
-        return f"{text[:half]}\n... [{len(text) - 2 * half} chars left out] ...\n{text[-half:]}"
-    return text
-
-
 def _event_item(event: "LogEvent") -> Dict[str, Any]:
-    return {"kind": event.kind, "priority": event.priority, "message": _clip(event.message)}
+    return {"kind": event.kind, "priority": event.priority, "message": clip(event.message)}
 
 
 def build_record(report: Dict[str, Any], events: Sequence["LogEvent"], now: float) -> Dict[str, Any]:
@@ -77,10 +68,9 @@ def build_record(report: Dict[str, Any], events: Sequence["LogEvent"], now: floa
         if f.get("severity") == "info":
             continue
         gpu = gpus.get(f.get("gpu"), {}) if f.get("gpu") is not None else {}
-        findings.append({"check": f.get("check"), "severity": f.get("severity"), "gpu": f.get("gpu"),
-                         "pci_bus_id": gpu.get("pci_bus_id"), "serial": gpu.get("serial"),
-                         "uuid": gpu.get("uuid"), "value": f.get("value"),
-                         "message": _clip(f.get("message"))})
+        findings.append(item(f.get("check"), f.get("severity"), f.get("gpu"), f.get("value"),
+                             f.get("message"), pci_bus_id=gpu.get("pci_bus_id"),
+                             serial=gpu.get("serial"), uuid=gpu.get("uuid")))
     action = report.get("action") or {}
     # an event recorded on its own line already (sinks.record_now) is not repeated here
     logged = [_event_item(e) for e in events if e.kind in LOGGED_KINDS and not e.fields.get(RECORDED)]
@@ -95,7 +85,7 @@ def build_record(report: Dict[str, Any], events: Sequence["LogEvent"], now: floa
                     "bytes_tested": p.get("bytes_tested")} for p in report.get("probes") or ()],
         "findings": findings[:MAX_ITEMS],
         "action": {"taken": action.get("taken", "none"), "reason": action.get("reason"),
-                   "detail": _clip(action.get("detail")),
+                   "detail": clip(action.get("detail")),
                    "dry_run": bool(action.get("dry_run")),
                    "refused": bool(action.get("refused")), "pending": bool(action.get("pending"))},
         "events": logged[:MAX_ITEMS],
@@ -113,7 +103,7 @@ def internal_error_record(mode: str, trace: str, now: float, node: Optional[str]
             "node": node, "host": host, "job_id": None, "verdict": None, "internal_error": True,
             "findings": [], "action": {"taken": "none", "reason": None, "detail": None,
                                         "dry_run": False, "refused": False, "pending": False},
-            "events": [{"kind": "internal-error", "priority": 2, "message": _clip(trace)}]}
+            "events": [{"kind": "internal-error", "priority": 2, "message": clip(trace)}]}
 
 
 def terminated_record(mode: str, message: str, now: float, node: Optional[str],
@@ -121,7 +111,7 @@ def terminated_record(mode: str, message: str, now: float, node: Optional[str],
     """The history line for a run stopped by SIGTERM before it could decide (pure)."""
     record = internal_error_record(mode, message, now, node, host)
     record.update(job_id=job_id, internal_error=False, terminated=True,
-                  events=[{"kind": "error", "priority": 2, "message": _clip(message)}])
+                  events=[{"kind": "error", "priority": 2, "message": clip(message)}])
     return record
 
 
@@ -149,11 +139,6 @@ def append_terminated(config: "Config", mode: str, message: str, node: Optional[
     append_line(path, encode(terminated_record(mode, message, time.time(), node or host, host,
                                                job_id)), config.history_max_bytes)
     return path
-
-
-def encode(record: Dict[str, Any]) -> bytes:
-    """One line; default=str so a value of an unexpected type never loses the whole line."""
-    return (json.dumps(record, sort_keys=True, default=str, separators=(",", ":")) + "\n").encode()
 
 
 # --- writing -----------------------------------------------------------------------------

@@ -29,7 +29,7 @@ import os
 import time
 from typing import TYPE_CHECKING, Any, Dict, List, Mapping, Optional, Sequence, Tuple
 
-from ..records import NamedTuple
+from ..promtext import Family, render as render_text
 from .metricsrepair import REPAIR_FAMILIES, repair_samples, update_repair
 
 if TYPE_CHECKING:
@@ -51,12 +51,6 @@ GPU_LABELS = ("gpu", "uuid", "serial", "pci_bus_id")
 
 class MetricsError(OSError):
     """The metrics file or its state cannot be written, with the path."""
-
-
-class Family(NamedTuple):
-    name: str
-    kind: str  # gauge | counter
-    help: str
 
 
 FAMILIES: Tuple[Family, ...] = (
@@ -140,7 +134,7 @@ PORT_FAMILIES: Tuple[Family, ...] = (
            "The RDMA port's error counters since they were last cleared, by counter "
            "(symbol_error, link_downed, ...)."),
 )
-FAMILIES = FAMILIES + PORT_FAMILIES + tuple(Family(*f) for f in REPAIR_FAMILIES)
+FAMILIES = FAMILIES + PORT_FAMILIES + REPAIR_FAMILIES
 
 
 # --- what a run contributes (pure) -------------------------------------------------------
@@ -271,24 +265,6 @@ def update_state(state: Dict[str, Any], outcome: "RunOutcome", mode: str, now: f
 
 # --- text format (pure) ------------------------------------------------------------------
 
-def _escape(value: str) -> str:
-    return value.replace("\\", "\\\\").replace("\"", "\\\"").replace("\n", "\\n")
-
-
-def _number(value: Any) -> str:
-    if isinstance(value, bool):
-        return "1" if value else "0"
-    if isinstance(value, int):
-        return str(value)
-    return repr(float(value))
-
-
-def labels_text(labels: Mapping[str, str]) -> str:
-    if not labels:
-        return ""
-    return "{" + ",".join(f'{k}="{_escape(str(v))}"' for k, v in sorted(labels.items())) + "}"
-
-
 def samples(state: Mapping[str, Any]) -> Dict[str, List[Tuple[Dict[str, str], Any]]]:
     """family name -> [(labels, value)] for everything the state holds."""
     out: Dict[str, List[Tuple[Dict[str, str], Any]]] = {f.name: [] for f in FAMILIES}
@@ -372,16 +348,7 @@ def _port_samples(state: Mapping[str, Any], out: Dict[str, List[Tuple[Dict[str, 
 def render(state: Mapping[str, Any]) -> str:
     """The node_exporter textfile for this state; HELP and TYPE for every family with samples."""
     by_family = samples(state)
-    lines: List[str] = []
-    for family in FAMILIES:
-        rows = by_family[family.name]
-        if not rows:
-            continue
-        lines.append(f"# HELP {family.name} {family.help}")
-        lines.append(f"# TYPE {family.name} {family.kind}")
-        for labels, value in rows:
-            lines.append(f"{family.name}{labels_text(labels)} {_number(value)}")
-    return "\n".join(lines) + "\n"
+    return render_text([(family, by_family[family.name]) for family in FAMILIES])
 
 
 # --- files -------------------------------------------------------------------------------

@@ -19,7 +19,7 @@ from __future__ import annotations
 import time
 from typing import TYPE_CHECKING, Any, Dict, List, Mapping, Optional, Sequence, Tuple
 
-from ..records import NamedTuple
+from ..promtext import Family
 
 if TYPE_CHECKING:
     from ..config import Config
@@ -31,34 +31,28 @@ GPU_LABELS = ("gpu", "uuid", "serial", "pci_bus_id")
 Samples = Dict[str, List[Tuple[Dict[str, str], Any]]]
 
 
-class RepairFamily(NamedTuple):
-    name: str
-    kind: str
-    help: str
-
-
-REPAIR_FAMILIES: Tuple[RepairFamily, ...] = (
-    RepairFamily("gpu_healthcheck_repair_state", "gauge",
-                 "1 for the node's repair state after its last run (in_service, drained, "
-                 "waiting_for_idle, cooldown, waiting_for_budget, resetting, rebooting, "
-                 "validating, reboot_timed_out, rma, blocked), 0 for the others."),
-    RepairFamily("gpu_healthcheck_repair_state_since_timestamp_seconds", "gauge",
-                 "Unix time at which the node entered its current repair state."),
-    RepairFamily("gpu_healthcheck_repair_last_drain_to_resume_seconds", "gauge",
-                 "Seconds from the drain to the resume of the last repair that worked, by action."),
-    RepairFamily("gpu_healthcheck_repair_drain_to_resume_seconds_total", "counter",
-                 "Seconds from drain to resume summed over the repairs that worked, by action "
-                 "(divide by gpu_healthcheck_repairs_succeeded_<action>_total for the mean)."),
-    RepairFamily("gpu_healthcheck_repairs_failed_total", "counter",
-                 "Repairs that did not work, by action and outcome: refused (nvidia-smi refused "
-                 "the reset) or still_failing (the full check after it failed)."),
-    RepairFamily("gpu_healthcheck_repairs_blocked_total", "counter",
-                 "Resets the repair loop could not run, by action and cause: in_use (a process "
-                 "holds the GPU, named in the journal) or no_nvidia_smi (nvidia-smi not at its "
-                 "path); never counted as attempts."),
-    RepairFamily("gpu_healthcheck_gpu_repairs", "gauge",
-                 "Repairs of the GPU within repair.window_s, from its repair ledger (read at "
-                 "each --node run)."),
+REPAIR_FAMILIES: Tuple[Family, ...] = (
+    Family("gpu_healthcheck_repair_state", "gauge",
+           "1 for the node's repair state after its last run (in_service, drained, "
+           "waiting_for_idle, cooldown, waiting_for_budget, resetting, rebooting, "
+           "validating, reboot_timed_out, rma, blocked), 0 for the others."),
+    Family("gpu_healthcheck_repair_state_since_timestamp_seconds", "gauge",
+           "Unix time at which the node entered its current repair state."),
+    Family("gpu_healthcheck_repair_last_drain_to_resume_seconds", "gauge",
+           "Seconds from the drain to the resume of the last repair that worked, by action."),
+    Family("gpu_healthcheck_repair_drain_to_resume_seconds_total", "counter",
+           "Seconds from drain to resume summed over the repairs that worked, by action "
+           "(divide by gpu_healthcheck_repairs_succeeded_<action>_total for the mean)."),
+    Family("gpu_healthcheck_repairs_failed_total", "counter",
+           "Repairs that did not work, by action and outcome: refused (nvidia-smi refused "
+           "the reset) or still_failing (the full check after it failed)."),
+    Family("gpu_healthcheck_repairs_blocked_total", "counter",
+           "Resets the repair loop could not run, by action and cause: in_use (a process "
+           "holds the GPU, named in the journal) or no_nvidia_smi (nvidia-smi not at its "
+           "path); never counted as attempts."),
+    Family("gpu_healthcheck_gpu_repairs", "gauge",
+           "Repairs of the GPU within repair.window_s, from its repair ledger (read at "
+           "each --node run)."),
 )
 
 

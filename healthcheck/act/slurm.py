@@ -3,16 +3,19 @@
     slurm = Slurm(config, environ)                  # scontrol is found and started on first use
     action = slurm.drain(node, reason, Mode.PROLOG, job_id, events, fields, store)
     action.outcome                                  # Outcome.APPLIED, PENDING, REFUSED, ...
+    action = slurm.drain_remote("gpu-c", reason, act, events, fields)   # another node's drain
 
-The drain protocol (CONTRACTS §4):
-- a drain goes in only within `drain.max_fraction` of the GPU nodes (decide.verdict.decide_drain),
+The drain protocol (CONTRACTS §4) is one for this node and for a node the fabric sweep or the
+gang check found bad from elsewhere (drain_remote):- a drain goes in only within `drain.max_fraction` of the GPU nodes (decide.verdict.decide_drain),
   is re-checked once it is in (scontrol.hold_budget), and steps back if concurrent drains spent
   the budget first;
 - a node someone else drained keeps their reason; a node we drained already keeps ours;
-- when scontrol does not answer, the drain is kept in state_dir (PendingDrain) and applied by
-  the next run, before anything else;
+- when scontrol does not answer, this node's drain is kept in state_dir (PendingDrain) and
+  applied by its next run, before anything else; a remote node's is not (no run of ours on that
+  node would apply it): Outcome.ERROR, and the next sweep or gang check finds the node again;
 - a refused drain is noted in the node's Comment, which `--cluster` lists;
-- only our own drain is ever resumed, and only when the node passes in the drain's own context.
+- only our own drain is ever resumed, and only when the node passes in the drain's own context;
+- report_only (and a sweep or gang check without --act) says what it would have done.
 
 One object per run means one scontrol door: once scontrol has not answered, every later call of
 the run (the drain, `listpids` for the shared-GPU check, the probe's time cap) knows it at once.
@@ -126,6 +129,49 @@ class Slurm:
         if job_id:
             self.admin_comment(job_id, reason, events)
         return NodeAction("drain", reason, outcome=Outcome.APPLIED)
+
+    def drain_remote(self, node: str, reason: str, act: bool, events: List[LogEvent],
+                     fields: Dict[str, str]) -> NodeAction:
+        """Drain another node (one the fabric sweep or the gang check found bad), by the same
+        rules: within the budget (decided, then held), never over an admin's reason, and only
+        said under `drain.report_only` or without `act`.  A refusal is noted in the node's
+        Comment after the site's part of it.  Every step leaves a LogEvent; the outcome is one of
+        APPLIED, REFUSED, ADMIN_OWNED, ALREADY_OURS, REPORT_ONLY or ERROR (detail: scontrol's
+        error); no pending drain is kept for a node this run is not on."""
+        fields = dict(fields, SLURMD_NODENAME=node)
+        if not act or self.config.drain.report_only:
+            why = "report_only" if act else "without --act"
+            events.append(LogEvent("drain", WARNING, f"{why}: would drain {node}: {reason}", fields,
+                                   Outcome.REPORT_ONLY))
+            return NodeAction("none", reason, dry_run=True, outcome=Outcome.REPORT_ONLY)
+        try:
+            this, nodes = self.node(node)
+            this = this or NodeState(node, "UNKNOWN")
+            decision = decide_drain(this, nodes, self.config.drain.max_fraction)
+            if decision is DrainDecision.ADMIN_OWNED:
+                events.append(LogEvent("drain", WARNING, f"{node} is already drained by someone else "
+                                                         f"({this.reason}); kept. Ours would be: {reason}",
+                                       fields, Outcome.KEPT))
+                return NodeAction("none", reason, outcome=Outcome.ADMIN_OWNED)
+            if decision is DrainDecision.ALREADY_OURS:
+                return NodeAction("none", this.reason or reason, outcome=Outcome.ALREADY_OURS)
+            if decision is DrainDecision.APPLY:
+                from .scontrol import hold_budget
+
+                self.ctl.drain(node, reason)
+                if hold_budget(self.ctl, node, reason, self.config.drain.max_fraction, sleep=self._sleep).kept:
+                    events.append(LogEvent("drain", CRIT, f"drained {node}: {reason}", fields, Outcome.APPLIED))
+                    return NodeAction("drain", reason, outcome=Outcome.APPLIED)
+            # the node runs jobs, so the refusal is noted in its Comment, after the site's own note
+            # (a ticket number, a word for the next admin), which is kept as it is
+            self.ctl.set_comment(node, with_our_comment(this.comment, refused_comment(reason, iso_utc(time.time()))))
+            events.append(LogEvent("refused", CRIT, f"drain of {node} refused: drain.max_fraction = "
+                                                    f"{self.config.drain.max_fraction}; would have drained "
+                                                    f"with: {reason}", fields, Outcome.REFUSED))
+            return NodeAction("none", reason, outcome=Outcome.REFUSED)
+        except DoorError as exc:
+            events.append(LogEvent("error", ERR, f"cannot drain {node}: {exc}; reason: {reason}", fields))
+            return NodeAction("none", reason, detail=str(exc), outcome=Outcome.ERROR)
 
     def _as_ours(self, store: StateStore, node: str, reason: str, counters: Tuple[Tuple[str, int], ...],
                  events: List[LogEvent], change: Callable[[], None],

@@ -23,7 +23,8 @@ if TYPE_CHECKING:
 
 def record(config: "Config", history_line: Dict[str, Any], state_doc: Dict[str, Any], metrics: str) -> List[str]:
     from ..safefile import atomic_write
-    from .history import append_line, encode
+    from ..historyline import encode
+    from .history import append_line
     from .metrics import textfile_beside, write_textfile
 
     notes: List[str] = []

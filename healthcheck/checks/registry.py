@@ -1,7 +1,10 @@
 """The registry every check module registers into, the helpers checks share, and run_checks.
 
 A GPU check is `fn(gpu, node, ctx) -> Iterable[Finding]` and runs for every GPU NVML reported
-(lost GPUs only get `gpu.lost`); a node check is `fn(node, ctx)`.  One guard surrounds every
+(lost GPUs only get `gpu.lost`); a node check is `fn(node, ctx)`.  A multi-node check
+(`internode_check`, checks/internode.py) judges what collectives over several nodes concluded of
+one node; it has no snapshot to run over, so it sits in `INTERNODE`, beside the catalogue that
+run_checks runs, and the fabric sweep and the gang check call it.  `--list-checks` lists both.  One guard surrounds every
 check: an exception inside a check becomes an `unknown` finding for that check (never a drain),
 and its traceback is returned for logging.
 """
@@ -40,7 +43,7 @@ class CheckSpec(NamedTuple):
     """
 
     check_id: str
-    scope: str  # "gpu" | "node"
+    scope: str  # "gpu" | "node" | "internode"
     fn: Callable[..., Iterable[Finding]]
     severity: Severity = Severity.WARN
     action: Action = Action.NONE
@@ -58,13 +61,17 @@ class CheckSpec(NamedTuple):
 
 
 CATALOGUE: Dict[str, CheckSpec] = {}
+# The multi-node checks: not run over a snapshot (run_checks), nor named in `[checks] disabled`
+INTERNODE: Dict[str, CheckSpec] = {}
 
 
 def _register(check_id: str, scope: str, severity: Severity, action: Action,
               threshold_key: Optional[str]) -> Callable[[Callable[..., Iterable[Finding]]], Callable[..., Iterable[Finding]]]:
+    into = INTERNODE if scope == "internode" else CATALOGUE
+
     def wrap(fn: Callable[..., Iterable[Finding]]) -> Callable[..., Iterable[Finding]]:
-        assert check_id not in CATALOGUE, check_id
-        CATALOGUE[check_id] = CheckSpec(check_id, scope, fn, severity, action, threshold_key)
+        assert check_id not in CATALOGUE and check_id not in INTERNODE, check_id
+        into[check_id] = CheckSpec(check_id, scope, fn, severity, action, threshold_key)
         return fn
     return wrap
 
@@ -83,6 +90,13 @@ def node_check(check_id: str, *, severity: Severity = Severity.WARN, action: Act
                threshold_key: Optional[str] = None) -> Callable[[NodeCheck], NodeCheck]:
     """Register a node-wide check; keyword arguments as for gpu_check."""
     return _register(check_id, "node", severity, action, threshold_key)  # type: ignore[return-value]
+
+
+def internode_check(check_id: str, *, severity: Severity = Severity.WARN, action: Action = Action.NONE,
+                    threshold_key: Optional[str] = None) -> Callable[[Callable[..., Iterable[Finding]]],
+                                                                     Callable[..., Iterable[Finding]]]:
+    """Register a multi-node check (into INTERNODE); keyword arguments as for gpu_check."""
+    return _register(check_id, "internode", severity, action, threshold_key)
 
 
 def label(gpu: GpuSnapshot) -> str:

@@ -269,14 +269,17 @@ def _reservation_nodes(ctl: "object", name: str) -> str:
 
 
 def _drain(ctl: "object", node: NodeOutcome, collective: str, config: Config, act: bool,
-           events: List[LogEvent], sweep_id: str) -> Tuple[str, str]:
-    """Drain one bad node through the scontrol door, as every drain of ours (act/fabricdrain.py:
-    within the budget, decided then held, never over an admin's reason; report_only and a run
-    without --act only say it).  Returns (what became of it, the reason)."""
-    from ..act.fabricdrain import drain_fabric_node
+           events: List[LogEvent], sweep_id: str) -> Tuple[str, Optional[str]]:
+    """Drain one bad node through the scontrol door, as every drain of ours
+    (act/slurm.Slurm.drain_remote: within the budget, decided then held, never over an admin's
+    reason; report_only and a run without --act only say it).  Returns (what became of it, the
+    reason), as the sweep's report prints them."""
+    from ..act.slurm import Slurm
 
-    return drain_fabric_node(ctl, node.node, fabric_reason(node, collective), config, act,  # type: ignore[arg-type]
-                             events, {"GPU_HEALTHCHECK_MODE": "fabric-sweep", "GPU_HEALTHCHECK_SWEEP": sweep_id})
+    action = Slurm(config, os.environ, ctl).drain_remote(
+        node.node, fabric_reason(node, collective), act, events,
+        {"GPU_HEALTHCHECK_MODE": "fabric-sweep", "GPU_HEALTHCHECK_SWEEP": sweep_id})
+    return action.said, action.reason
 
 
 def _summary_event(report: SweepReport) -> LogEvent:
@@ -304,7 +307,8 @@ def _record(config: Config, report: SweepReport, events: List[LogEvent], err: Te
     from ..report.sweep import history_record, metrics_text
 
     try:
-        from ..act.history import append_line, encode
+        from ..act.history import append_line
+        from ..historyline import encode
 
         append_line(config.history_path(), encode(history_record(report, events, time.time())),
                     config.history_max_bytes)

@@ -20,7 +20,7 @@ conducts and acts through act/, report/gang.py words its output):
   slurmctld lets nobody else, root included, create a step in her job.  A user's exit status
   2, or any line she prints, only makes it measure again, at most once per job run on a node
   (`<state_dir>/gang-<job>-<restarts>`).  A node it finds bad is drained through the scontrol
-  door (act/fabricdrain.py: the budget, ownership, report_only), the job's AdminComment gets the
+  door (act/slurm.Slurm.drain_remote: the budget, ownership, report_only), the job's AdminComment gets the
   reason, and the job is requeued (`scontrol requeue`): a drained node is not chosen again.
 
 Each collective runs at most gang_timeout_s / 5 (a hang fails its run and leaves time to find
@@ -42,9 +42,9 @@ from ..act.gangrun import GangError, GangRunner, node_groups
 from ..config import Config
 from ..decide.exitcodes import CONFIG_ERROR, fabric_exit
 from ..decide.gang import (FAILED, LINE, PASSED, SINGLE, GangPlan, GangResult, gang_reason, job_lines, parse_show_job,
-                           step_user, suspects)
+                           step_user)
 from ..decide.sweep import FABRIC_PREFIX, JobResult, Thresholds
-from ..model import CRIT, ERR, NOTICE, DoorError, LogEvent, Outcome
+from ..model import CRIT, ERR, NOTICE, DoorError, LogEvent, NodeAction, Outcome
 from ..records import NamedTuple
 from ..report.gang import document, drain_words
 from ..text import iso_utc
@@ -137,7 +137,7 @@ def gang(request: GangRequest, config: Config, environ: Mapping[str, str], out: 
             _record(config, job_id, None, {}, events, err, job.nodes, plan.recorded)
         return fabric_exit(False, could_run=False)
     result = plan.result()
-    actions: Dict[str, str] = {}
+    actions: Dict[str, NodeAction] = {}
     requeue = False
     if result.outcome == FAILED:
         actions, requeue = _drain_bad(ctl, config, result, job_id, request.act, events, fields)
@@ -193,21 +193,21 @@ def _first_remeasure(config: Config, job_id: str, restarts: int, err: TextIO) ->
 
 
 def _drain_bad(ctl: "Scontrol", config: Config, result: GangResult, job_id: str, act: bool,
-               events: List[LogEvent], fields: Dict[str, str]) -> Tuple[Dict[str, str], bool]:
+               events: List[LogEvent], fields: Dict[str, str]) -> Tuple[Dict[str, NodeAction], bool]:
     """Drain each bad node (with act: the privileged side) and name it in the job's
     AdminComment.  Returns ({node: what became of its drain}, whether to requeue: only once
     every bad node is out of service, else the job would start on it again)."""
-    from ..act.fabricdrain import drain_fabric_node
+    from ..act.slurm import Slurm
 
-    actions: Dict[str, str] = {}
+    slurm = Slurm(config, os.environ, ctl)
+    actions: Dict[str, NodeAction] = {}
     comment = ""
     for node in result.bad:
         reason = gang_reason(node, config.fabric.collective, job_id)
-        taken, _ = drain_fabric_node(ctl, node.node, reason, config, act, events, fields)
-        actions[node.node] = taken
+        actions[node.node] = slurm.drain_remote(node.node, reason, act, events, fields)
         comment = comment or f"{LINE} {node.node} {reason[len(FABRIC_PREFIX):]}"
-    out_of_service = (Outcome.APPLIED.value, Outcome.ALREADY_OURS.value, Outcome.ADMIN_OWNED.value)
-    if not act or not all(t in out_of_service for t in actions.values()):
+    out_of_service = (Outcome.APPLIED, Outcome.ALREADY_OURS, Outcome.ADMIN_OWNED)
+    if not act or not all(a.outcome in out_of_service for a in actions.values()):
         return actions, False
     try:
         ctl.set_admin_comment(job_id, comment)
@@ -216,28 +216,27 @@ def _drain_bad(ctl: "Scontrol", config: Config, result: GangResult, job_id: str,
     return actions, True
 
 
-def _record(config: Config, job_id: str, result: Optional[GangResult], actions: Dict[str, str],
+def _record(config: Config, job_id: str, result: Optional[GangResult], actions: Dict[str, NodeAction],
             events: List[LogEvent], err: TextIO, nodes: Sequence[str] = (),
             runs: Sequence[JobResult] = ()) -> None:
     """The privileged side's history line, journal entries and metrics textfile; a failure is
     said, never a crash."""
-    named = suspects(result) if result else []
-    doubtful = [n for n in result.others if n.node in named] if result else []
-    findings = [{"check": "fabric.gang", "severity": severity, "gpu": None, "node": n.node,
-                 "value": n.busbw_gbps, "partners": list(n.partners), "message": f"{n.node}: {n.why}"}
-                for severity, group in (("fail", result.bad if result else ()), ("unknown", doubtful))
-                for n in group]
-    drained = [n for n, t in actions.items() if t == Outcome.APPLIED.value]
+    from ..checks.internode import check_fabric_gang
+    from ..historyline import brief_events, encode, finding_item
+
+    findings = [finding_item(f) for n in ((*result.bad, *result.others) if result else ())
+                for f in check_fabric_gang(n)]
+    drained = [n for n, a in actions.items() if a.outcome is Outcome.APPLIED]
     record = {"time": iso_utc(time.time()), "mode": "gang", "job_id": job_id,
               "verdict": "unknown" if result is None else "fail" if result.bad else
               "pass" if result.outcome in (PASSED, SINGLE) else "unknown",
               "findings": findings,
               "action": {"taken": "drain" if drained else "none",
                          "reason": next((e.message for e in events if e.kind == "drain"), None),
-                         "dry_run": any(t == Outcome.REPORT_ONLY.value for t in actions.values())},
-              "events": [{"kind": e.kind, "message": e.message[:500]} for e in events][:50]}
+                         "dry_run": any(a.outcome is Outcome.REPORT_ONLY for a in actions.values())},
+              "events": brief_events(events)}
     try:
-        from ..act.history import append_line, encode
+        from ..act.history import append_line
 
         append_line(config.history_path(), encode(record), config.history_max_bytes)
     except OSError as exc:

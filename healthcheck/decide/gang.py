@@ -37,7 +37,7 @@ from __future__ import annotations
 import re
 from typing import Callable, Dict, FrozenSet, List, Optional, Sequence, Set, Tuple, Union
 
-from ..netmodel import NcclRun
+from ..netmodel import GangOutcome, NcclRun
 from ..records import NamedTuple
 from ..slurmjob import job_fields
 from .fabricjob import require_span
@@ -46,7 +46,7 @@ from .sweep import (BAD, FABRIC_PREFIX, PASS, TRANSIENT, Job, JobResult, Medians
 from .sweep import UNKNOWN as NODE_UNKNOWN
 from .verdict import sanitise
 
-PASSED, FAILED, SINGLE, UNKNOWN = "passed", "failed", "single", "unknown"
+PASSED, FAILED, SINGLE, UNKNOWN = GangOutcome.PASSED, GangOutcome.FAILED, GangOutcome.SINGLE, GangOutcome.UNKNOWN
 LINE = "gpu-healthcheck: gang:"  # every line the gang check writes into the job's output
 _JOB_ID_RE = re.compile(r"[1-9][0-9]{0,9}")
 
@@ -62,7 +62,7 @@ class GangJob(NamedTuple):
 
 
 class GangResult(NamedTuple):
-    outcome: str  # passed | failed | single | unknown
+    outcome: GangOutcome  # passed | failed | single | unknown
     whole: Optional[JobResult]  # the collective over every node
     bad: Tuple[NodeOutcome, ...] = ()  # the nodes found bad, worst evidence each
     others: Tuple[NodeOutcome, ...] = ()  # the rest of the localisation (transient, unknown, pass)

@@ -41,7 +41,7 @@ from __future__ import annotations
 import statistics
 from typing import TYPE_CHECKING, Dict, List, Mapping, Optional, Sequence, Set, Tuple, Union
 
-from ..netmodel import NcclRun
+from ..netmodel import BAD, PASS, SKIPPED, TRANSIENT, UNKNOWN, NcclRun, NodeOutcome, NodeVerdict
 from ..records import NamedTuple
 from .fabricfloor import floor_for, node_floors, node_models, parse_floors
 from .verdict import FABRIC_PREFIX, RMA_TOKEN, is_fabric_reason, sanitise
@@ -49,7 +49,6 @@ from .verdict import FABRIC_PREFIX, RMA_TOKEN, is_fabric_reason, sanitise
 if TYPE_CHECKING:
     from ..configsections import FabricConfig
 
-BAD, TRANSIENT, UNKNOWN, PASS, SKIPPED = "bad", "transient", "unknown", "pass", "skipped"
 RETEST_WHY = "awaiting a fabric re-test after a reboot"  # a retest suspect before its partner jobs
 
 
@@ -120,14 +119,6 @@ class JobResult(NamedTuple):
     skipped: Optional[str] = None  # never ran (Slurm could not place it): no evidence either way
 
 
-class NodeOutcome(NamedTuple):
-    node: str
-    outcome: str  # bad | transient | unknown | pass | skipped
-    busbw_gbps: Optional[float] = None  # the figure that decided (a bad node's worst)
-    partners: Tuple[str, ...] = ()
-    why: str = ""  # "busbw=41.2<100", "NCCL WARN ...", "passed with gpu-c,gpu-e"
-
-
 class SweepOutcome(NamedTuple):
     nodes: Tuple[NodeOutcome, ...]
     rounds: int
@@ -136,7 +127,7 @@ class SweepOutcome(NamedTuple):
     results: Tuple[JobResult, ...]
     medians: Medians = Medians()  # what each job was judged against
 
-    def of(self, outcome: str) -> List[str]:
+    def of(self, outcome: NodeVerdict) -> List[str]:
         return [n.node for n in self.nodes if n.outcome == outcome]
 
 

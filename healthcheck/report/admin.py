@@ -24,12 +24,12 @@ from ..decide.exitcodes import check_config_exit, done_exit
 
 
 def catalogue_rows() -> List[Dict[str, Any]]:
-    """One dict per registered check, in the order they run."""
-    from ..checks import CATALOGUE
+    """One dict per registered check, in the order they run; the multi-node checks last."""
+    from ..checks import CATALOGUE, INTERNODE
 
     return [{"check": spec.check_id, "scope": spec.scope, "severity": spec.severity.value,
              "action": spec.action.value, "threshold_key": spec.threshold_key,
-             "summary": spec.summary} for spec in CATALOGUE.values()]
+             "summary": spec.summary} for spec in (*CATALOGUE.values(), *INTERNODE.values())]
 
 
 def list_checks(as_json: bool, out: TextIO) -> int:
@@ -45,7 +45,8 @@ def list_checks(as_json: bool, out: TextIO) -> int:
     for row in table:
         out.write("  ".join(cell.ljust(w) for cell, w in zip(row, widths)) + "  " + row[5] + "\n")
     out.write("\nseverity/action: the worst the check reports and what that calls for; "
-              "a check id goes in [checks] disabled.\n")
+              "a gpu or node check id goes in [checks] disabled; the internode checks are the "
+              "fabric sweep's and the gang check's.\n")
     return done_exit(True)
 
 

@@ -32,25 +32,27 @@ from typing import TYPE_CHECKING, Dict, List, Optional, Sequence, Tuple
 from ..decide.gang import FAILED, PASSED, SINGLE, UNKNOWN, GangResult, suspects
 from ..decide.sweep import BAD, PASS, TRANSIENT
 from ..decide.sweep import UNKNOWN as NODE_UNKNOWN
-from ..model import Outcome
-from .sweep import Samples, pair_samples, render_families
+from ..model import NodeAction, Outcome
+from ..netmodel import GangOutcome
+from ..promtext import Samples, render_families
+from .sweep import pair_samples
 
 if TYPE_CHECKING:
     from ..decide.sweep import JobResult
 
 
-def drain_words(actions: Dict[str, str], requeue: bool, act: bool, requeueable: bool) -> Dict[str, str]:
-    said = {Outcome.APPLIED.value: "drained", Outcome.ALREADY_OURS.value: "already drained by us",
-            Outcome.ADMIN_OWNED.value: "already drained by an admin",
-            Outcome.REFUSED.value: "not drained: drain.max_fraction is spent",
-            Outcome.REPORT_ONLY.value: "would drain (report_only)" if act else
+def drain_words(actions: Dict[str, NodeAction], requeue: bool, act: bool, requeueable: bool) -> Dict[str, str]:
+    said = {Outcome.APPLIED: "drained", Outcome.ALREADY_OURS: "already drained by us",
+            Outcome.ADMIN_OWNED: "already drained by an admin",
+            Outcome.REFUSED: "not drained: drain.max_fraction is spent",
+            Outcome.REPORT_ONLY: "would drain (report_only)" if act else
             "the privileged side (SPANK allow_gang=yes) drains it and requeues the job"}
     tail = "; requeuing the job" if requeue else "" if requeueable or not act else \
         "; the job is not requeueable (--no-requeue): it goes on"
-    return {node: said.get(taken, taken) + tail for node, taken in actions.items()}
+    return {node: said.get(action.outcome, action.said) + tail for node, action in actions.items()}
 
 
-def document(result: GangResult, job_id: str, actions: Dict[str, str], requeue: bool,
+def document(result: GangResult, job_id: str, actions: Dict[str, NodeAction], requeue: bool,
               act: bool) -> Dict[str, object]:
     whole = result.whole
     named = suspects(result)
@@ -59,12 +61,13 @@ def document(result: GangResult, job_id: str, actions: Dict[str, str], requeue: 
             "nodes": list(whole.job.nodes) if whole else [],
             "busbw_gbps": whole.busbw_gbps if whole else None,
             "bad": [{"node": n.node, "busbw_gbps": n.busbw_gbps, "partners": list(n.partners),
-                     "why": n.why, "action": actions.get(n.node)} for n in result.bad],
+                     "why": n.why, "action": actions[n.node].said if n.node in actions else None}
+                    for n in result.bad],
             "suspects": [{"node": n.node, "why": n.why} for n in result.others if n.node in named],
             "requeue": requeue}
 
 
-COULD_NOT_RUN = "could_not_run"
+COULD_NOT_RUN = GangOutcome.COULD_NOT_RUN
 OUTCOMES = (PASSED, FAILED, UNKNOWN, SINGLE, COULD_NOT_RUN)
 NODE_OUTCOMES = (BAD, TRANSIENT, NODE_UNKNOWN, PASS)
 FILE_NAME = "gpu_healthcheck_gang.prom"

@@ -116,7 +116,7 @@ def _labels(s: Suspect) -> Tuple[Tuple[str, str], ...]:
 
 
 def metrics_text(result: SuspectsResult, now: float) -> str:
-    from .sweep import Samples, render_families
+    from ..promtext import Samples, render_families
 
     # one series per label set: the worst score where two suspects share one
     worst: Dict[Tuple[Tuple[str, str], ...], float] = {}

@@ -34,6 +34,7 @@ import json
 from typing import TYPE_CHECKING, Any, Dict, List, Sequence, TextIO, Tuple
 
 from ..decide.sweep import BAD, PASS, SKIPPED, TRANSIENT, UNKNOWN
+from ..promtext import Samples, render_families
 from ..text import iso_utc
 
 if TYPE_CHECKING:
@@ -98,14 +99,12 @@ def write_report(report: "SweepReport", as_json: bool, out: TextIO) -> None:
 
 def history_record(report: "SweepReport", events: Sequence["LogEvent"], now: float) -> Dict[str, Any]:
     outcome = report.outcome
-    findings = []
-    for node in outcome.nodes if outcome else ():
-        if node.outcome in (BAD, UNKNOWN, TRANSIENT) or node.node in report.retested:
-            findings.append({"check": "fabric.busbw", "severity": {BAD: "fail", UNKNOWN: "unknown"}.get(
-                                 node.outcome, "info"), "retest": node.node in report.retested,
-                             "gpu": None, "node": node.node, "value": node.busbw_gbps,
-                             "message": f"{node.node}: {node.outcome}: {node.why}",
-                             "partners": list(node.partners)})
+    from ..checks.internode import check_fabric_busbw
+    from ..historyline import brief_events, finding_item
+
+    findings = [finding_item(f, retest=node.node in report.retested)
+                for node in (outcome.nodes if outcome else ())
+                for f in check_fabric_busbw(node, node.node in report.retested)]
     # a drain of the sweep's ("applied"), or of a re-tested node's ("drained", "rma", "kept")
     drained = [(n, r) for n, (taken, r) in report.actions.items() if taken in ("applied", "drained", "rma", "kept")]
     resumed = [n for n, (taken, _) in report.actions.items() if taken == "resumed"]
@@ -116,7 +115,7 @@ def history_record(report: "SweepReport", events: Sequence["LogEvent"], now: flo
             "action": {"taken": "drain" if drained else "resume" if resumed else "none",
                        "reason": drained[0][1] if drained else None,
                        "dry_run": any(t == "report_only" for t, _ in report.actions.values())},
-            "events": [{"kind": e.kind, "message": e.message[:500]} for e in events][:50]}
+            "events": brief_events(events)}
 
 
 def busbw_samples(report: "SweepReport") -> List[Tuple[Dict[str, str], float]]:
@@ -133,30 +132,6 @@ def pair_samples(results: Sequence["JobResult"]) -> List[Tuple[Dict[str, str], f
         a, b = result.job.nodes
         last[(a, b)] = last[(b, a)] = result.busbw_gbps
     return [({"node": n, "partner": p}, v) for (n, p), v in sorted(last.items())]
-
-
-Samples = List[Tuple[Dict[str, str], float]]
-
-
-def _value(value: float) -> str:
-    """A sample's value in full: "3", "41.2", "1795978862.5" (`:g` keeps six digits, which put
-    a time stamp up to 5,000 s off)."""
-    number = float(value)
-    return str(int(number)) if number.is_integer() and abs(number) < 2 ** 53 else repr(number)
-
-
-def render_families(families: Sequence[Tuple[str, str, str, Samples]]) -> str:
-    """(name, kind, help, samples) families in node_exporter's text format, HELP and TYPE for
-    each; a family without samples is left out (the sweep's textfile and the gang check's)."""
-    from ..act.metrics import labels_text
-
-    lines: List[str] = []
-    for name, kind, text, rows in families:
-        if not rows:
-            continue
-        lines += [f"# HELP {name} {text}", f"# TYPE {name} {kind}"]
-        lines += [f"{name}{labels_text(labels)} {_value(value)}" for labels, value in rows]
-    return "\n".join(lines) + "\n"
 
 
 def metrics_text(report: "SweepReport", now: float) -> str:

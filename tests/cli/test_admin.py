@@ -13,7 +13,7 @@ from typing import Tuple
 
 import pytest
 
-from healthcheck.checks import CATALOGUE
+from healthcheck.checks import CATALOGUE, INTERNODE
 from healthcheck.cli import main
 from healthcheck.config import describe_schema
 from healthcheck.model import Action, Severity
@@ -31,14 +31,15 @@ def test_every_registered_check_is_listed_with_its_docstrings_first_sentence(cap
     rc, out, _ = _run(capsys, "--list-checks", "--json")
     assert rc == 0
     rows = json.loads(out)["checks"]
-    assert [r["check"] for r in rows] == list(CATALOGUE), "listed in the order checks run"
+    assert [r["check"] for r in rows] == list(CATALOGUE) + list(INTERNODE), \
+        "listed in the order checks run, the multi-node checks last"
     for row in rows:
-        spec = CATALOGUE[row["check"]]
+        spec = {**CATALOGUE, **INTERNODE}[row["check"]]
         doc = (spec.fn.__doc__ or "").strip()
         assert doc, f"{row['check']}: {spec.fn.__name__} has no docstring"
         flat = " ".join(doc.split())
         assert row["summary"] and flat.startswith(row["summary"]), row
-        assert row["scope"] in ("gpu", "node")
+        assert row["scope"] in ("gpu", "node", "internode")
         assert Severity(row["severity"]) and Action(row["action"])
         # The name the style guide asks for: ecc.volatile_uncorrected -> check_ecc_volatile_uncorrected
         assert spec.fn.__name__ == "check_" + row["check"].replace(".", "_"), spec.fn.__name__

@@ -7,7 +7,7 @@ from __future__ import annotations
 import ast
 import importlib
 
-from healthcheck.checks import CATALOGUE
+from healthcheck.checks import CATALOGUE, INTERNODE
 from tests.lib.fakenode import ROOT
 from tests.lib.percheck import stem
 
@@ -38,7 +38,7 @@ def test_every_checks_module_has_a_unit_test_file_with_a_test_of_each_of_its_che
     files = sorted(p.stem[len("test_"):] for p in (UNIT / "checks").glob("test_*.py"))
     assert [m for m in modules if m not in files] == [], "healthcheck/checks/<module>.py without tests/unit/checks/test_<module>.py"
     assert [f for f in files if f not in modules] == [], "tests/unit/checks/test_<module>.py without healthcheck/checks/<module>.py"
-    for check_id, spec in CATALOGUE.items():
+    for check_id, spec in {**CATALOGUE, **INTERNODE}.items():
         module = spec.fn.__module__.rsplit(".", 1)[-1]
         names = vars(importlib.import_module(f"tests.unit.checks.test_{module}"))
         assert any(n.startswith(f"test_{stem(check_id)}_") for n in names), \
