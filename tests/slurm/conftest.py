@@ -22,8 +22,11 @@ def repair_cluster(tmp_path, fakegpu):
 @pytest.fixture
 def job_user(isolation):
     """An ordinary user, made for the test, who submits its jobs, as on a real cluster
-    (SlurmCluster.job_user); root submits only in a test about root that says so."""
-    with local_user("hc36s") as user:
+    (SlurmCluster.job_user); root submits only in a test about root that says so.  Her login
+    shell is /bin/sh, as a cluster user's is: Slurm 26.05's slurmd loaded her login environment
+    (`su - USER -c env`) for test_spank_round3's job of `--export=ALL,VAR=...`, and with nologin
+    held it ("_get_user_env: Unable to get user's local environment")."""
+    with local_user("hc36s", shell="/bin/sh") as user:
         yield user
 
 
