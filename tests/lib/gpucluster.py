@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any, Dict, List, Optional
 
 from tests.lib.fakenode import ROOT, make_sysfs
+from tests.lib.localuser import LocalUser
 from tests.lib.slurmcluster import SlurmCluster, slurm_missing_reason
 
 NODES = ["gpu-a", "gpu-b", "gpu-c"]
@@ -90,7 +91,7 @@ class GpuCluster:
                  plugstack: Optional[str] = None,
                  shared_gres: Optional[Dict[str, str]] = None,
                  reboot_timeout_s: Optional[int] = None, health_check_interval: Optional[int] = None,
-                 **site: Any) -> None:
+                 job_user: Optional[LocalUser] = None, **site: Any) -> None:
         """gres_minors: per node, the /dev/nvidiaN that gres.conf lists (default 0-7), e.g.
         {"gpu-a": [0, 1, 2, 4, 5, 6, 7]} for a node whose broken GPU 3 was taken out.
         scripts: Prolog=/Epilog= run our scripts.  plugstack: arguments of our SPANK plugin
@@ -100,6 +101,8 @@ class GpuCluster:
         shared_gres: per node, "mps:COUNT" or "shard:COUNT" (GresTypes=gpu,mps,shard).
         reboot_timeout_s: `scontrol reboot` works: RebootProgram is tests/lib/fake-reboot (the
         node's slurmd comes back as if booted, see `after_boot`), ResumeTimeout this long.
+        job_user: who submits `cluster.sbatch` jobs (SlurmCluster.job_user): an ordinary user
+        the test made; `wd` must then be a folder she can pass (localuser.open_dir).
         health_check_interval: slurmd runs `gpu-healthcheck --node --act` as its HealthCheckProgram
         (HealthCheckNodeState=ANY) this often, in seconds, with the node's scenario and config.
         site: SlurmCluster's gres_types, gres_extra and nodes_include (a site's gres layout)."""
@@ -120,7 +123,8 @@ class GpuCluster:
                                     extra_conf=self._reboot_conf(reboot_timeout_s),
                                     health_check_program=(str(wd / "health-check-wrapper")
                                                           if health_check_interval else None),
-                                    health_check_interval=health_check_interval or 0, **site)
+                                    health_check_interval=health_check_interval or 0,
+                                    job_user=job_user, **site)
         for node in self.nodes:
             self.scenario(node).write_text(HEALTHY)
             (wd / "kern" / f"{node}.log").write_text("")

@@ -25,10 +25,11 @@ class LocalUser(NamedTuple):
 
 
 @contextmanager
-def local_user(prefix: str) -> Iterator[LocalUser]:
+def local_user(prefix: str, shell: str = "/usr/sbin/nologin") -> Iterator[LocalUser]:
+    """shell: her login shell; a cluster's users have one (/bin/sh), which slurmd needs where it
+    loads her login environment (`su - USER -c env`) for a job."""
     name = f"{prefix}{uuid.uuid4().hex[:8]}"
-    subprocess.run(["useradd", "-l", "--no-create-home", "--shell", "/usr/sbin/nologin", name],
-                   check=True)
+    subprocess.run(["useradd", "-l", "--no-create-home", "--shell", shell, name], check=True)
     try:
         with open("/etc/passwd") as handle:
             [entry] = [line.split(":") for line in handle if line.startswith(name + ":")]

@@ -56,6 +56,8 @@ import uuid
 from pathlib import Path
 from typing import Callable, Dict, Iterable, List, Optional, Set, Tuple
 
+from tests.lib.localuser import LocalUser
+
 __all__ = [
     "SlurmCluster",
     "SlurmClusterError",
@@ -396,6 +398,7 @@ class SlurmCluster:
         gres_extra: Optional[Dict[str, List[Tuple[str, List[int]]]]] = None,
         nodes_include: bool = False,
         accounting: bool = False,
+        job_user: Optional[LocalUser] = None,
     ):
         self.workdir = Path(workdir).resolve()
         self.nodes = list(nodes)
@@ -429,6 +432,11 @@ class SlurmCluster:
         self.gres_extra = {n: list(v) for n, v in (gres_extra or {}).items()}
         self.nodes_include = nodes_include
         self.accounting = accounting  # slurmdbd on a MariaDB of its own (tests/lib/slurmdbd.py)
+        # who submits the jobs (sbatch(), run(..., as_job_user=True)): an ordinary user the test
+        # made (tests/lib/localuser.py), as on a real cluster, where slurmctld lets only a job's
+        # owner start steps in it; None: root.  Her sbatch must reach slurm.conf and the munge
+        # socket, so every folder above workdir must let her pass (localuser.open_dir).
+        self.job_user = job_user
 
         self.hostname = socket.gethostname().split(".")[0]
         self.cluster_id = "hc-%s" % uuid.uuid4().hex[:12]
@@ -739,16 +747,21 @@ class SlurmCluster:
 
     # --------------------------------------------------------- client API
     def run(self, cmd: List[str], timeout: float = 30, check: bool = False,
-            input: Optional[str] = None) -> subprocess.CompletedProcess:
-        """Run a Slurm client command (scontrol, sbatch, ...) against this cluster."""
+            input: Optional[str] = None, as_job_user: bool = False) -> subprocess.CompletedProcess:
+        """Run a Slurm client command (scontrol, sbatch, ...) against this cluster; as_job_user:
+        as `job_user` (no supplementary groups), where there is one."""
+        user = self.job_user if as_job_user else None
         r = subprocess.run(cmd, env=self.env, capture_output=True, text=True, timeout=timeout,
-                           input=input, cwd=str(self.jobs_dir))
+                           input=input, cwd=str(self.jobs_dir),
+                           user=user.pw_uid if user else None, group=user.pw_gid if user else None,
+                           extra_groups=[] if user else None)
         if check and r.returncode != 0:
             raise subprocess.CalledProcessError(r.returncode, cmd, r.stdout, r.stderr)
         return r
 
     def sbatch(self, args: List[str], script: str) -> str:
-        """Submit ``script`` (a body for #!/bin/sh, or a full script) and return the job id.
+        """Submit ``script`` (a body for #!/bin/sh, or a full script) and return the job id: as
+        `job_user` where there is one (and the job is checked to be hers), else as root.
 
         Output goes to <workdir>/jobs/slurm-%j.out unless args set --output; the job's
         working directory is <workdir>/jobs unless args set --chdir/-D.
@@ -760,11 +773,16 @@ class SlurmCluster:
             fixed.append("--output=%s/slurm-%%j.out" % self.jobs_dir)
         if not any(a.startswith(("--chdir", "-D")) for a in args):
             fixed.append("--chdir=%s" % self.jobs_dir)
-        r = self.run(["sbatch"] + fixed + list(args), input=script, timeout=30)
+        r = self.run(["sbatch"] + fixed + list(args), input=script, timeout=30, as_job_user=True)
         if r.returncode != 0:
             raise JobError("sbatch %s failed (%d): %s%s" % (args, r.returncode, r.stdout,
                                                             r.stderr))
-        return r.stdout.strip().split(";")[0]
+        job = r.stdout.strip().split(";")[0]
+        if self.job_user is not None:
+            owner = self.job_info(job).get("UserId", "")
+            if owner != "%s(%d)" % (self.job_user.name, self.job_user.pw_uid):
+                raise JobError("job %s is %s's, not %s's" % (job, owner, self.job_user.name))
+        return job
 
     def job_output(self, job_id: str) -> str:
         p = self.jobs_dir / ("slurm-%s.out" % job_id)

@@ -228,3 +228,42 @@ def test_gang_per_model_floors_come_from_the_jobs_nodes_gres(gang_cluster) -> No
         assert not any(c.drained(n) for n in NODES), [c.reason(n) for n in NODES]
     finally:
         scenario.write_text("node.gpu-c.busbw_gbps = 41.2\n")
+
+
+def test_gang_two_gpu_models_drains_only_the_slow_node_never_the_healthy_a100(gang_cluster) -> None:
+    """H100 nodes at 380 GB/s (gpu-a) and A100 nodes at 200 (gpu-c, gpu-d, gpu-e), root's
+    floors per model as docs/network.md advises (h100 360, a100 150), and gpu-b, an H100 node,
+    slow at 90.  Her 4-node job over both models fails; of its pairs, the A100 pair and the
+    mixed pairs at 200 meet the lower model's floor and median, so only gpu-b is drained, never
+    a healthy A100 node for a figure an H100 partner could reach and it could not."""
+    c = gang_cluster
+    configs = {n: c.wd / "config" / f"{n}.toml" for n in NODES}
+    kept = {n: path.read_text() for n, path in configs.items()}
+    for node, path in configs.items():  # root's config: the privileged side's floors
+        path.write_text(kept[node] + 'floors = ["h100:busbw_gbps=360", "a100:busbw_gbps=150"]\n')
+    scenario = c.wd / "fabric.scenario"
+    scenario.write_text("node.gpu-b.busbw_gbps = 90\n"
+                        + "".join(f"node.{n}.busbw_gbps = 200\n" for n in ("gpu-c", "gpu-d", "gpu-e")))
+    try:
+        for node in NODES:  # an earlier case's drain (its requeued job may have drained again)
+            if c.drained(node):
+                c.cluster.resume(node)
+        job = _sbatch(c, ["-N4", "-w", "gpu-a,gpu-b,gpu-c,gpu-d", "--no-requeue"],
+                      SCRIPT.format(gang=c.wd / "bin" / "gpu-healthcheck"))
+        c.cluster.wait_node("gpu-b", lambda info: f" job={job}" in (info.get("Reason") or ""), 120)
+        reason = _wait_drained(c, "gpu-b", job)
+        # held to the lower model's floor (a100 150) with A100 partners, which met it
+        assert reason.startswith("gpu-healthcheck: fabric busbw=90.0<150 partners=gpu-"), reason
+        assert reason.endswith(f" all_reduce_perf gang job={job}"), reason
+        info = c.cluster.wait_job(job, states=("FAILED", "COMPLETED"), timeout=90)
+        out = _output(c, job)
+        assert info["JobState"] == "FAILED", (info, out)
+        assert "gpu-healthcheck: gang: gpu-b is bad: busbw=90.0<150 with every partner (gpu-" in out, out
+        assert "work done" not in out, out
+        assert [n for n in NODES if c.drained(n)] == ["gpu-b"], [c.reason(n) for n in NODES]
+    finally:
+        for node, path in configs.items():
+            path.write_text(kept[node])
+        scenario.write_text("node.gpu-c.busbw_gbps = 41.2\n")
+        if c.drained("gpu-b"):
+            c.cluster.resume("gpu-b")

@@ -1,6 +1,7 @@
 """The SPANK plugin's allow_deep= on the real test cluster: --gpu-healthcheck=deep is refused
 unless plugstack.conf says allow_deep=yes (the default is no: minutes of on-device tests in a
-job start), and with it the plugin's prolog runs `--level deep` on the job's GPUs."""
+job start), and with it the plugin's prolog runs `--level deep` on the job's GPUs.  Every job is an
+ordinary user's, made for the test."""
 
 from __future__ import annotations
 
@@ -11,6 +12,7 @@ from pathlib import Path
 import pytest
 
 from tests.lib.gpucluster import GpuCluster, require_slurm
+from tests.lib.localuser import LocalUser
 
 pytestmark = pytest.mark.slurm
 
@@ -24,18 +26,22 @@ def _slurmd_log(c: GpuCluster, node: str) -> str:
     return (c.cluster.log_dir / f"slurmd-{node}.log").read_text(errors="replace")
 
 
-def test_spank_deep_is_refused_by_default_and_the_job_is_told(tmp_path: Path, fakegpu: Path) -> None:
+def test_spank_deep_is_refused_by_default_and_the_job_is_told(open_wd: Path, fakegpu: Path,
+                                                              job_user: LocalUser) -> None:
     require_slurm()
-    c = GpuCluster(tmp_path, fakegpu, scripts=False, plugstack="run=prolog,epilog,report")
+    c = GpuCluster(open_wd, fakegpu, scripts=False, plugstack="run=prolog,epilog,report",
+                   job_user=job_user)
     with c.cluster:
         assert re.search(r"gpu_healthcheck: exec=\S+ level=quick allow_full=yes .* allow_deep=no",
                          _slurmd_log(c, "gpu-a"))
-        assert "--gpu-healthcheck=quick|full|deep" in c.cluster.run(["sbatch", "--help"]).stdout
-        r = c.cluster.run(["sbatch", "--gres=gpu:1", "--gpu-healthcheck=deep", "--wrap", "true"])
+        assert "--gpu-healthcheck=quick|full|deep" in c.cluster.run(["sbatch", "--help"], as_job_user=True).stdout
+        r = c.cluster.run(["sbatch", "--gres=gpu:1", "--gpu-healthcheck=deep", "--wrap", "true"],
+                          as_job_user=True)
         assert r.returncode != 0
         assert ("--gpu-healthcheck=deep is disabled on this cluster (allow_deep=no in "
                 "plugstack.conf); use --gpu-healthcheck=quick or leave it out") in r.stderr
-        r = c.cluster.run(["sbatch", "--gres=gpu:1", "--gpu-healthcheck=fast", "--wrap", "true"])
+        r = c.cluster.run(["sbatch", "--gres=gpu:1", "--gpu-healthcheck=fast", "--wrap", "true"],
+                          as_job_user=True)
         assert r.returncode != 0 and "--gpu-healthcheck takes quick or full, not 'fast'" in r.stderr
         # full stays allowed: allow_deep= gates deep alone
         job = c.cluster.sbatch(["--gres=gpu:1", "--gpu-healthcheck=full"], "echo ok\n")
@@ -53,11 +59,11 @@ def test_spank_deep_is_refused_by_default_and_the_job_is_told(tmp_path: Path, fa
                     60, what="the refused level=deep in slurmd-gpu-a.log")
 
 
-def test_spank_deep_with_allow_deep_yes_passes_level_deep_to_the_prolog(tmp_path: Path,
-                                                                         fakegpu: Path) -> None:
+def test_spank_deep_with_allow_deep_yes_passes_level_deep_to_the_prolog(open_wd: Path, fakegpu: Path,
+                                                                         job_user: LocalUser) -> None:
     require_slurm()
-    c = GpuCluster(tmp_path, fakegpu, scripts=False,
-                   plugstack="allow_deep=yes run=prolog,epilog,report")
+    c = GpuCluster(open_wd, fakegpu, scripts=False,
+                   plugstack="allow_deep=yes run=prolog,epilog,report", job_user=job_user)
     with c.cluster:
         c.scenario("gpu-c").write_text(DEEP_SCENARIO)
         config = c.wd / "config" / "gpu-c.toml"
@@ -67,7 +73,8 @@ def test_spank_deep_with_allow_deep_yes_passes_level_deep_to_the_prolog(tmp_path
         json_exec = c.cluster.write_wrapper(c.wd / "exec-json", "/bin/sh", args=(
             "-c", f'exec {c.exec_wrapper} "$@" --json > {reports}/$SLURM_JOB_ID$1.json', "sh"))
         c.write_plugstack(f"exec={json_exec} allow_deep=yes run=prolog,epilog,report")
-        r = c.cluster.run(["sbatch", "--gres=gpu:1", "--gpu-healthcheck=fast", "--wrap", "true"])
+        r = c.cluster.run(["sbatch", "--gres=gpu:1", "--gpu-healthcheck=fast", "--wrap", "true"],
+                          as_job_user=True)
         assert r.returncode != 0 and "takes quick or full or deep, not 'fast'" in r.stderr
         job = c.cluster.sbatch(["--gres=gpu:2", "-w", "gpu-c", "--gpu-healthcheck=deep"],
                                "echo gpus=$SLURM_JOB_GPUS\n")

@@ -1,10 +1,11 @@
 """The SPANK plugin and the prolog on the real Slurm cluster, round three of the trust issue:
 a job's own plugstack cannot buy the full test (job_levels), the task-exit report runs once
 per node and step with a clean environment, and the plugin's deadline reaches gpu-healthcheck,
-whose own bounds shrink to end before it."""
+whose own bounds shrink to end before it.  Every job is an ordinary user's, made for the test."""
 
 from __future__ import annotations
 
+import os
 import re
 import subprocess
 
@@ -16,27 +17,31 @@ from tests.slurm.test_spank import SMALL, WAIT_FOR_GO, _history, _job_gpus
 pytestmark = pytest.mark.slurm
 
 
-def test_spank_a_users_own_plugstack_cannot_buy_the_full_test_past_allow_full_no(tmp_path, fakegpu):
+def test_spank_a_users_own_plugstack_cannot_buy_the_full_test_past_allow_full_no(open_wd, fakegpu, job_user):
     """allow_full=no, our Prolog= script: a user points sbatch at a slurm.conf of their own
     whose plugstack.conf loads our plugin with allow_full=yes.  The job's prolog environment
     then says full; the script honours only job_levels (default quick)."""
     require_slurm()
-    c = GpuCluster(tmp_path, fakegpu, scripts=True, plugstack="allow_full=no run=report")
+    c = GpuCluster(open_wd, fakegpu, scripts=True, plugstack="allow_full=no run=report", job_user=job_user)
     with c.cluster:
         c.scenario("gpu-c").write_text(SMALL)
-        own = tmp_path / "users-own"
+        own = open_wd / "users-own"  # hers: she writes it
         own.mkdir()
+        os.chown(own, job_user.pw_uid, job_user.pw_gid)
         (own / "plugstack.conf").write_text(
             f"required {spank_plugin()} exec={c.exec_wrapper} allow_full=yes run=report\n")
         conf = c.cluster.conf_path.read_text()
         conf = re.sub(r"(?m)^PlugStackConfig=.*$", f"PlugStackConfig={own / 'plugstack.conf'}", conf)
         (own / "slurm.conf").write_text(conf)
+        for path in own.iterdir():
+            os.chown(path, job_user.pw_uid, job_user.pw_gid)
         env = dict(c.cluster.env, SLURM_CONF=str(own / "slurm.conf"))
         done = subprocess.run(["sbatch", "--parsable", "--gres=gpu:2", "-w", "gpu-c",
                                "--gpu-healthcheck=full", "-o", str(c.cluster.jobs_dir / "slurm-%j.out"),
                                "--wrap", "echo gpus=$SLURM_JOB_GPUS"],
                               env=env, capture_output=True, text=True, timeout=30,
-                              cwd=str(c.cluster.jobs_dir))
+                              cwd=str(c.cluster.jobs_dir), user=job_user.pw_uid,
+                              group=job_user.pw_gid, extra_groups=[])
         assert done.returncode == 0, done.stderr  # the user's own plugstack allows it
         job = done.stdout.strip().split(";")[0]
         c.cluster.wait_job(job, timeout=120)
@@ -45,21 +50,22 @@ def test_spank_a_users_own_plugstack_cannot_buy_the_full_test_past_allow_full_no
         assert all(p["bytes_tested"] <= 256 * 2**20 for p in prolog["probes"])
 
 
-def test_spank_task_exit_report_runs_once_per_node_and_step_with_a_clean_environment(tmp_path, fakegpu):
+def test_spank_task_exit_report_runs_once_per_node_and_step_with_a_clean_environment(open_wd, fakegpu, job_user):
     """16 tasks of one srun step fail after a DBE on the job's GPU: one report (one line), not
     16, and it runs without the job's LD_PRELOAD, PYTHONPATH and other variables."""
     require_slurm()
-    c = GpuCluster(tmp_path, fakegpu, scripts=False)
-    envs = tmp_path / "report-envs"
+    c = GpuCluster(open_wd, fakegpu, scripts=False, job_user=job_user)
+    envs = open_wd / "report-envs"
     envs.mkdir()
-    recording = tmp_path / "exec-recording"
+    envs.chmod(0o1777)  # the report runs as the job's user
+    recording = open_wd / "exec-recording"
     recording.write_text("#!/bin/sh\n"
                          f'[ "$1" = --job-report ] && env > "{envs}/$SLURM_JOB_ID.$SLURM_STEP_ID.$$"\n'
                          f'exec {c.exec_wrapper} "$@"\n')
     recording.chmod(0o755)
     c.write_plugstack(f"exec={recording} run=prolog,epilog,report")
     with c.cluster:
-        go = tmp_path / "go"
+        go = open_wd / "go"
         job = c.cluster.sbatch(
             ["-n", "16", "--gres=gpu:1", "-w", "gpu-a",
              "--export=ALL,LD_PRELOAD=libc.so.6,PYTHONPATH=/nonexistent/job-pythonpath,HC_JOB_MARKER=job"],
@@ -90,12 +96,13 @@ def test_spank_task_exit_report_runs_once_per_node_and_step_with_a_clean_environ
         assert env.get("SLURM_JOB_GPUS") == str(gpu)
 
 
-def test_spank_the_plugins_deadline_reaches_gpu_healthcheck_whose_probe_shrinks_to_fit(tmp_path, fakegpu):
+def test_spank_the_plugins_deadline_reaches_gpu_healthcheck_whose_probe_shrinks_to_fit(open_wd, fakegpu, job_user):
     """timeout=12 and a CUDA probe that hangs (probe.timeout_s = 20): the prolog is told its
     deadline, caps the probe to what is left after the drain's calls, judges the hang and drains
     the node before the plugin's SIGTERM, instead of being killed with nothing judged."""
     require_slurm()
-    c = GpuCluster(tmp_path, fakegpu, scripts=False, plugstack="timeout=12 run=prolog,epilog,report")
+    c = GpuCluster(open_wd, fakegpu, scripts=False, plugstack="timeout=12 run=prolog,epilog,report",
+                   job_user=job_user)
     with c.cluster:
         c.scenario("gpu-a").write_text(HEALTHY + "gpu.*.cuda.hang_s = 60\n")
         job = c.cluster.sbatch(["--gres=gpu:1"], "echo ran\n")  # gpu-a first: its weight is lowest

@@ -22,6 +22,11 @@ def test_listpids_and_cgroup_name_the_job():
     v1 = "12:devices:/slurm/uid_1000/job_77/step_batch\n4:memory:/slurm/uid_1000/job_77/step_batch\n"
     assert job_of_cgroup(v2) == "1234" and job_of_cgroup(v1) == "77"
     assert job_of_cgroup("0::/user.slice/user-0.slice/session-1.scope\n") is None
+    # Slurm 22.05's cgroup/v1 with several slurmd on one host (slurmd -N), as it wrote it here
+    # (tests/README.md): the job's lines after the other controllers' root ones
+    multi = ("9:name=systemd:/\n6:freezer:/slurm_gpu-a/uid_0/job_1/step_batch\n"
+             "5:devices:/slurm_gpu-a/uid_0/job_1/step_batch/task_0\n0::/\n")
+    assert job_of_cgroup(multi) == "1"
 
 
 def _prolog(processes, job="9"):
