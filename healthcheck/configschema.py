@@ -322,15 +322,15 @@ KEYS: Dict[str, Key] = {
                        "own allocation (--overlap).", unset=_ON_PATH + "srun"),
     "suspects.act": Key("bool", False, "--suspects --act sends suspects to verification (drained "
                         "after their jobs, then the repair loop's deep level) only where this is also "
-                        "true.", see="suspects.md#what-a-suspect-gets"),
+                        "true.", see="suspects.md#what-happens-to-a-suspect"),
     "suspects.verify_cooldown_s": Key("float", 7 * DAY, "A node --suspects --act sent to verification "
                                       "is not sent again for this long (its evidence stays in the "
                                       "window after it was verified).", 0.0, 366 * DAY, _S,
-                                      see="suspects.md#what-a-suspect-gets"),
+                                      see="suspects.md#what-happens-to-a-suspect"),
     "suspects.fabric_retest": Key("bool", False, "A suspect that passes its verification is left "
                                   "drained for the next --fabric-sweep's re-test with known-good "
                                   "partners instead of resumed (where the fabric sweep runs).",
-                                  see="suspects.md#what-a-suspect-gets"),
+                                  see="suspects.md#what-happens-to-a-suspect"),
     "suspects.sacct": Key("str", None, "Slurm's sacct (the accounting door of --suspects).", unset=_ON_PATH + "sacct",
                           see="suspects.md"),
     "suspects.sacct_timeout_s": Key("float", 60.0, "Deadline of one sacct call (one piece of the "

@@ -52,7 +52,7 @@ if TYPE_CHECKING:
 FOUND = exitcodes.ExitCode.WARN  # suspects found: the monitoring convention's "warning", someone should look
 UNKNOWN = exitcodes.ExitCode.UNKNOWN
 ACT_OFF = ("--suspects --act: [suspects] act is false in the config: no suspect was sent to "
-           "verification (docs/suspects.md#what-a-suspect-gets)")
+           "verification (docs/suspects.md#what-happens-to-a-suspect)")
 _DURATION = re.compile(r"(\d+(?:\.\d+)?)([smhdw])")
 _UNIT_S = {"s": 1, "m": 60, "h": 3600, "d": 86400, "w": 7 * 86400}
 
