@@ -11,8 +11,8 @@ suspects (decide/suspects.py) out, as a table or one JSON document:
      "suspects": [{"node": "gpu-07", "kind": "black_hole", "score": 42.0, "evidence": {...}}]}
 
 Exit status: 0 no suspect, 1 suspects found, 3 the accounting could not be read (the history's
-suspects are still printed: unknown accounting never names a node, and never reads as none) or
-the command could not run.  Without --act it changes nothing: statistics never drain a node.
+suspects are still printed: unknown accounting never names a node, and never reads as none),
+--act could not drain a suspect (scontrol failed) or the command could not run.  Without --act it changes nothing: statistics never drain a node.
 
 --act (with `[suspects] act = true`; exit 3 without it, nothing done) sends each suspect node to
 verification (decide/verify.py, act/verify.py): drained after its running jobs with the reason
@@ -20,7 +20,8 @@ verification (decide/verify.py, act/verify.py): drained after its running jobs w
 reason, only said under drain.report_only, and not again within suspects.verify_cooldown_s (this
 host's history says when it was last sent).  The repair loop on the node verifies it at the deep
 level.  Nothing is sent when the accounting could not be read.  The outcome per node is the JSON's
-`verification` ({node: applied|refused|admin_owned|already_ours|report_only|cooldown|error: ...}),
+`verification` ({node: applied|refused|admin_owned|already_ours|report_only|cooldown|error: ...};
+only `applied` starts the cooldown),
 each suspect's `verification` in the history line, and journal entries.
 
 Every --suspects run (from sacct or a --sacct-file) leaves, through act/suspectsrun.py: a
@@ -194,6 +195,8 @@ def suspects_command(config: "Config", since: float, until: float, sacct_file: O
     if acct.unknown:
         print(f"gpu-healthcheck: --suspects: {acct.unknown}; no node is named from it", file=err)
         return UNKNOWN
+    if any(outcome.startswith("error:") for outcome in verification.values()):
+        return UNKNOWN  # --act could not do what was asked (slurmctld did not answer)
     return FOUND if suspects else int(exitcodes.done_exit(True))
 
 

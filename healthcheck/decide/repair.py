@@ -37,8 +37,8 @@ from typing import Dict, List, Mapping, Optional, Sequence, Tuple, Union
 from ..config import RepairConfig
 from ..model import Action, Finding, GpuSnapshot, Severity
 from ..records import NamedTuple
-from .verdict import (PREFIX, REBOOT_HOLDS, NodeState, drain_budget, draining, gpu_nodes, is_ours,
-                      is_rma, our_comment)
+from .verdict import (PREFIX, REBOOT_HOLDS, NodeState, drain_budget, draining, gpu_nodes, is_lemon_reason,
+                      is_ours, is_rma, our_comment)
 from .fabricretest import FABRIC_RETEST, FABRIC_TESTING, fabric_trigger, stale_retest_mark, waiting_state
 from .verify import VERIFY, VERIFYING, suspect_trigger
 # the ledgers' keys and counts live in decide.ledgers; the repair's callers read them here too
@@ -415,6 +415,9 @@ def decide_repair(this: NodeState, cluster: Sequence[NodeState], findings: Seque
         return RepairPlan(NONE, f"drained by someone else ({this.reason}): never repaired")
     if is_rma(this.reason):
         return RepairPlan(NONE, "marked rma: never repaired automatically", state="rma")
+    if is_lemon_reason(this.reason):
+        return RepairPlan(NONE, "held as a lemon (decide.verify): a person decides, never repaired "
+                                "automatically")
     if job_running(this):
         return RepairPlan(NONE, f"a job runs on it (state {this.state}): waiting for idle",
                           state="waiting_for_idle")

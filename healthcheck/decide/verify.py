@@ -122,7 +122,8 @@ def plan_sends(suspects: Sequence["Suspect"], cluster: Sequence[NodeState], sent
 
 def last_sends(records: Sequence[Dict[str, Any]]) -> Dict[str, float]:
     """node -> the epoch of its last send to verification, from --suspects history lines
-    (their suspects' `verification`: "applied" or "already_ours")."""
+    (their suspects' `verification`: "applied"; a node drained already, by us for a fault of
+    its own or by someone else, was not sent)."""
     out: Dict[str, float] = {}
     for rec in records:
         if not isinstance(rec, dict) or rec.get("mode") != "suspects":
@@ -131,7 +132,7 @@ def last_sends(records: Sequence[Dict[str, Any]]) -> Dict[str, float]:
         if not isinstance(epoch, (int, float)):
             continue
         for item in rec.get("suspects") or ():
-            if isinstance(item, dict) and item.get("verification") in ("applied", "already_ours") \
+            if isinstance(item, dict) and item.get("verification") == "applied" \
                     and isinstance(item.get("node"), str):
                 out[item["node"]] = max(out.get(item["node"], 0.0), float(epoch))
     return out

@@ -104,8 +104,10 @@ def test_a_verifying_claim_holds_the_budget_until_its_expiry_and_is_a_repair_sta
     assert rd.state_after("lemon", dv.VERIFY, "") == rd.DRAINED
 
 
-def test_never_a_verification_on_an_admin_drained_or_rma_node():
+def test_never_a_verification_or_repair_on_an_admin_drained_rma_or_lemon_node():
     assert repair(drained("memtest by admin")).action == rd.NONE
+    lemon = drained(dv.lemon_reason(5, SUS, dv.suspect_reason(HOLE)))
+    assert repair(lemon).action == repair(lemon, findings=[DBE]).action == rd.NONE
     assert repair(drained(dv.suspect_reason(HOLE) + " rma")).action == rd.NONE
     assert not dv.is_suspect_reason(dv.suspect_reason(HOLE) + " rma")
 
@@ -162,5 +164,5 @@ def test_the_last_send_is_read_from_the_suspects_history_lines():
                {"mode": "suspects", "epoch": NOW - 5, "suspects": [{"node": "gpu-c", "verification": "already_ours"}]},
                {"mode": "suspects", "epoch": NOW - 1, "suspects": [{"node": "gpu-b", "verification": "report_only"}]},
                {"mode": "node", "epoch": NOW, "suspects": [{"node": "gpu-x", "verification": "applied"}]}]
-    assert dv.last_sends(records) == {"gpu-b": NOW - 10, "gpu-c": NOW - 5}
+    assert dv.last_sends(records) == {"gpu-b": NOW - 10}
 
