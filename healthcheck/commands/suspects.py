@@ -12,7 +12,8 @@ suspects (decide/suspects.py) out, as a table or one JSON document:
 
 Exit status: 0 no suspect, 1 suspects found, 3 the accounting could not be read (the history's
 suspects are still printed: unknown accounting never names a node, and never reads as none),
---act could not drain a suspect (scontrol failed) or the command could not run.  Without --act it changes nothing: statistics never drain a node.
+--act could not drain a suspect (scontrol failed) or the command could not run.  Without --act
+it changes nothing: statistics never drain a node.
 
 --act (with `[suspects] act = true`; exit 3 without it, nothing done) sends each suspect node to
 verification (decide/verify.py, act/verify.py): drained after its running jobs with the reason
@@ -21,8 +22,8 @@ reason, only said under drain.report_only, and not again within suspects.verify_
 host's history says when it was last sent).  The repair loop on the node verifies it at the deep
 level.  Nothing is sent when the accounting could not be read.  The outcome per node is the JSON's
 `verification` ({node: applied|refused|admin_owned|already_ours|report_only|cooldown|error: ...};
-only `applied` starts the cooldown),
-each suspect's `verification` in the history line, and journal entries.
+only `applied` starts the cooldown), each suspect's `verification` in the history line, and
+journal entries.
 
 Every --suspects run (from sacct or a --sacct-file) leaves, through act/suspectsrun.py: a
 history line ("mode": "suspects"), <state_dir>/suspects.json (what --cluster on this host shows)
@@ -49,6 +50,7 @@ from ..text import iso_utc
 
 if TYPE_CHECKING:
     from ..config import Config
+    from ..model import LogEvent
 
 FOUND = exitcodes.ExitCode.WARN  # suspects found: the monitoring convention's "warning", someone should look
 UNKNOWN = exitcodes.ExitCode.UNKNOWN
@@ -121,7 +123,7 @@ def _history(config: "Config", since: float, until: float
 
 
 def _verify(config: "Config", suspects: List[Suspect], sent: Dict[str, float], readable: bool,
-            unknown: Optional[str], events: List[Any]) -> Tuple[Dict[str, str], List[str]]:
+            unknown: Optional[str], events: List["LogEvent"]) -> Tuple[Dict[str, str], List[str]]:
     """--act: each suspect node sent to verification (act/verify.py).  (node -> outcome, notes)."""
     from ..act.verify import send_to_verification
     from ..decide.verify import plan_sends
@@ -157,16 +159,17 @@ def suspects_command(config: "Config", since: float, until: float, sacct_file: O
         acct = read_accounting(config.suspects, os.environ, since, until)
     events, history_notes, sent, readable = _history(config, since, until)
     suspects = find_suspects(acct.jobs if acct.unknown is None else (), events, config.suspects, until)
-    log: List[Any] = []  # the LogEvents of --act (journal, history)
+    log: List["LogEvent"] = []  # the steps of --act (journal, history)
     verification: Dict[str, str] = {}
     if act:
         verification, act_notes = _verify(config, suspects, sent, readable, acct.unknown, log)
         history_notes = history_notes + act_notes
-    doc: Dict[str, Any] = {"since": iso_utc(since), "until": iso_utc(until),
-           "accounting": {"source": sacct_file or "sacct", "jobs": len(acct.jobs),
-                          "unknown": acct.unknown, "notes": list(acct.notes)},
-           "history": {"file": config.history_path(), "events": len(events), "notes": history_notes},
-           "suspects": [s.as_json() for s in suspects]}
+    doc: Dict[str, Any] = {
+        "since": iso_utc(since), "until": iso_utc(until),
+        "accounting": {"source": sacct_file or "sacct", "jobs": len(acct.jobs),
+                       "unknown": acct.unknown, "notes": list(acct.notes)},
+        "history": {"file": config.history_path(), "events": len(events), "notes": history_notes},
+        "suspects": [s.as_json() for s in suspects]}
     if act:
         doc["verification"] = verification
     from ..act.suspectsrun import record
