@@ -146,13 +146,16 @@ def build_parser() -> "argparse.ArgumentParser":
                       "node: a short collective over the job's nodes; on failure find the node "
                       "(drained and the job requeued by the SPANK plugin's privileged side)")
     what.add_argument("--suspects", action="store_true", help="black holes and lemons from sacct "
-                      "and this host's history, with evidence; changes nothing (docs/suspects.md)")
+                      "and this host's history, with evidence; changes nothing without --act "
+                      "(docs/suspects.md)")
     what.add_argument("--replay-failures", metavar="FILE.csv", help="a GPU failure history "
                       "(time,node,serial,kind) through the repeat rules and the naive rule")
     what.add_argument("--version", action="store_true", help="print the version and exit")
     parser.add_argument("--json", action="store_true", help="print one JSON document")
     parser.add_argument("--act", action="store_true", help="with --node: drain on failure, "
-                        "resume our own drain once the node is healthy")
+                        "resume our own drain once the node is healthy; with --suspects (and "
+                        "[suspects] act = true): drain each suspect for the repair loop's "
+                        "verification at --level deep")
     parser.add_argument("--config", metavar="FILE", help="configuration file (TOML)")
     parser.add_argument("--gres", action="store_true", help="with --check-config: this node's "
                         "job-GPU -> device -> NVML map (gres index, device file, NVML index, "

@@ -17,7 +17,9 @@ exit status:
   --gang          0 the job's fabric passed (or one node: nothing to check), 2 it failed,
                   3 could not run (a program missing, srun refused, not in a job)
   --suspects      0 no suspect, 1 suspects found, 3 the accounting could not be read (the
-                  history's suspects are still printed) or --act (not built yet)
+                  history's suspects are still printed; --act then sends none to
+                  verification), --act without `[suspects] act = true`, or --act could
+                  not drain a suspect
   --replay-failures  0 done, 3 the file could not be read
   any mode        3 for a command-line mistake (an unknown option, an option the mode does
                   not take) or an invalid config under --node; 143 on SIGTERM

@@ -326,8 +326,17 @@ KEYS: Dict[str, Key] = {
                                  "collective gets a fifth of it).", 5.0, 3600.0, _S),
     "fabric.srun": Key("str", None, "--gang: the srun that runs the collective inside the job's "
                        "own allocation (--overlap).", unset=_ON_PATH + "srun"),
-    "suspects.act": Key("bool", False, "--suspects --act sends suspects to verification only where "
-                        "this is also true (not built yet: --act is refused).", see="suspects.md"),
+    "suspects.act": Key("bool", False, "--suspects --act sends suspects to verification (drained "
+                        "after their jobs, then the repair loop's deep level) only where this is also "
+                        "true.", see="suspects.md#what-happens-to-a-suspect"),
+    "suspects.verify_cooldown_s": Key("float", 7 * DAY, "A node --suspects --act sent to verification "
+                                      "is not sent again for this long (its evidence stays in the "
+                                      "window after it was verified).", 0.0, 366 * DAY, _S,
+                                      see="suspects.md#what-happens-to-a-suspect"),
+    "suspects.fabric_retest": Key("bool", False, "A suspect that passes its verification is left "
+                                  "drained for the next --fabric-sweep's re-test with known-good "
+                                  "partners instead of resumed (where the fabric sweep runs).",
+                                  see="suspects.md#what-happens-to-a-suspect"),
     "suspects.sacct": Key("str", None, "Slurm's sacct (the accounting door of --suspects).", unset=_ON_PATH + "sacct",
                           see="suspects.md"),
     "suspects.sacct_timeout_s": Key("float", 60.0, "Deadline of one sacct call (one piece of the "
@@ -364,7 +373,8 @@ KEYS: Dict[str, Key] = {
                                      "above the fleet's expectation.", 0.0, 100000.0, "failures",
                                      see="suspects.md"),
     "suspects.remediations": Key("int", 5, "The lemon rule of our own history: this many resets or "
-                                 "reboots of a node or a GPU ...", 2, 1000, "remediations",
+                                 "reboots of a node or a GPU (names it suspect; a verified suspect "
+                                 "with them is held as a lemon) ...", 2, 1000, "remediations",
                                  see="suspects.md"),
     "suspects.remediation_window_s": Key("float", 7 * DAY, "... within this long (NVSentinel's 5 in "
                                          "7 days).", 3600.0, 366 * DAY, _S, see="suspects.md"),

@@ -256,6 +256,8 @@ class SuspectsConfig(NamedTuple):
     """[suspects]: fleet memory, `--suspects` (decide/suspects.py; docs/suspects.md)."""
 
     act: bool = _D["suspects.act"]
+    verify_cooldown_s: float = _D["suspects.verify_cooldown_s"]
+    fabric_retest: bool = _D["suspects.fabric_retest"]
     sacct: Optional[str] = _D["suspects.sacct"]
     sacct_timeout_s: float = _D["suspects.sacct_timeout_s"]
     sacct_max_bytes: int = _D["suspects.sacct_max_bytes"]

@@ -29,7 +29,8 @@ from typing import TYPE_CHECKING, Dict, List, Optional, Sequence
 
 from ..config import Config
 from ..decide import repair as rd
-from ..decide.verdict import FABRIC_HOLD, NodeState, drain_reason, our_comment
+from ..decide import verify as dv
+from ..decide.verdict import FABRIC_HOLD, SUSPECT_HOLD, NodeState, drain_reason, our_comment
 from ..model import (CRIT, ERR, INFO, NOTICE, WARNING, DoorError, Finding, KernelLogPosition, LogEvent, Mode,
                      NodeAction, NodeSnapshot)
 from ..text import iso_utc
@@ -64,6 +65,7 @@ class Repairer(ClaimMixin):
         # reset's to have dealt with, later ones count (act.xidack.acknowledge_resets)
         self.reset_at: Optional[KernelLogPosition] = None
         self.slot: Optional[str] = None  # the budget's slot reservation this run holds
+        self.read_refs: List[rd.LedgerRef] = []  # the ledgers the decision read (the lemon rule reads them again)
 
     def _log(self, step: str, priority: int, message: str, action: str = "",
              **extra: str) -> None:
@@ -128,9 +130,9 @@ class Repairer(ClaimMixin):
         snapshot = self._name_unseen(snapshot, report_only)
         gpus = snapshot.gpus
         now = time.time()
+        self.read_refs = list(rd.ledgers_to_read(gpus, snapshot.missing_gpus, self.node))
         try:
-            attempts = ledger.read_ledgers(self.config.state_dir,
-                                           rd.ledgers_to_read(gpus, snapshot.missing_gpus, self.node))
+            attempts = ledger.read_ledgers(self.config.state_dir, self.read_refs)
             for key in list(attempts):
                 attempts[key] = self._from_the_future(key, attempts[key], now)
         except (ValueError, OSError) as exc:
@@ -147,7 +149,7 @@ class Repairer(ClaimMixin):
             return False
         if report_only:
             what = {rd.RESET: f"would reset GPU(s) {_list(plan.gpus)}", rd.REBOOT: "would reboot",
-                    rd.RMA: "would mark rma"}[plan.action]
+                    rd.RMA: "would mark rma", dv.VERIFY: "would verify it at --level deep"}[plan.action]
             self._log(f"would_{plan.action}", WARNING, f"report_only: {what}: {plan.why}", plan.action)
             return False
         if plan.action == rd.RMA:
@@ -155,6 +157,11 @@ class Repairer(ClaimMixin):
             return False
         if not self._claim(plan):
             return False
+        if plan.action == dv.VERIFY:
+            self._log("verifying", NOTICE, f"drained for verification ({self.reason}): proving it "
+                                           f"with --level {self.validation_level()}", dv.VERIFY,
+                      GPU_HEALTHCHECK_REPAIR_STATE=dv.VERIFYING)
+            return True
         if plan.action == rd.REBOOT:
             return self._reboot(snapshot, plan)
         return self._reset(snapshot, plan)
@@ -381,6 +388,10 @@ class Repairer(ClaimMixin):
         refs = list(self.rebooted.values()) if self.rebooted is not None else list(plan.ledgers)
         if action.detail == FABRIC_HOLD:  # its own checks pass; only the fabric sweep can tell
             return await_retest(self, refs, action)
+        if action.detail == SUSPECT_HOLD:  # it passes at the deep level: a suspect's verification is over
+            from .verify import verified
+
+            return verified(self, refs, action)
         self.release()
         if action.taken == "resume":
             for ref in refs:
@@ -408,9 +419,14 @@ class Repairer(ClaimMixin):
             ledger.update_last(self.config.state_dir, ref, f"still_failing: {failing[ref.key].check}"
                                if ref.key in failing else "passed")
         fixed = [rd.ledger_words(r) for r in refs if r.key not in failing]
-        self._log("still_failing", WARNING, f"{plan.action} did not fix it ({outcome}); it stays "
-                                            f"drained" + (f"; passed its own check: {', '.join(fixed)}"
-                                                          if fixed else ""), plan.action)
+        if plan.action == dv.VERIFY:
+            self._log("suspect_fault", WARNING, f"the verification found a fault ({outcome}); it "
+                                                f"stays drained, for the repair loop's own path "
+                                                f"(reset, reboot, rma)", plan.action)
+        else:
+            self._log("still_failing", WARNING, f"{plan.action} did not fix it ({outcome}); it stays "
+                                                f"drained" + (f"; passed its own check: {', '.join(fixed)}"
+                                                              if fixed else ""), plan.action)
         now = time.time()
         recent = {r.key: len(rd.in_window(ledger.read_ledger(self.config.state_dir, r), now,
                                           self.config.repair.window_s)) for r in refs if r.key in failing}

@@ -50,7 +50,7 @@ class ClaimMixin:
         (decide.repair's docstring): ask, then hold (once more after a collision of holds).
         Then the node must still be as the repair was decided on: drained by us with the
         same reason, and no job on it."""
-        state = rd.RESETTING if plan.action == rd.RESET else rd.REBOOTING
+        state = {rd.RESET: rd.RESETTING, rd.VERIFY: rd.VERIFYING}.get(plan.action, rd.REBOOTING)
         budget = self.config.repair.max_concurrent
         now = time.time()
         at, until = iso_utc(now), iso_utc(self._claim_until())
@@ -65,7 +65,7 @@ class ClaimMixin:
                                              f"claimed the repair budget first (repair.max_concurrent "
                                              f"= {budget})")
             # a reboot's claim is ended by slurmctld's reboot state, not by this run's deadline
-            self._write_ours(rd.mark_text(state, plan.gpus, at, until if state == rd.RESETTING else None))
+            self._write_ours(rd.mark_text(state, plan.gpus, at, until if state in rd.EXPIRING else None))
             this, cluster = self._reread()
             held = rd.held_past_budget(cluster, budget, time.time())
             if held and retry:
@@ -98,7 +98,7 @@ class ClaimMixin:
             self.release()
             return False
         self._log("claimed", NOTICE, f"{plan.action} of GPU(s) {','.join(map(str, plan.gpus)) or 'all'}: "
-                                     f"{plan.why}", plan.action, GPU_HEALTHCHECK_REPAIR_UNTIL=until if state == rd.RESETTING else "")
+                                     f"{plan.why}", plan.action, GPU_HEALTHCHECK_REPAIR_UNTIL=until if state in rd.EXPIRING else "")
         return True
 
     def _take_slot(self, places: int) -> Optional[str]:

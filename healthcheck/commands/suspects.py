@@ -11,9 +11,19 @@ suspects (decide/suspects.py) out, as a table or one JSON document:
      "suspects": [{"node": "gpu-07", "kind": "black_hole", "score": 42.0, "evidence": {...}}]}
 
 Exit status: 0 no suspect, 1 suspects found, 3 the accounting could not be read (the history's
-suspects are still printed: unknown accounting never names a node, and never reads as none) or
-the command could not run.  It changes nothing: statistics never drain a node, and --act, the
-verification of suspects, is refused (exit 3) until it goes through the repair loop's claim.
+suspects are still printed: unknown accounting never names a node, and never reads as none),
+--act could not drain a suspect (scontrol failed) or the command could not run.  Without --act
+it changes nothing: statistics never drain a node.
+
+--act (with `[suspects] act = true`; exit 3 without it, nothing done) sends each suspect node to
+verification (decide/verify.py, act/verify.py): drained after its running jobs with the reason
+`gpu-healthcheck: suspect <kind> <evidence>`, within drain.max_fraction, never over an admin's
+reason, only said under drain.report_only, and not again within suspects.verify_cooldown_s (this
+host's history says when it was last sent).  The repair loop on the node verifies it at the deep
+level.  Nothing is sent when the accounting could not be read.  The outcome per node is the JSON's
+`verification` ({node: applied|refused|admin_owned|already_ours|report_only|cooldown|error: ...};
+only `applied` starts the cooldown), each suspect's `verification` in the history line, and
+journal entries.
 
 Every --suspects run (from sacct or a --sacct-file) leaves, through act/suspectsrun.py: a
 history line ("mode": "suspects"), <state_dir>/suspects.json (what --cluster on this host shows)
@@ -30,7 +40,7 @@ import os
 import re
 import sys
 import time
-from typing import TYPE_CHECKING, Any, List, Optional, TextIO, Tuple
+from typing import TYPE_CHECKING, Any, Dict, List, Optional, TextIO, Tuple
 
 from ..decide import exitcodes
 from ..fleetmodel import Accounting, FleetEvent, Suspect
@@ -40,12 +50,12 @@ from ..text import iso_utc
 
 if TYPE_CHECKING:
     from ..config import Config
+    from ..model import LogEvent
 
 FOUND = exitcodes.ExitCode.WARN  # suspects found: the monitoring convention's "warning", someone should look
 UNKNOWN = exitcodes.ExitCode.UNKNOWN
-ACT_NOT_BUILT = ("--suspects --act: sending suspects to verification (drain after their jobs, the "
-                 "deep level, then lemon hold or resume, through the repair loop's claim and budget) "
-                 "is not built yet; nothing was done (docs/suspects.md)")
+ACT_OFF = ("--suspects --act: [suspects] act is false in the config: no suspect was sent to "
+           "verification (docs/suspects.md#what-happens-to-a-suspect)")
 _DURATION = re.compile(r"(\d+(?:\.\d+)?)([smhdw])")
 _UNIT_S = {"s": 1, "m": 60, "h": 3600, "d": 86400, "w": 7 * 86400}
 
@@ -74,8 +84,8 @@ def usage(args: Any) -> None:
     if args.replay_failures:
         if args.since or args.until or args.sacct_file or args.act:
             raise UsageError("--replay-failures takes only --json and --config")
-    elif args.act:
-        raise UsageError(ACT_NOT_BUILT)
+    elif args.act and args.sacct_file:
+        raise UsageError("--suspects --act acts on the live accounting (sacct), never on a --sacct-file")
 
 
 def main(args: Any, config: "Config", started: float) -> int:
@@ -88,24 +98,57 @@ def main(args: Any, config: "Config", started: float) -> int:
              else until - config.suspects.lookback_s)
     if since >= until:
         raise UsageError(f"--since ({iso_utc(since)}) must be before --until ({iso_utc(until)})")
-    return suspects_command(config, since, until, args.sacct_file, args.json, sys.stdout, sys.stderr)
+    if args.act and not config.suspects.act:
+        print(f"gpu-healthcheck: {ACT_OFF}", file=sys.stderr)
+        return UNKNOWN
+    return suspects_command(config, since, until, args.sacct_file, args.json, sys.stdout, sys.stderr,
+                            act=bool(args.act))
 
 
-def _history(config: "Config", since: float, until: float) -> Tuple[List[FleetEvent], List[str]]:
+def _history(config: "Config", since: float, until: float
+             ) -> Tuple[List[FleetEvent], List[str], Dict[str, float], bool]:
+    """(the history's events in the window, notes, node -> when this host last sent it to
+    verification, whether the history could be read)."""
     from ..decide.suspects import history_events
+    from ..decide.verify import last_sends
     from ..report.history import HistoryError, read_history
 
     path = config.history_path()
     try:
         records, notes = read_history(path)
     except HistoryError as exc:
-        return [], [f"cannot read the history {path}: {exc.strerror or exc}; its rules were not run"]
+        return [], [f"cannot read the history {path}: {exc.strerror or exc}; its rules were not run"], {}, False
     events = [e for e in history_events(records) if since <= e.time <= until]
-    return events, notes
+    return events, notes, last_sends(records), True
+
+
+def _verify(config: "Config", suspects: List[Suspect], sent: Dict[str, float], readable: bool,
+            unknown: Optional[str], events: List["LogEvent"]) -> Tuple[Dict[str, str], List[str]]:
+    """--act: each suspect node sent to verification (act/verify.py).  (node -> outcome, notes)."""
+    from ..act.verify import send_to_verification
+    from ..decide.verify import plan_sends
+    from ..model import DoorError
+
+    if unknown:
+        return {}, ["--act: the accounting could not be read: no suspect was sent to verification"]
+    if not suspects:
+        return {}, []
+    if not readable:  # its cooldown cannot be told: a node verified an hour ago would go again
+        return {}, [f"--act: the history {config.history_path()} could not be read, so when each "
+                    f"suspect was last sent is unknown: none was sent to verification"]
+    from ..act.slurm import Slurm
+
+    try:
+        cluster = Slurm(config, os.environ).ctl.show_nodes()
+    except DoorError as exc:
+        return {s.node: f"error: {exc}" for s in suspects}, [f"--act: slurmctld did not answer ({exc}): "
+                                                             f"no suspect was sent to verification"]
+    sends = plan_sends(suspects, cluster, sent, time.time(), config.suspects)
+    return send_to_verification(config, sends, os.environ, events), []
 
 
 def suspects_command(config: "Config", since: float, until: float, sacct_file: Optional[str],
-                     as_json: bool, out: TextIO, err: TextIO) -> int:
+                     as_json: bool, out: TextIO, err: TextIO, act: bool = False) -> int:
     from ..decide.suspects import find_suspects
     from ..read.sacct import read_accounting, read_sacct_file
 
@@ -114,13 +157,21 @@ def suspects_command(config: "Config", since: float, until: float, sacct_file: O
         acct = acct._replace(jobs=tuple(j for j in acct.jobs if j.end >= since and j.start < until))
     else:
         acct = read_accounting(config.suspects, os.environ, since, until)
-    events, history_notes = _history(config, since, until)
+    events, history_notes, sent, readable = _history(config, since, until)
     suspects = find_suspects(acct.jobs if acct.unknown is None else (), events, config.suspects, until)
-    doc = {"since": iso_utc(since), "until": iso_utc(until),
-           "accounting": {"source": sacct_file or "sacct", "jobs": len(acct.jobs),
-                          "unknown": acct.unknown, "notes": list(acct.notes)},
-           "history": {"file": config.history_path(), "events": len(events), "notes": history_notes},
-           "suspects": [s.as_json() for s in suspects]}
+    log: List["LogEvent"] = []  # the steps of --act (journal, history)
+    verification: Dict[str, str] = {}
+    if act:
+        verification, act_notes = _verify(config, suspects, sent, readable, acct.unknown, log)
+        history_notes = history_notes + act_notes
+    doc: Dict[str, Any] = {
+        "since": iso_utc(since), "until": iso_utc(until),
+        "accounting": {"source": sacct_file or "sacct", "jobs": len(acct.jobs),
+                       "unknown": acct.unknown, "notes": list(acct.notes)},
+        "history": {"file": config.history_path(), "events": len(events), "notes": history_notes},
+        "suspects": [s.as_json() for s in suspects]}
+    if act:
+        doc["verification"] = verification
     from ..act.suspectsrun import record
     from ..report.suspects import SuspectsResult, history_record, metrics_text, state_document
 
@@ -128,19 +179,27 @@ def suspects_command(config: "Config", since: float, until: float, sacct_file: O
     result = SuspectsResult(suspects, since, until, sacct_file or "sacct", len(acct.jobs), acct.unknown)
     now = time.time()
     host = os.uname().nodename.split(".")[0]
-    notes = record(config, history_record(result, host, now), state_document(result, now),
-                   metrics_text(result, now))
+    notes = record(config, history_record(result, host, now, verification if act else None, log),
+                   state_document(result, now), metrics_text(result, now))
+    if log and config.journal:
+        from ..act.journal import send_events
+
+        send_events(log, "suspects")
     if as_json:
         json.dump(doc, out, indent=2, sort_keys=False)
         out.write("\n")
     else:
         for line in format_table(suspects, acct, len(events), since, until):
             print(line, file=out)
+        for node, outcome in verification.items():
+            print(f"verification {node}: {outcome}", file=out)
     for note in list(acct.notes) + history_notes + notes:
         print(f"gpu-healthcheck: --suspects: {note}", file=err)
     if acct.unknown:
         print(f"gpu-healthcheck: --suspects: {acct.unknown}; no node is named from it", file=err)
         return UNKNOWN
+    if any(outcome.startswith("error:") for outcome in verification.values()):
+        return UNKNOWN  # --act could not do what was asked (slurmctld did not answer)
     return FOUND if suspects else int(exitcodes.done_exit(True))
 
 

@@ -20,8 +20,10 @@ from ..model import NodeSnapshot
 
 LEVELS = ("quick", "full", "deep")
 # Checks whose data only --level deep gathers: the on-device tests and dcgmi diag.  A reason
-# naming one was a deep run's even where no note says so (a note lost, a pending drain).
-DEEP_CHECKS = ("deep.", "dcgm.diag")
+# naming one was a deep run's even where no note says so (a note lost, a pending drain).  A
+# suspect's drain for verification (`gpu-healthcheck: suspect ...`, decide/verify.py) names
+# `suspect`: what the statistics saw only the deep level may clear.
+DEEP_CHECKS = ("deep.", "dcgm.diag", "suspect")
 
 
 def rank(level: Optional[str]) -> int:

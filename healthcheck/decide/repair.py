@@ -37,9 +37,10 @@ from typing import Dict, List, Mapping, Optional, Sequence, Tuple, Union
 from ..config import RepairConfig
 from ..model import Action, Finding, GpuSnapshot, Severity
 from ..records import NamedTuple
-from .verdict import (PREFIX, REBOOT_HOLDS, NodeState, drain_budget, draining, gpu_nodes, is_ours,
-                      is_rma, our_comment)
+from .verdict import (PREFIX, REBOOT_HOLDS, NodeState, drain_budget, draining, gpu_nodes, is_lemon_reason,
+                      is_ours, is_rma, our_comment)
 from .fabricretest import FABRIC_RETEST, FABRIC_TESTING, fabric_trigger, stale_retest_mark, waiting_state
+from .verify import VERIFY, VERIFYING, suspect_trigger
 # the ledgers' keys and counts live in decide.ledgers; the repair's callers read them here too
 from .ledgers import (BLOCKED, FUTURE_SLACK_S, KEY_PART_MAX, NODE_LEDGER, Attempt, LedgerRef,  # noqa: F401
                       Naming, counted, escape_key_part, finding_ledger, from_the_future, in_window, ledger_key,
@@ -52,7 +53,10 @@ REPAIR_MARK = PREFIX + " repair"
 # (ResumeTimeout), left for a person.
 RESETTING, REBOOTING = "resetting", "rebooting"
 VALIDATING, REBOOT_TIMED_OUT = "validating", "reboot_timed_out"
-ACTIVE = (RESETTING, REBOOTING)
+# "verifying": a suspect's verification at the deep level (decide.verify), which holds the budget
+# like a reset, with its run's deadline for expiry
+ACTIVE = (RESETTING, REBOOTING, VERIFYING)
+EXPIRING = (RESETTING, VERIFYING)  # claims that carry `until` and end with their run
 AFTER_REBOOT = (REBOOTING, VALIDATING, REBOOT_TIMED_OUT)
 assert REBOOT_HOLDS == (f"{REPAIR_MARK} {REBOOTING}", f"{REPAIR_MARK} {REBOOT_TIMED_OUT}")
 # What slurmctld appends to a node's reason after `scontrol reboot` (22.05 and 24.11,
@@ -69,7 +73,7 @@ PENDING, BOOTED, TIMED_OUT, CANCELLED = "pending", "booted", "timed_out", "cance
 IN_SERVICE, DRAINED = "in_service", "drained"
 REPAIR_STATES = (IN_SERVICE, DRAINED, "waiting_for_idle", "cooldown", "waiting_for_budget",
                  RESETTING, REBOOTING, VALIDATING, REBOOT_TIMED_OUT, "rma", BLOCKED,
-                 FABRIC_RETEST, FABRIC_TESTING)
+                 FABRIC_RETEST, FABRIC_TESTING, VERIFYING)
 # Why a reset was blocked (never ran): the gpu_healthcheck_repairs_blocked_total label
 IN_USE, NO_NVIDIA_SMI = "in_use", "no_nvidia_smi"
 # nvidia-smi's words when a client holds the GPU (NVIDIA/NVSentinel#1690, verbatim)
@@ -86,6 +90,7 @@ CLAIM_MARGIN_S = 10.0
 # Action.RESET are those NOTES.md lists for a GPU reset (Xid 48, 119/120, 140, DBE, a pending
 # remap, a leaked context).
 NONE, RESET, REBOOT, RMA = "none", "reset", "reboot", "rma"
+# VERIFY (decide.verify): a suspect's drain, nothing found yet: the deep level decides
 
 # On an NVSwitch system NVIDIA's documents (Fabric Manager user guide, nvidia-smi manual) say
 # which GPUs and switches must be reset together and when the fabric manager takes part.
@@ -181,7 +186,7 @@ def claim_outlived(this: NodeState, mark: Optional[Mapping[str, str]]) -> bool:
     """Whether the node's reset claim (or ask) speaks for no repair: the node is in service or
     drained by someone else (a run killed after its reset, whose node the next check resumed).
     Its own run drops it, keeping the rest of the Comment."""
-    if mark is None or not (mark.get(ASKING) or mark.get("state") == RESETTING):
+    if mark is None or not (mark.get(ASKING) or mark.get("state") in EXPIRING):
         return False
     return not (this.drained and is_ours(this.reason))
 
@@ -191,7 +196,7 @@ def stale_own_claim(mark: Mapping[str, str], now: float) -> Optional[bool]:
     run that wrote it is over (past its expiry, or written without one: the run that wrote it
     cannot be told from a killed one, and is never older than this check's interval), False
     while it may still run, None when `mark` is no such claim."""
-    if not (mark.get(ASKING) or mark.get("state") == RESETTING):
+    if not (mark.get(ASKING) or mark.get("state") in EXPIRING):
         return None
     return not mark.get("until") or claim_expired(mark, now)
 
@@ -410,6 +415,9 @@ def decide_repair(this: NodeState, cluster: Sequence[NodeState], findings: Seque
         return RepairPlan(NONE, f"drained by someone else ({this.reason}): never repaired")
     if is_rma(this.reason):
         return RepairPlan(NONE, "marked rma: never repaired automatically", state="rma")
+    if is_lemon_reason(this.reason):
+        return RepairPlan(NONE, "held as a lemon (decide.verify): a person decides, never repaired "
+                                "automatically")
     if job_running(this):
         return RepairPlan(NONE, f"a job runs on it (state {this.state}): waiting for idle",
                           state="waiting_for_idle")
@@ -424,13 +432,22 @@ def decide_repair(this: NodeState, cluster: Sequence[NodeState], findings: Seque
                               state=waiting)
         if not waiting:
             findings = [*findings, fabric]
-    action, targets, trigger, why = repair_action(findings, gpus, nvswitch, excluded)
+    targets: Tuple[int, ...]
+    trigger: Optional[Finding]
+    suspect = suspect_trigger(this.reason)
+    if suspect is not None and not draining(findings):
+        # a suspect's drain, nothing found by this run: verified at the deep level, through
+        # the same cooldown and budget as a repair (no GPU is blamed: no ledger)
+        action, targets, trigger, why = VERIFY, (), suspect, "verification of a suspect: the deep level decides"
+    else:
+        action, targets, trigger, why = repair_action(findings, gpus, nvswitch, excluded)
     if action == NONE:
         return RepairPlan(NONE, why, trigger=trigger)
     by_index = {g.index: g for g in gpus}
+    ledgers: Tuple[LedgerRef, ...] = ()  # VERIFY: none
     if action == RESET:
         ledgers = tuple(ledger_of(by_index[i]) for i in targets)
-    else:  # a reboot is counted against the GPUs the findings blame, never against every GPU;
+    elif action == REBOOT:  # a reboot is counted against the GPUs the findings blame, never against every GPU;
         # the node's own ledger only when none names a GPU (an Xid at an address NVML has lost
         # beside gpu.lost of that GPU is the same fault)
         blamed = [finding_ledger(f, gpus, missing, this.name) for f in draining(findings)
@@ -486,14 +503,16 @@ STEP_STATES = {"claimed": "", "budget": "waiting_for_budget", "reset": VALIDATIN
                "rma": "rma",
                "would_reset": DRAINED, "would_reboot": DRAINED, "would_rma": DRAINED,
                "rebooting": REBOOTING, "booted": VALIDATING, "reboot_timed_out": REBOOT_TIMED_OUT,
-               "reboot_cancelled": DRAINED, "stale_claim": DRAINED, "fabric_retest": FABRIC_RETEST}
+               "reboot_cancelled": DRAINED, "stale_claim": DRAINED, "fabric_retest": FABRIC_RETEST,
+               "verifying": VERIFYING, "verified": IN_SERVICE, "lemon": DRAINED, "would_verify": DRAINED, "suspect_fault": DRAINED,
+               "verify_kept": DRAINED}
 
 
 def state_after(step: str, action: str, state_field: str) -> Optional[str]:
     """The repair state a step leaves the node in; None: the step says nothing of it (an
     error, slurmctld not answering)."""
     if step == "claimed":
-        return RESETTING if action == RESET else REBOOTING if action == REBOOT else None
+        return {RESET: RESETTING, REBOOT: REBOOTING, VERIFY: VERIFYING}.get(action)
     if step == "skipped":
         return state_field if state_field in REPAIR_STATES else None
     return STEP_STATES.get(step)

@@ -139,6 +139,25 @@ def is_fabric_reason(reason: Optional[str]) -> bool:
     return bool(reason) and reason.startswith(FABRIC_PREFIX)  # type: ignore[union-attr]
 
 
+# What a suspect gets (decide/verify.py): a drain for verification, which only the repair loop's
+# verification at the deep level resumes, and a lemon hold, which nothing of ours resumes.
+SUSPECT_PREFIX = PREFIX + " suspect "
+LEMON_PREFIX = PREFIX + " lemon "
+SUSPECT_HOLD = ("drained for verification as a suspect (docs/suspects.md): only the repair "
+                "loop's verification at --level deep (gpu-healthcheck --repair) resumes it")
+LEMON_HOLD = ("held as a lemon (docs/suspects.md): it passes its checks but has needed too many "
+              "repairs; a person decides (scontrol update NodeName=... State=RESUME)")
+
+
+def is_suspect_reason(reason: Optional[str]) -> bool:
+    """Our drain for verification, not rma (a verification never runs on an rma node)."""
+    return bool(reason) and reason.startswith(SUSPECT_PREFIX) and not is_rma(reason)  # type: ignore[union-attr]
+
+
+def is_lemon_reason(reason: Optional[str]) -> bool:
+    return bool(reason) and reason.startswith(LEMON_PREFIX)  # type: ignore[union-attr]
+
+
 def is_rma(reason: Optional[str]) -> bool:
     """Our reason carries the ` rma ` token anywhere among its words.
 
@@ -321,7 +340,8 @@ def may_resume(this: NodeState, findings: Sequence[Finding], gpus: Sequence[GpuS
     and no pending remap, and the checks judged as the context that drained it (prolog,
     epilog: `context_findings`) no longer drain: the cause is gone, not just milder by hand.
     `level_short` (decide.levels.short_of): why this run's level cannot judge the drain.
-    Never a fabric drain: FABRIC_HOLD, once everything else passes.
+    Never a fabric drain: FABRIC_HOLD, once everything else passes; nor a suspect's drain for
+    verification (SUSPECT_HOLD: the repair loop's verification resumes it) or a lemon (LEMON_HOLD).
     """
     if not this.drained:
         return "not drained"
@@ -329,6 +349,8 @@ def may_resume(this: NodeState, findings: Sequence[Finding], gpus: Sequence[GpuS
         return "drained by someone else"
     if is_rma(this.reason):
         return "drained for RMA: only an admin may resume it"
+    if is_lemon_reason(this.reason):
+        return LEMON_HOLD
     if (our_comment(this.comment) or "").startswith(REBOOT_HOLDS):
         return ("a reboot of ours is pending or did not come back (its Comment): the repair "
                 "step proves the node healthy after the boot")
@@ -356,4 +378,8 @@ def may_resume(this: NodeState, findings: Sequence[Finding], gpus: Sequence[GpuS
         # last: FABRIC_HOLD says the node's own checks passed (the repair step after a reboot
         # then leaves it for the sweep's re-test, act.repairboot.await_retest)
         return FABRIC_HOLD
+    if is_suspect_reason(this.reason):
+        # last, as FABRIC_HOLD: the verification (act.repair) resumes it once the lemon rule
+        # is applied, never a plain passing run
+        return SUSPECT_HOLD
     return None

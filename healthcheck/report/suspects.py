@@ -21,7 +21,7 @@ never in a label.
 
 from __future__ import annotations
 
-from typing import Any, Dict, List, NamedTuple, Optional, Sequence, Tuple
+from typing import Any, Dict, List, Mapping, NamedTuple, Optional, Sequence, Tuple
 
 from ..fleetmodel import SUSPECTS_STATE_FILE, SUSPECTS_TEXTFILE, Suspect
 from ..text import iso_utc
@@ -59,15 +59,20 @@ def _short(text: str) -> str:
     return text if len(text) <= SUMMARY_CHARS else text[:SUMMARY_CHARS - 3] + "..."
 
 
-def history_record(result: SuspectsResult, host: str, now: float) -> Dict[str, Any]:
+def history_record(result: SuspectsResult, host: str, now: float,
+                   verification: Optional[Mapping[str, str]] = None, events: Sequence[Any] = ()) -> Dict[str, Any]:
     """One history line per run: verdict warn (suspects), pass (none) or unknown (the
-    accounting could not be read, whatever our own history named)."""
+    accounting could not be read, whatever our own history named).  `verification` (--act):
+    node -> what sending it to verification did, in each of its suspects' items; `events`:
+    the LogEvents of --act."""
     items = []
     for s in result.suspects[:MAX_SUSPECTS]:
         item: Dict[str, Any] = {"node": s.node, "kind": s.kind, "score": round(s.score, 3),
                                 "evidence": _short(evidence_text(s))}
         if s.serial is not None:
             item["serial"] = s.serial
+        if verification is not None and s.node in verification:
+            item["verification"] = verification[s.node]
         items.append(item)
     record: Dict[str, Any] = {
         "schema": 1, "time": iso_utc(now), "epoch": round(now, 3), "mode": "suspects",
@@ -76,9 +81,11 @@ def history_record(result: SuspectsResult, host: str, now: float) -> Dict[str, A
         "since": iso_utc(result.since), "until": iso_utc(result.until),
         "accounting": {"source": result.source, "jobs": result.jobs, "unknown": result.unknown},
         "suspects": items, "findings": [],
-        "action": {"taken": "none", "reason": None, "detail": None, "dry_run": False,
-                   "refused": False, "pending": False},
-        "events": []}
+        "action": {"taken": "drain" if "applied" in (verification or {}).values() else "none",
+                   "reason": None, "detail": None,
+                   "dry_run": "report_only" in (verification or {}).values(),
+                   "refused": "refused" in (verification or {}).values(), "pending": False},
+        "events": [{"kind": e.kind, "priority": e.priority, "message": e.message} for e in events]}
     if len(result.suspects) > MAX_SUSPECTS:
         record["items_dropped"] = len(result.suspects) - MAX_SUSPECTS
     return record

@@ -94,10 +94,15 @@ def test_suspects_history_rules_read_this_node_s_history(capsys, tmp_path: Path)
     assert rc == 1 and ("gpu-03", "remediations", None) in kinds and ("gpu-03", "serial_remediations", "SN0") in kinds
 
 
-def test_suspects_act_is_refused_until_verification_exists(capsys, tmp_path: Path) -> None:
+def test_suspects_act_never_acts_on_a_sacct_file(capsys, tmp_path: Path) -> None:
     rc, out, err = _run(capsys, "--suspects", "--act", "--sacct-file", _sacct_file(tmp_path, True),
                         "--config", _config(tmp_path, "[suspects]\nact = true\n"))
-    assert rc == 3 and out == "" and "not built yet; nothing was done" in err
+    assert rc == 3 and out == "" and "never on a --sacct-file" in err
+
+
+def test_suspects_act_without_the_config_key_does_nothing_and_exits_3(capsys, tmp_path: Path) -> None:
+    rc, out, err = _run(capsys, "--suspects", "--act", "--config", _config(tmp_path))
+    assert rc == 3 and out == "" and "[suspects] act is false" in err
 
 
 @pytest.mark.parametrize("argv", [["--suspects", "--since", "yesterday"], ["--suspects", "--gpus", "0"],

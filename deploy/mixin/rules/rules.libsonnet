@@ -15,8 +15,8 @@
   outClasses:: [
     // our drain, not yet repaired: waiting for the jobs, the cooldown or the budget
     { reason: 'drain', states: 'drained|waiting_for_idle|cooldown|waiting_for_budget' },
-    // the repair loop at work, or stopped where a person must look
-    { reason: 'repair', states: 'resetting|rebooting|validating|blocked|reboot_timed_out' },
+    // the repair loop at work (a suspect's verification too), or stopped where a person must look
+    { reason: 'repair', states: 'resetting|rebooting|validating|blocked|reboot_timed_out|verifying' },
     { reason: 'rma', states: 'rma' },
     // rebooted after a fabric drain, waiting for (or in) the next sweep's re-test
     { reason: 'fabric', states: 'fabric_retest|fabric_testing' },
