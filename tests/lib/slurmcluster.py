@@ -429,6 +429,9 @@ class SlurmCluster:
         self.gres_extra = {n: list(v) for n, v in (gres_extra or {}).items()}
         self.nodes_include = nodes_include
         self.accounting = accounting  # slurmdbd on a MariaDB of its own (tests/lib/slurmdbd.py)
+        self.accounting_seconds: Dict[str, float] = {}  # start_accounting's parts, for the bench
+        # MariaDB's datadir on a tmpfs where the session is isolated; the bench compares the disk
+        self.accounting_tmpfs = True
 
         self.hostname = socket.gethostname().split(".")[0]
         self.cluster_id = "hc-%s" % uuid.uuid4().hex[:12]
@@ -951,6 +954,10 @@ class SlurmCluster:
             if time.monotonic() > deadline:
                 break
             time.sleep(0.1)
+        if self.accounting:  # mariadbd has ended: its datadir's tmpfs can go
+            from tests.lib.slurmdbd import release_accounting
+
+            release_accounting(self)
         if left and raise_on_leftovers:
             raise SlurmClusterError("processes of cluster %s survived SIGKILL: %s" % (
                 self.cluster_id, left))
