@@ -7,10 +7,10 @@ made with accounting=True (tests/slurm/test_suspects_slurm.py).
     tests/slurmroot/run --slurm 26.05 python -m tests.bench.slurmdbd     # another Slurm and MariaDB
 
 Each repetition starts a one-node cluster (munged, MariaDB, slurmdbd, slurmctld, slurmd) in a
-temporary directory and stops it.  --disk puts the workdir in /var/tmp and MariaDB's datadir on
-its file system instead of a tmpfs, for comparison; --log prints slurmdbd's log of the last
-repetition.  Needs root (as the Slurm tests); runs in the tests' private namespaces
-(tests/lib/hermetic.py).  Printed, never asserted.
+temporary directory and stops it.  --disk adds, to each repetition, a start with the workdir in
+/var/tmp and MariaDB's datadir on its file system instead of a tmpfs, for comparison; --log
+prints slurmdbd's log of the last start.  Needs root (as the Slurm tests); runs in the tests'
+private namespaces (tests/lib/hermetic.py).  Printed, never asserted.
 """
 
 from __future__ import annotations
@@ -21,7 +21,7 @@ import statistics
 import sys
 import tempfile
 from pathlib import Path
-from typing import List, NamedTuple, Optional
+from typing import Dict, List, NamedTuple, Optional
 
 from tests.lib import hermetic
 from tests.lib.slurmcluster import SlurmCluster, SlurmClusterError, slurm_missing_reason, slurm_version
@@ -62,10 +62,24 @@ def one_start(disk: bool) -> Start:
         shutil.rmtree(wd, ignore_errors=True)
 
 
+def report(runs: List[Start]) -> None:
+    print(f"  MariaDB's datadir on {runs[-1].fs}, {len(runs)} starts (median, min-max, seconds):")
+    for what, values in (("MariaDB: install, start, database and user", [r.mariadb for r in runs]),
+                         ("slurmdbd: start until sacctmgr answers", [r.slurmdbd for r in runs]),
+                         ("MariaDB + slurmdbd", [r.mariadb + r.slurmdbd for r in runs]),
+                         ("whole one-node cluster with accounting", [r.cluster for r in runs])):
+        print(f"    {what:<45} {statistics.median(values):6.2f}  ({min(values):.2f}-{max(values):.2f})")
+    errors = [line for line in runs[-1].log.splitlines() if "error" in line or "fatal" in line]
+    print(f"    slurmdbd log lines with error/fatal (last start): {len(errors)}")
+    for line in errors:
+        print(f"      {line}")
+
+
 def main(argv: Optional[List[str]] = None) -> int:
     parser = argparse.ArgumentParser(prog="python3 -m tests.bench.slurmdbd", description=__doc__.splitlines()[0])
     parser.add_argument("--reps", type=int, default=3)
-    parser.add_argument("--disk", action="store_true", help="MariaDB's datadir on disk, not a tmpfs")
+    parser.add_argument("--disk", action="store_true",
+                        help="also start each repetition with MariaDB's datadir on disk, right after the tmpfs one")
     parser.add_argument("--log", action="store_true", help="print slurmdbd's log of the last start")
     args = parser.parse_args(argv)
     missing = slurm_missing_reason() or accounting_missing_reason()
@@ -73,26 +87,20 @@ def main(argv: Optional[List[str]] = None) -> int:
         print(f"bench slurmdbd: {missing}", file=sys.stderr)
         return 2
     hermetic.isolate()
-    runs = []
+    kinds = (False, True) if args.disk else (False,)
+    runs: Dict[bool, List[Start]] = {disk: [] for disk in kinds}
     for _ in range(args.reps):
-        try:
-            runs.append(one_start(args.disk))
-        except SlurmClusterError as exc:
-            print(f"bench slurmdbd: the cluster did not start: {exc}", file=sys.stderr)
-            return 1
-    print(f"Slurm {slurm_version()}, MariaDB's datadir on {runs[-1].fs}, {args.reps} starts "
-          "(median, min-max, seconds):")
-    for what, values in (("MariaDB: install, start, database and user", [r.mariadb for r in runs]),
-                         ("slurmdbd: start until sacctmgr answers", [r.slurmdbd for r in runs]),
-                         ("MariaDB + slurmdbd", [r.mariadb + r.slurmdbd for r in runs]),
-                         ("whole one-node cluster with accounting", [r.cluster for r in runs])):
-        print(f"  {what:<45} {statistics.median(values):6.2f}  ({min(values):.2f}-{max(values):.2f})")
-    errors = [line for line in runs[-1].log.splitlines() if "error" in line or "fatal" in line]
-    print(f"  slurmdbd log lines with error/fatal (last start): {len(errors)}")
-    for line in errors:
-        print(f"    {line}")
+        for disk in kinds:  # interleaved, so that both see the same load of the machine
+            try:
+                runs[disk].append(one_start(disk))
+            except SlurmClusterError as exc:
+                print(f"bench slurmdbd: the cluster did not start: {exc}", file=sys.stderr)
+                return 1
+    print(f"Slurm {slurm_version()}:")
+    for disk in kinds:
+        report(runs[disk])
     if args.log:
-        print(runs[-1].log)
+        print(runs[kinds[-1]][-1].log)
     return 0
 
 
