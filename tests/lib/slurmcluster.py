@@ -437,6 +437,9 @@ class SlurmCluster:
         # owner start steps in it; None: root.  Her sbatch must reach slurm.conf and the munge
         # socket, so every folder above workdir must let her pass (localuser.open_dir).
         self.job_user = job_user
+        self.accounting_seconds: Dict[str, float] = {}  # start_accounting's parts, for the bench
+        # MariaDB's datadir on a tmpfs where the session is isolated; the bench compares the disk
+        self.accounting_tmpfs = True
 
         self.hostname = socket.gethostname().split(".")[0]
         self.cluster_id = "hc-%s" % uuid.uuid4().hex[:12]
@@ -969,6 +972,10 @@ class SlurmCluster:
             if time.monotonic() > deadline:
                 break
             time.sleep(0.1)
+        if self.accounting:  # mariadbd has ended: its datadir's tmpfs can go
+            from tests.lib.slurmdbd import release_accounting
+
+            release_accounting(self)
         if left and raise_on_leftovers:
             raise SlurmClusterError("processes of cluster %s survived SIGKILL: %s" % (
                 self.cluster_id, left))

@@ -21,7 +21,7 @@ from typing import Dict, Iterator, List
 
 import pytest
 
-from tests.lib.slurmcluster import SlurmCluster, _wait_until, requires_slurm, slurm_version
+from tests.lib.slurmcluster import SlurmCluster, _wait_until, requires_slurm
 from tests.lib.slurmdbd import accounting_missing_reason, stop_slurmdbd, wait_registered
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -58,13 +58,6 @@ def cluster(users) -> Iterator[SlurmCluster]:
         if os.environ.get("CI"):
             pytest.fail(reason)
         pytest.skip(reason)
-    if slurm_version() != "22.05":
-        # Seen in the Debian 13 and unstable roots: slurmdbd 24.11 and 26.05 against Debian's
-        # MariaDB 11.8 die at start ("fatal: _check_mysql_concat_is_sane: null result", after
-        # mysql_query error 5027 "Number of columns in result (=1) set exceeds maximum allowed
-        # number of columns (=0)"); not resolved yet, so accounting is tested on 22.05 alone.
-        pytest.skip(f"slurmdbd {slurm_version()} does not start against this root's MariaDB 11.8 "
-                    "(_check_mysql_concat_is_sane: mysql_query 5027); accounting is tested on 22.05")
     wd = Path(tempfile.mkdtemp(prefix="hc-suspects-"))
     wd.chmod(0o755)  # the users' sbatch reads slurm.conf and reaches munged's socket
     c = SlurmCluster(wd, nodes=NODES, gpus_per_node=1, cpus_per_node=4, accounting=True)
