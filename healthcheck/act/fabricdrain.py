@@ -15,7 +15,7 @@ already_ours, report_only) or "error: ..." when scontrol failed.
 from __future__ import annotations
 
 import time
-from typing import TYPE_CHECKING, Dict, List, Tuple
+from typing import TYPE_CHECKING, Callable, Dict, List, Tuple
 
 from ..decide.verdict import DrainDecision, NodeState, decide_drain, refused_comment, with_our_comment
 from ..model import CRIT, ERR, WARNING, DoorError, LogEvent, Outcome
@@ -27,7 +27,8 @@ if TYPE_CHECKING:
 
 
 def drain_fabric_node(ctl: "Scontrol", node: str, reason: str, config: "Config", act: bool,
-                      events: List[LogEvent], fields: Dict[str, str]) -> Tuple[str, str]:
+                      events: List[LogEvent], fields: Dict[str, str],
+                      sleep: Callable[[float], None] = time.sleep) -> Tuple[str, str]:
     from .scontrol import hold_budget
 
     fields = dict(fields, SLURMD_NODENAME=node)
@@ -49,7 +50,7 @@ def drain_fabric_node(ctl: "Scontrol", node: str, reason: str, config: "Config",
             return Outcome.ALREADY_OURS.value, this.reason or reason
         if decision is DrainDecision.APPLY:
             ctl.drain(node, reason)
-            if hold_budget(ctl, node, reason, config.drain.max_fraction).kept:
+            if hold_budget(ctl, node, reason, config.drain.max_fraction, sleep=sleep).kept:
                 events.append(LogEvent("drain", CRIT, f"drained {node}: {reason}", fields, Outcome.APPLIED))
                 return Outcome.APPLIED.value, reason
         # the node runs jobs, so the refusal is noted in its Comment, after the site's own note

@@ -21,9 +21,12 @@ def cluster(**states: str) -> FakeDoor:
 
 
 def drain(door: FakeDoor, config: Config, act: bool = True):
+    """The drain, its settle wait before the budget's re-read recorded, not slept (hold_budget's
+    own tests in tests/unit/test_drain_protocol.py say how long it waits)."""
     events: List[LogEvent] = []
+    waits: List[float] = []
     taken, reason = drain_fabric_node(door, "gpu-c", REASON, config, act, events,  # type: ignore[arg-type]
-                                      {"GPU_HEALTHCHECK_MODE": "gang"})
+                                      {"GPU_HEALTHCHECK_MODE": "gang"}, sleep=waits.append)
     return taken, events
 
 
