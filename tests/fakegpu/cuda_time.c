@@ -6,11 +6,12 @@
  * what each launch and copy takes at the scenario's speeds (cuda_deep.c: launch_seconds);
  * cuEventRecord stamps it and cuEventElapsedTime subtracts, so a measured figure is what the
  * scenario says, whatever the host's speed.  And each GPU's queue on the device clock (the
- * host's monotonic clock, less the host's stalls under cuda.pause_on_stall_s): work starts when the GPU's earlier work ends (or now, on an idle GPU) and ends its
- * simulated time later.  An event is ready when the work before it has ended: cuEventQuery
- * says CUDA_ERROR_NOT_READY until then and cuEventSynchronize, cuCtxSynchronize and the
- * synchronous copies wait for it, as on the real driver.  So a sustained-load test lasts what
- * it asks for, and NVML read meanwhile sees the GPU under load.
+ * host's monotonic clock, less the host's stalls under cuda.pause_on_stall_s): work starts
+ * when the GPU's earlier work ends (or now, on an idle GPU) and ends its simulated time later.
+ * An event is ready when the work before it has ended: cuEventQuery says CUDA_ERROR_NOT_READY
+ * until then and cuEventSynchronize, cuCtxSynchronize and the synchronous copies wait for it,
+ * as on the real driver.  So a sustained-load test lasts what it asks for, and NVML read
+ * meanwhile sees the GPU under load.
  *
  * Load: from the start of a kernel until the GPU's last kernel ends, the GPU is under load;
  * kernels queued back to back are one stretch of load.  fakegpu_load_reasons gives the fake
