@@ -4,9 +4,11 @@ of the kernels the package ships as PTX (tests/fakegpu/cuda_deep.c)."""
 from __future__ import annotations
 
 # Small boards: the fake runs the kernels over host copies of the GPU's memory (64 sweeps of
-# walking ones among them).
+# walking ones among them).  cuda.pause_on_stall_s: a host stall does not let a fake GPU's
+# queued work drain, so the clock trace (the throttle test's) does not depend on the host.
 DEEP = """gpus = 8
 gpu.*.memory.total_mib = 24
+cuda.pause_on_stall_s = 0.2
 """
 CONFIG = "[deep]\nbandwidth_mib = 4\nduration_s = 0.5\n[dcgm]\nenabled = false\n"
 

@@ -12,7 +12,11 @@ import pytest
 from tests.conftest import Node
 
 COMPUTE = ("hc_fma", "hc_mma_bf16", "hc_mma_f16")
+# cuda.pause_on_stall_s: the fake GPUs do not run while the host stalls the process, so a
+# stall longer than the queue no longer lets a GPU idle and empty the load trace: its length
+# depends on the load's device time, not on how busy the host is
 SCENARIO = """gpus = 8
+cuda.pause_on_stall_s = 0.2
 gpu.*.memory.total_mib = 24
 gpu.2.perf.throttle_under_load = hw_slowdown
 gpu.2.perf.throttle_after_s = 1

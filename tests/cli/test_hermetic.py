@@ -16,6 +16,7 @@ and network namespaces. Here:
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import socket
@@ -167,3 +168,55 @@ def test_an_account_added_in_the_session_never_reaches_the_hosts_etc(isolation):
                 assert not any(line.startswith(name + ":") for line in handle), path
     finally:
         subprocess.run(["userdel", name], check=False)
+
+
+# A session started inside this one: this session's private view is its "host".  It isolates,
+# says so, and once told looks at each hidden path: what it lists there, then writes a file.
+INNER_SESSION = """
+import json, os, sys
+from tests.lib import hermetic
+hermetic.isolate()
+print("isolated", flush=True)
+sys.stdin.readline()
+seen = {}
+for path in hermetic.HIDDEN:
+    seen[path] = sorted(os.listdir(path)) if os.path.isdir(path) else None
+    try:
+        with open(os.path.join(path, "written-by-the-session"), "w") as handle:
+            handle.write("session")
+    except OSError as exc:
+        seen[path] = [f"cannot write: {exc.strerror}"]
+print(json.dumps(seen), flush=True)
+"""
+
+
+def test_a_hidden_path_the_host_removes_and_recreates_stays_hidden(isolation):
+    """The host may remove a hidden path and make it again while a session runs (a package
+    purged and reinstalled, a configuration tool that replaces /etc/slurm).  A tmpfs mounted
+    over the host's directory went with it, and the session then saw, and wrote, the host's
+    new directory; the hidden path is now a directory of the session's own tmpfs over its
+    parent.  Here this session's private view is the host of a session started inside it."""
+    for path in hermetic.HIDDEN:  # exist on the inner session's host when it starts
+        os.makedirs(path, exist_ok=True)
+    # a directory this session mounted over cannot be removed here (EBUSY); the others can
+    removable = [path for path in hermetic.HIDDEN if not os.path.ismount(path)]
+    assert "/var/lib/gpu-healthcheck" in removable
+    inner = subprocess.Popen([sys.executable, "-c", INNER_SESSION], cwd=str(ROOT), text=True,
+                             stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                             env=dict(os.environ, PYTHONPATH=str(ROOT)))
+    try:
+        assert inner.stdout.readline() == "isolated\n", inner.communicate(timeout=60)
+        for path in removable:  # the host removes each and makes it again, with content
+            shutil.rmtree(path)
+            os.mkdir(path)
+            Path(path, "planted-by-the-host").write_text("host\n")
+        out, err = inner.communicate("look\n", timeout=60)
+    finally:
+        if inner.poll() is None:
+            inner.kill()
+            inner.wait()
+    assert inner.returncode == 0, err
+    seen = json.loads(out)
+    assert seen == {path: [] for path in hermetic.HIDDEN}, seen
+    for path in removable:
+        assert os.listdir(path) == ["planted-by-the-host"], path

@@ -3,13 +3,17 @@ text under `promtool check metrics`."""
 
 from __future__ import annotations
 
+import multiprocessing
+import os
 import stat
 import subprocess
 from pathlib import Path
 
 import pytest
 
-from healthcheck.act.metrics import empty_state, render, update_state
+from healthcheck.act.metrics import empty_state, render, update_state, write_metrics
+from healthcheck.config import Config
+from healthcheck.model import CRIT, LogEvent
 from tests.lib.metrics import parse_metrics, run_outcome, value_of
 from tests.lib.prometheus import tool
 
@@ -97,3 +101,23 @@ def test_a_failing_metrics_sink_is_one_line_and_keeps_the_exit_code(node, tmp_pa
     [line] = [l for l in result.stderr.splitlines() if "metrics sink" in l]
     assert str(prom) in line and "failed" in line
     assert (node.state_dir / "history.jsonl").exists()  # the other sinks still ran
+
+
+def _pending_writer(state_dir: str, metrics_file: str) -> None:
+    config = Config(state_dir=state_dir, metrics_file=metrics_file)
+    write_metrics(config, run_outcome(events=[LogEvent("pending", CRIT, "pending")]), "epilog")
+
+
+def test_counters_persist_and_concurrent_runs_lose_no_increment(tmp_path):
+    state_dir, prom = str(tmp_path / "state"), str(tmp_path / "textfile" / "gpu.prom")
+    os.makedirs(os.path.dirname(prom))
+    ctx = multiprocessing.get_context("fork")
+    procs = [ctx.Process(target=_pending_writer, args=(state_dir, prom)) for _ in range(16)]
+    for p in procs:
+        p.start()
+    for p in procs:
+        p.join(60)
+        assert p.exitcode == 0
+    _, samples = parse_metrics(Path(prom).read_text())
+    assert value_of(samples, "gpu_healthcheck_pending_drains_total") == 16
+    assert not [f for f in os.listdir(os.path.dirname(prom)) if f != "gpu.prom"]  # no temp left

@@ -80,12 +80,15 @@ void fg_apply_stuck(const struct alloc *a, size_t off, unsigned char *dst, size_
 CUresult dev_write(struct alloc *a, size_t off, const unsigned char *src, size_t n);
 void dev_read(const struct alloc *a, size_t off, unsigned char *dst, size_t n);
 /* The device's time (cuda_time.c; lock held unless said).  fg_device_work: `seconds` of work
- * (a kernel when `kernel`) issued at `issued` (monotonic) to GPU gpu, queued after its earlier
- * work: returns when it ends (monotonic).  fg_gpu_idle_at: when the GPU's queued work ends.
+ * (a kernel when `kernel`) issued at `issued` (fg_device_now) to GPU gpu, queued after its earlier
+ * work: returns when it ends (device clock).  fg_gpu_idle_at: when the GPU's queued work ends.
  * fg_sleep_until: wait (lock NOT held) until then.  fg_account_copy (cuda_deep.c): a copy of n
  * bytes to (dir 0) or from (1) the GPU at gpu.N.perf.h2d_gbps (d2h_gbps) on the timeline:
  * returns when the GPU's earlier work ends, which a synchronous copy waits for. */
 double fg_monotonic(void);
+/* The device clock the GPUs' queues run on: the host's monotonic clock less the host stalls
+ * cuda.pause_on_stall_s detected (cuda_time.c). */
+double fg_device_now(void);
 double fg_device_work(int gpu, double seconds, double issued, int kernel);
 double fg_gpu_idle_at(int gpu);
 void fg_advance_timeline(double seconds);

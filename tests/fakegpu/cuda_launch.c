@@ -218,7 +218,7 @@ EXPORT CUresult cuLaunchKernel(CUfunction f, unsigned int gx, unsigned int gy, u
     if (!params || extra || gx == 0 || bx == 0 || gy != 1 || gz != 1 || by != 1 || bz != 1 ||
         bx > 1024 || shared)
         return CUDA_ERROR_INVALID_VALUE;
-    double issued = fg_monotonic();   /* before the host build runs: the GPU starts now */
+    double issued = fg_device_now();  /* before the host build runs: the GPU starts now */
     pthread_mutex_lock(&lock);
     int gpu;
     CUresult rc = current_gpu(&gpu);

@@ -5,16 +5,27 @@
  * Two clocks.  The simulated timeline (seconds of device work, one per process) moves on by
  * what each launch and copy takes at the scenario's speeds (cuda_deep.c: launch_seconds);
  * cuEventRecord stamps it and cuEventElapsedTime subtracts, so a measured figure is what the
- * scenario says, whatever the host's speed.  And each GPU's queue on the host's monotonic
- * clock: work starts when the GPU's earlier work ends (or now, on an idle GPU) and ends its
- * simulated time later.  An event is ready when the work before it has ended: cuEventQuery
- * says CUDA_ERROR_NOT_READY until then and cuEventSynchronize, cuCtxSynchronize and the
- * synchronous copies wait for it, as on the real driver.  So a sustained-load test lasts what
- * it asks for, and NVML read meanwhile sees the GPU under load.
+ * scenario says, whatever the host's speed.  And each GPU's queue on the device clock (the
+ * host's monotonic clock, less the host's stalls under cuda.pause_on_stall_s): work starts
+ * when the GPU's earlier work ends (or now, on an idle GPU) and ends its simulated time later.
+ * An event is ready when the work before it has ended: cuEventQuery says CUDA_ERROR_NOT_READY
+ * until then and cuEventSynchronize, cuCtxSynchronize and the synchronous copies wait for it,
+ * as on the real driver.  So a sustained-load test lasts what it asks for, and NVML read
+ * meanwhile sees the GPU under load.
  *
  * Load: from the start of a kernel until the GPU's last kernel ends, the GPU is under load;
  * kernels queued back to back are one stretch of load.  fakegpu_load_reasons gives the fake
  * NVML gpu.N.perf.throttle_under_load once a stretch has lasted gpu.N.perf.throttle_after_s.
+ *
+ * cuda.pause_on_stall_s = S: the GPUs' queues run on a device clock that stands still while the
+ * host stalls this process.  Any gap longer than S between two readings of the device clock
+ * (every launch, event query and NVML reading under load reads it; the fake's own waits do
+ * not count) is a host stall: the process was not running, so neither was the device it
+ * simulates, and the work queued before the stall is still queued after it.  A reading of a
+ * loaded GPU then sees it loaded however long the host stalled, and a test of the deep
+ * level's load trace does not depend on the host's speed.  Unset (0): the host's clock, as
+ * before, and a stall longer than the queue lets the GPU idle (gpu.N.nvml.clock_stall_s
+ * simulates one).
  *
  * cuda.launch_log = PATH: every launch appends one line,
  *   gpu=N kernel=NAME grid=G block=B seconds=S
@@ -33,16 +44,16 @@
 
 typedef struct CUevent_st {
     double at;                  /* simulated timeline, seconds */
-    double ready;               /* host monotonic clock: when the work before it ends */
+    double ready;               /* device clock: when the work before it ends */
     int recorded;
 } *CUevent;
 
 enum { CUDA_ERROR_INVALID_HANDLE = 400, CUDA_ERROR_NOT_READY = 600 };
 
 static double timeline;                         /* seconds (lock held) */
-static double busy_until[FG_MAX_GPUS];          /* monotonic: the GPU's queued work ends */
-static double kernel_until[FG_MAX_GPUS];        /* monotonic: its last kernel ends */
-static double load_since[FG_MAX_GPUS];          /* monotonic: its current stretch of kernels began */
+static double busy_until[FG_MAX_GPUS];          /* device clock: the GPU's queued work ends */
+static double kernel_until[FG_MAX_GPUS];        /* device clock: its last kernel ends */
+static double load_since[FG_MAX_GPUS];          /* device clock: its current stretch began */
 
 double fg_monotonic(void)
 {
@@ -51,11 +62,32 @@ double fg_monotonic(void)
     return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
 }
 
+static pthread_mutex_t clock_lock = PTHREAD_MUTEX_INITIALIZER;
+static double stalled_s;                        /* host seconds the device clock stood still */
+static double last_read;                        /* host monotonic: the device clock's last reading */
+
+double fg_device_now(void)
+{
+    pthread_mutex_lock(&clock_lock);
+    double now = fg_monotonic();
+    double pause = scn ? scn->cuda_pause_on_stall_s : 0.0;
+    if (pause > 0 && last_read > 0 && now - last_read > pause)
+        stalled_s += now - last_read;
+    last_read = now;
+    double device = now - stalled_s;
+    pthread_mutex_unlock(&clock_lock);
+    return device;
+}
+
 void fg_sleep_until(double when)
 {
-    double now = fg_monotonic();
+    double now = fg_device_now();
     if (when > now)
         fg_sleep(when - now);
+    /* our own wait, not a host stall: the device ran meanwhile */
+    pthread_mutex_lock(&clock_lock);
+    last_read = fg_monotonic();
+    pthread_mutex_unlock(&clock_lock);
 }
 
 double fg_device_work(int gpu, double seconds, double issued, int kernel)
@@ -146,7 +178,7 @@ EXPORT unsigned long long fakegpu_load_reasons(int gpu)
 {
     pthread_mutex_lock(&lock);
     unsigned long long r = 0;
-    double now = fg_monotonic();
+    double now = fg_device_now();
     if (scn && gpu >= 0 && gpu < (int)scn->ngpus && now < kernel_until[gpu]) {
         r = 1ULL << 63;
         if (now - load_since[gpu] >= scn->gpu[gpu].throttle_after_s)
@@ -192,7 +224,7 @@ EXPORT CUresult cuEventQuery(CUevent ev)
     pthread_mutex_lock(&lock);
     double ready = ev->recorded ? ev->ready : 0;
     pthread_mutex_unlock(&lock);
-    return fg_monotonic() >= ready ? CUDA_SUCCESS : CUDA_ERROR_NOT_READY;
+    return fg_device_now() >= ready ? CUDA_SUCCESS : CUDA_ERROR_NOT_READY;
 }
 
 EXPORT CUresult cuEventSynchronize(CUevent ev)
@@ -212,7 +244,8 @@ EXPORT CUresult cuEventElapsedTime(float *ms, CUevent start, CUevent end)
         return CUDA_ERROR_INVALID_VALUE;
     if (!start || !end || !start->recorded || !end->recorded)
         return CUDA_ERROR_INVALID_HANDLE;
-    if (fg_monotonic() < end->ready || fg_monotonic() < start->ready)
+    double now = fg_device_now();
+    if (now < end->ready || now < start->ready)
         return CUDA_ERROR_NOT_READY;    /* as the driver: an event not yet reached has no time */
     *ms = (float)((end->at - start->at) * 1000.0);
     return CUDA_SUCCESS;

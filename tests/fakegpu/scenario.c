@@ -244,6 +244,7 @@ static void scenario_defaults(fg_scenario *s, unsigned int nfill)
     s->kernel_log[0] = '\0';
     s->launch_log[0] = '\0';
     s->smi_reset_hang_s = 0;
+    s->cuda_pause_on_stall_s = 0;
     s->smi_pm_on_hang_s = 0;
     s->nfilled = nfill;
     memset(s->filled, 0, sizeof s->filled);
@@ -1100,6 +1101,8 @@ static int parse_line(fg_scenario *s, char *line, perr *e)
         return parse_seconds(val, &s->smi_reset_hang_s, e);
     if (strcmp(key, "nvidia_smi.pm_on_hang_s") == 0)
         return parse_seconds(val, &s->smi_pm_on_hang_s, e);
+    if (strcmp(key, "cuda.pause_on_stall_s") == 0)
+        return parse_seconds(val, &s->cuda_pause_on_stall_s, e);
     if (strcmp(key, "nvml.init_error") == 0) {
         if (parse_ll(val, 0, INT_MAX, &x, e))
             return -1;

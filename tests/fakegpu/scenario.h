@@ -177,6 +177,7 @@ typedef struct {
     char launch_log[4096];      /* cuda.launch_log: each kernel launch appends a line here */
     double smi_reset_hang_s;    /* nvidia_smi.reset_hang_s: nvidia-smi --gpu-reset blocks this long */
     double smi_pm_on_hang_s;    /* nvidia_smi.pm_on_hang_s: nvidia-smi -pm 1 blocks this long */
+    double cuda_pause_on_stall_s; /* cuda.pause_on_stall_s: a host stall longer than this stops the device clock */
     /* gpu[0..nfilled-1] hold their defaults and every gpu.* line; a GPU
      * past that (never enumerated: nfilled >= ngpus once parsed) gets its
      * defaults when a gpu.N line names it (filled[N]).  The array is 0.9 MiB:

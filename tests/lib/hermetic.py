@@ -7,10 +7,12 @@ path wrote the host's state directory and could reach the production slurmctld (
 The product keeps no test-only override that a job could trigger; instead the whole test
 session runs in its own namespaces, made here before pytest starts any thread:
 
-- a private mount namespace (propagation private, so nothing leaks back), with an empty tmpfs
-  over every path in HIDDEN that exists on the host. A path that does not exist on the host
-  (say /etc/gpu-healthcheck) stays absent, but its nearest existing parent becomes a tmpfs
-  that shows the host's entries (see _privatise), so creating it writes nowhere on the host;
+- a private mount namespace (propagation private, so nothing leaks back), in which the parent
+  of every path in HIDDEN becomes a tmpfs that shows the host's entries (see _privatise), the
+  hidden path itself an empty directory of that tmpfs: the host may remove and make it again
+  while the session runs, and the session still sees its own. A path that does not exist on
+  the host (say /etc/gpu-healthcheck) stays absent, but its nearest existing parent becomes
+  such a tmpfs, so creating it writes nowhere on the host;
 - /etc is always such a tmpfs, so an account a test adds with useradd exists in the session
   only;
 - a private network namespace with only loopback up: the test clusters on 127.0.0.1 work,
@@ -38,7 +40,7 @@ import socket
 import stat
 import struct
 import tempfile
-from typing import Dict, List, NamedTuple, Optional, Tuple
+from typing import Dict, Iterable, List, NamedTuple, Optional, Set, Tuple
 
 # The defaults the product falls back to, and what would let the host's scontrol or munge
 # reach the host's daemons.
@@ -123,13 +125,17 @@ def _tmpfs_like(libc: ctypes.CDLL, path: str) -> None:
         pass  # a user namespace maps only our own uid; the mode is what matters there
 
 
-def _privatise(libc: ctypes.CDLL, parent: str) -> None:
+def _privatise(libc: ctypes.CDLL, parent: str, hide: Iterable[str] = ()) -> None:
     """Make `parent` a tmpfs that shows the host's entries: the host's directory itself is
     bound, live, at `parent`/.hermetic-host; each directory entry is bound back in place, each
     regular file is copied (a private copy, taken now), anything else becomes a symlink into
     .hermetic-host, and symlinks are copied as they are. A new or replaced entry lands in the
     tmpfs only. (Binding files back instead would go stale, and could not be bound again in a
-    nested session, once the host replaced one by a rename.)"""
+    nested session, once the host replaced one by a rename.)  A directory named in `hide`
+    becomes an empty directory of the tmpfs itself, with the host's mode and owner: nothing of
+    the host's is mounted there, so the host removing and making it again changes nothing
+    here (a tmpfs mounted over the host's directory went with it, and the session then saw the
+    host's new one)."""
     stash = tempfile.mkdtemp(prefix="hermetic-stash-")
     keep = os.path.join(parent, HOST_COPY)
     try:
@@ -145,7 +151,14 @@ def _privatise(libc: ctypes.CDLL, parent: str) -> None:
             continue  # a parent privatised already (a nested session): reached through `keep`
         src, dst = os.path.join(keep, name), os.path.join(parent, name)
         st = os.lstat(src)
-        if stat.S_ISLNK(st.st_mode):
+        if name in hide and stat.S_ISDIR(st.st_mode):
+            os.mkdir(dst)
+            os.chmod(dst, stat.S_IMODE(st.st_mode))
+            try:
+                os.chown(dst, st.st_uid, st.st_gid)
+            except OSError:
+                pass  # a user namespace maps only our own uid; the mode is what matters there
+        elif stat.S_ISLNK(st.st_mode):
             os.symlink(os.readlink(src), dst)
         elif stat.S_ISDIR(st.st_mode):
             os.mkdir(dst)
@@ -160,6 +173,22 @@ def _privatise(libc: ctypes.CDLL, parent: str) -> None:
                 pass  # a user namespace maps only our own uid
         else:
             os.symlink(os.path.join(HOST_COPY, name), dst)
+
+
+def _hidden_parents(initial: Dict[str, bool]) -> Dict[str, Set[str]]:
+    """The directories to make private tmpfs (parents before their children, so that a parent's
+    copy does not bind the host's directory back over a child made private already), each with
+    the names of the hidden directories in it: a HIDDEN path on the host (its real path, which
+    may lie behind a symlink) is hidden in its own parent; one not on the host in its nearest
+    existing parent, so that making it writes nowhere on the host.  Always /etc."""
+    parents: Dict[str, Set[str]] = {"/etc": set()}
+    for path in HIDDEN:
+        real = os.path.realpath(path)
+        if initial[path] and os.path.isdir(real):
+            parents.setdefault(os.path.dirname(real), set()).add(os.path.basename(real))
+        elif not initial[path]:
+            parents.setdefault(_nearest_existing(path), set())
+    return dict(sorted(parents.items(), key=lambda item: item[0].count("/")))
 
 
 def _nearest_existing(path: str) -> str:
@@ -284,18 +313,8 @@ def isolate() -> Isolation:
                              "the new root onto itself first")
     # /etc always: a test may add an account (useradd renames /etc/passwd+ over /etc/passwd),
     # and that must land in the session's /etc, not the host's.
-    _privatise(libc, "/etc")
-    done = {"/etc"}
-    for path in HIDDEN:  # parents first, so a later tmpfs is not bound over by a parent's copy
-        if not initial[path]:
-            parent = _nearest_existing(path)
-            if parent not in done:
-                _privatise(libc, parent)
-                done.add(parent)
-    for path in HIDDEN:
-        real = os.path.realpath(path)
-        if initial[path] and os.path.isdir(real):
-            _tmpfs_like(libc, real)
+    for parent, names in _hidden_parents(initial).items():
+        _privatise(libc, parent, names)
     _hide_kmsg(libc)
     _loopback_up()
     # Neither the host's Slurm (SLURM_CONF, a job's SLURM_*) nor a config of the product's

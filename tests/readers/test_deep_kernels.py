@@ -150,3 +150,43 @@ def test_deep_memtest_passes_runs_every_pattern_that_many_times(fakegpu, tmp_pat
     for kernel in ("hc_addr_check", "hc_mi_step", "hc_walk_fill", "hc_walk", "hc_rand_write", "hc_rand_check"):
         per_pass = {"hc_addr_check": 2, "hc_mi_step": 3}.get(kernel, 1)
         assert kernels.count(kernel) == 2 * per_pass, (kernel, kernels.count(kernel))
+
+
+# One FMA launch of half a second of device time, then a host stall: the child does not run for
+# 1.5 s (a sleep standing for the stall, not a wait for a condition).  Is the launch done?
+STALL_CHILD = """
+import ctypes, json, time
+from healthcheck.read.cudaprobe import ProbeStatus, _Cuda
+from healthcheck.read.deepcuda import THREADS, Device, read_ptx
+cuda = _Cuda()
+cuda.call(ProbeStatus.INIT_ERROR, "cuInit", ctypes.c_uint(0))
+d = Device(cuda, 0, read_ptx())
+out, blocks = d.alloc(d.grid("hc_fma") * THREADS * 4), d.grid("hc_fma")
+start, end = d.event(), d.event()
+def launch(iters):
+    d.record(start)
+    d.launch("hc_fma", blocks, ctypes.c_uint64(out), ctypes.c_uint(iters))
+    d.record(end)
+launch(256)
+per_iter = d.seconds(start, end) / 256
+launch(int(0.5 / per_iter))
+time.sleep(1.5)
+print(json.dumps(d.ready(end)))
+"""
+
+
+@pytest.mark.parametrize("pause,done", [("", True), ("cuda.pause_on_stall_s = 0.2\n", False)])
+def test_a_host_stall_lets_queued_work_end_unless_the_device_clock_pauses_for_it(fakegpu, tmp_path, pause, done):
+    """The fake's cuda.pause_on_stall_s, which makes the deep load's trace independent of the
+    host's speed: without it, half a second of queued work has ended after a 1.5 s stall of the
+    host process; with it, the device clock stood still for the stall and the work is still
+    queued.  Either way a slower host only lengthens the stall, so the answer is fixed."""
+    path = tmp_path / "scenario"
+    path.write_text("gpus = 1\ngpu.*.memory.total_mib = 32\n" + pause)
+    env = {**os.environ, "LD_LIBRARY_PATH": str(fakegpu), "FAKEGPU_SCENARIO": str(path),
+           "PYTHONPATH": str(ROOT)}
+    env.pop("CUDA_VISIBLE_DEVICES", None)
+    child = subprocess.run([sys.executable, "-c", STALL_CHILD], env=env, capture_output=True, text=True,
+                           timeout=120)
+    assert child.returncode == 0, child.stderr
+    assert child.stdout.strip() == ("true" if done else "false")

@@ -12,7 +12,9 @@ VALIDATE = ROOT / "tests" / "gpu" / "validate"
 
 def _validate(tmp_path, fakegpu, scenario):
     path = tmp_path / "node.scenario"
-    path.write_text(scenario)
+    # cuda.pause_on_stall_s: a stall of the loaded host cannot let the fake GPUs idle and empty
+    # the deep level's clock trace (tests/fakegpu/README.md)
+    path.write_text("cuda.pause_on_stall_s = 0.2\n" + scenario)
     out = tmp_path / "out"
     out.mkdir()
     env = {k: v for k, v in os.environ.items()

@@ -1,5 +1,6 @@
 """The kernel-log parser on the real NVRM lines of tests/fixtures/kernel-log, and the reader on
-a log of 200,000 lines (seconds: the unit layer's own reader tests use small logs)."""
+a log of 200,000 lines and on a line of 64 MiB (seconds: the unit layer's own reader tests use
+small logs)."""
 
 import pytest
 
@@ -63,3 +64,16 @@ def test_two_hundred_thousand_xid_31_lines_become_one_event_per_gpu_with_count_t
     assert first.monotonic_s == pytest.approx(10.0) and first.last_monotonic_s == pytest.approx(209.998)
     assert len(first.samples) == 3 and "pid=0," in first.samples[0]
     assert read.lines == 200_001 and read.skipped_bytes == 0
+
+
+def test_an_endless_line_is_read_in_bounded_pieces(tmp_path):
+    import resource
+    log = tmp_path / "kern.log"
+    with log.open("wb") as handle:
+        handle.write(b"NVRM: " + b"x" * (64 << 20) + b"\n")
+        handle.write(b"[ 3.0] NVRM: Xid (PCI:0000:41:00): 48, after the long line\n")
+    before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    read = read_kernel_log(str(log), KernelLogWindow())
+    grown_kib = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss - before
+    assert [e.xid for e in read.events] == [48]
+    assert grown_kib < 32 * 1024  # the 64 MiB line was never held whole

@@ -61,6 +61,75 @@ def outcomes(done: subprocess.CompletedProcess) -> Dict[str, Dict]:
     return {n["node"]: n for n in json.loads(done.stdout)["nodes"]}
 
 
+class HangingSweep:
+    """One `--fabric-sweep --act --json` in the background on a cluster where gpu-g's collective
+    hangs: Slurm ends that node's jobs at their time limit (a minute, checked every 30 s), so the
+    sweep lasts about 90 s.  The two tests that need a hanging sweep share it: the second sweep
+    refused while it runs (the module's first test, so it runs while the sweep does, however
+    slow the host), and its outcome (the module's last, which waits for it to end).  It starts
+    with the module, and the other tests run on their own clusters meanwhile: its wait is spent
+    beside them, not after them."""
+
+    def __init__(self, c: GpuCluster, tmp_path: Path) -> None:
+        self.c, self.tmp_path = c, tmp_path
+        self.proc = subprocess.Popen([sys.executable, "-m", "healthcheck.cli", "--fabric-sweep", "--act", "--json"],
+                                     env=sweep_env(c, tmp_path), cwd=str(tmp_path),
+                                     stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        self._done: Optional[subprocess.CompletedProcess] = None
+
+    def done(self) -> subprocess.CompletedProcess:
+        if self._done is None:
+            try:
+                out, err = self.proc.communicate(timeout=240)
+            finally:
+                if self.proc.poll() is None:
+                    self.proc.kill()
+                    self.proc.communicate()
+            self._done = subprocess.CompletedProcess(self.proc.args, self.proc.returncode, out, err)
+        return self._done
+
+
+@pytest.fixture(scope="module")
+def hanging_sweep(tmp_path_factory: pytest.TempPathFactory, fakegpu: Path) -> Iterator[HangingSweep]:
+    require_slurm()
+    tmp_path = tmp_path_factory.mktemp("hanging")
+    c = fabric_cluster(tmp_path, fakegpu, "node.gpu-g.nccl.hang = 1\n")
+    with c.cluster:
+        run = HangingSweep(c, tmp_path)
+        try:
+            yield run
+        finally:
+            run.done()
+
+
+@pytest.fixture(scope="module", autouse=True)
+def _hanging_sweep_starts_with_the_module(request: pytest.FixtureRequest) -> None:
+    """Where a test of the hanging sweep is selected, the sweep starts before the module's first
+    test; otherwise not at all."""
+    if any("hanging_sweep" in getattr(item, "fixturenames", ()) and item.module is request.module
+           for item in request.session.items):
+        request.getfixturevalue("hanging_sweep")
+
+
+def test_fabric_sweep_second_sweep_refuses_with_the_first_ones_id(hanging_sweep: HangingSweep) -> None:
+    c, tmp_path, first = hanging_sweep.c, hanging_sweep.tmp_path, hanging_sweep.proc
+    assert first.poll() is None, "the hanging sweep ended before this test, which needs it running"
+    lock = tmp_path / "sweep-state" / "fabric-sweep.lock"
+    _wait_until(lambda: lock.exists() and lock.read_text().strip(), 60, what="the first sweep's lock")
+    first_id = lock.read_text().strip()
+    _wait_until(lambda: c.cluster.run(["squeue", "-h", "-n", "gpu-healthcheck-fabric"]).stdout.strip(),
+                60, what="the first sweep's jobs")
+    second = sweep(c, tmp_path, "--act")
+    assert second.returncode == 3
+    assert f"another fabric sweep is running: {first_id}" in second.stderr, second.stderr
+    # from another submit host (its own state_dir, no lock of ours): the jobs name it
+    toml = tmp_path / "sweep.toml"
+    (tmp_path / "other.toml").write_text(toml.read_text().replace("sweep-state", "other-state"))
+    third = sweep(c, tmp_path, timeout=60, config="other.toml")
+    assert third.returncode == 3 and f"another fabric sweep is running: {first_id} (its job " in third.stderr
+    # the first sweep's own outcome (exit 2, gpu-g drained): the module's last test
+
+
 def test_fabric_sweep_finds_and_drains_the_slow_node_and_no_healthy_one(tmp_path: Path, fakegpu: Path) -> None:
     require_slurm()
     c = fabric_cluster(tmp_path, fakegpu, "node.gpu-c.busbw_gbps = 41.2\n")
@@ -128,21 +197,6 @@ def test_fabric_sweep_pair_that_fails_once_drains_nothing(tmp_path: Path, fakegp
         assert nodes["gpu-e"]["why"].startswith("wrong=1; passed with ")
         assert not [n for n in NODES if c.drained(n)]
         assert (tmp_path / "fabric.scenario.state").read_text() == "gpu-e,gpu-f\n"  # it did fail once
-
-
-def test_fabric_sweep_hanging_node_is_ended_by_its_time_limit_and_named(tmp_path: Path, fakegpu: Path) -> None:
-    require_slurm()
-    c = fabric_cluster(tmp_path, fakegpu, "node.gpu-g.nccl.hang = 1\n")
-    with c.cluster:
-        done = sweep(c, tmp_path, "--act", "--json")
-        assert done.returncode == 2, done.stdout + done.stderr
-        nodes = outcomes(done)
-        assert [n for n, v in nodes.items() if v["outcome"] == "bad"] == ["gpu-g"]
-        assert nodes["gpu-g"]["why"].startswith("hang")
-        assert c.reason("gpu-g").startswith("gpu-healthcheck: fabric nccl=hang partners=gpu-")
-        assert [n for n in NODES if c.drained(n)] == ["gpu-g"]
-        jobs = json.loads(done.stdout)["jobs_run"]
-        assert all(j["problem"].startswith("hang") for j in jobs if "gpu-g" in j["nodes"])
 
 
 def test_fabric_sweep_without_act_or_with_report_only_drains_nothing(tmp_path: Path, fakegpu: Path) -> None:
@@ -213,32 +267,6 @@ def test_fabric_sweep_pair_that_never_crossed_the_network_is_a_setup_problem_nev
         assert not [n for n in NODES if c.drained(n)]
 
 
-def test_fabric_sweep_second_sweep_refuses_with_the_first_ones_id(tmp_path: Path, fakegpu: Path) -> None:
-    require_slurm()
-    c = fabric_cluster(tmp_path, fakegpu, "node.gpu-d.nccl.hang = 1\n")
-    with c.cluster:
-        first = subprocess.Popen([sys.executable, "-m", "healthcheck.cli", "--fabric-sweep", "--json"],
-                                 env=sweep_env(c, tmp_path),
-                                 stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-        try:
-            lock = tmp_path / "sweep-state" / "fabric-sweep.lock"
-            _wait_until(lambda: lock.exists() and lock.read_text().strip(), 60, what="the first sweep's lock")
-            first_id = lock.read_text().strip()
-            _wait_until(lambda: c.cluster.run(["squeue", "-h", "-n", "gpu-healthcheck-fabric"]).stdout.strip(),
-                        60, what="the first sweep's jobs")
-            second = sweep(c, tmp_path, "--act")
-            assert second.returncode == 3
-            assert f"another fabric sweep is running: {first_id}" in second.stderr, second.stderr
-            # from another submit host (its own state_dir, no lock of ours): the jobs name it
-            toml = tmp_path / "sweep.toml"
-            (tmp_path / "other.toml").write_text(toml.read_text().replace("sweep-state", "other-state"))
-            third = sweep(c, tmp_path, timeout=60, config="other.toml")
-            assert third.returncode == 3 and f"another fabric sweep is running: {first_id} (its job " in third.stderr
-        finally:
-            out, err = first.communicate(timeout=240)
-        assert first.returncode == 0 or first.returncode == 2, err
-
-
 @pytest.fixture
 def open_path() -> Iterator[Path]:
     """A work folder an ordinary user can reach (pytest's tmp is 0700 above the test's folder):
@@ -265,3 +293,15 @@ def test_fabric_sweep_a_users_job_of_the_sweeps_name_does_not_stop_it(open_path:
         assert done.returncode == 2, done.stdout + done.stderr
         assert [n for n, v in outcomes(done).items() if v["outcome"] == "bad"] == ["gpu-c"]
         assert [n for n in NODES if c.drained(n)] == ["gpu-c"]
+
+
+def test_fabric_sweep_hanging_node_is_ended_by_its_time_limit_and_named(hanging_sweep: HangingSweep) -> None:
+    c, done = hanging_sweep.c, hanging_sweep.done()
+    assert done.returncode == 2, done.stdout + done.stderr
+    nodes = outcomes(done)
+    assert [n for n, v in nodes.items() if v["outcome"] == "bad"] == ["gpu-g"]
+    assert nodes["gpu-g"]["why"].startswith("hang")
+    assert c.reason("gpu-g").startswith("gpu-healthcheck: fabric nccl=hang partners=gpu-")
+    assert [n for n in NODES if c.drained(n)] == ["gpu-g"]
+    jobs = json.loads(done.stdout)["jobs_run"]
+    assert all(j["problem"].startswith("hang") for j in jobs if "gpu-g" in j["nodes"])

@@ -17,8 +17,11 @@ from tests.lib.repair import ledger_file, repair_events
 pytestmark = pytest.mark.slurm
 
 # Small fake boards and small bandwidth buffers: the fake runs the deep kernels on the host
-# (tests/cli/test_deep_level.py uses the same figures).
-DEEP_SCENARIO = "gpus = 8\ngpu.*.memory.total_mib = 24\ngpu.*.fabric.state = not_supported\n"
+# (tests/cli/test_deep_level.py uses the same figures).  Four GPUs, not eight: a deep run on the
+# fakes takes half the time (9 s against 18 on a loaded 2-core machine: its peer pairs are 6,
+# not 28), and GPU 3 still has three siblings to be judged against.
+GPUS = 4
+DEEP_SCENARIO = f"gpus = {GPUS}\ngpu.*.memory.total_mib = 24\ngpu.*.fabric.state = not_supported\n"
 # duration_s: the sustained load of half a second the CLI tests use (tests/cli/test_deep_level.py);
 # the default 30 s per deep run would only wait here.
 DEEP_CONFIG = "[deep]\nbandwidth_mib = 4\nduration_s = 0.5\n"
@@ -55,7 +58,7 @@ def _configure(c: GpuCluster, dcgm: bool, repair: bool = False) -> None:
 def hc_cluster(tmp_path_factory, fakegpu):
     require_slurm()
     c = GpuCluster(tmp_path_factory.mktemp("resumelevel"), fakegpu, nodes=["gpu-a"],
-                   health_check_interval=5)
+                   health_check_interval=5, gpus_per_node=GPUS)
     c.scenario("gpu-a").write_text(DEEP_SCENARIO)
     _configure(c, dcgm=False)
     with c.cluster:

@@ -26,7 +26,7 @@ import pytest
 from healthcheck.report.cluster import rows_from_show_nodes
 from healthcheck.act.scontrol import parse_show_nodes, reason_time
 from tests.lib.gpucluster import require_slurm
-from tests.lib.slurmcluster import JobError, SlurmCluster, SlurmClusterError, slurm_version
+from tests.lib.slurmcluster import JobError, SlurmCluster, SlurmClusterError, _wait_until, slurm_version
 
 pytestmark = pytest.mark.slurm
 
@@ -403,7 +403,9 @@ def test_health_check_node_state_only_runs_around_a_reboot(tmp_path, version, st
         deadline = time.monotonic() + WINDOW_S
         while time.monotonic() < deadline and len(runs()) == n_before:
             time.sleep(0.1)
-        time.sleep(1)  # a run that began in the window finishes writing
+        # a run that began in the window finishes writing (its .tmp renamed into place)
+        _wait_until(lambda: not any(p.name.endswith(".tmp") for p in rec.iterdir()), 60,
+                    what="the health check runs to finish writing")
         return runs()[n_before:]
 
     with c:

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import os
 import subprocess
+import sys
 import time
 from pathlib import Path
 
@@ -407,3 +408,17 @@ def test_another_roots_slurmstepd_under_the_same_path_is_not_ours(tmp_path):
         for p in (theirs, ours):
             p.kill()
             p.wait(timeout=10)
+
+
+@pytest.mark.slurm
+@needs_slurm
+def test_the_harness_bench_runs_and_prints_a_row_per_size():
+    """tests/bench/slurmstart.py still runs (it prints what bringing a cluster up and down costs;
+    nothing here looks at a figure)."""
+    done = subprocess.run([sys.executable, "-m", "tests.bench.slurmstart", "--reps", "1", "--nodes", "1,2",
+                           "--job"], cwd=str(Path(__file__).resolve().parents[2]), capture_output=True,
+                          text=True, timeout=300)
+    assert done.returncode == 0, done.stdout + done.stderr
+    rows = [line.split() for line in done.stdout.splitlines() if line.startswith("nodes=")]
+    assert [r[0] for r in rows] == ["nodes=1", "nodes=2"], done.stdout
+    assert all(r[1::2] == ["up_s", "first_job_s", "down_s"] for r in rows), done.stdout

@@ -22,7 +22,7 @@ import pytest
 
 from tests.lib.gpucluster import GpuCluster
 from tests.lib.repair import enable_repair, repair_events
-from tests.lib.slurmcluster import _wait_until, requires_slurm, slurm_version
+from tests.lib.slurmcluster import _wait_until, requires_slurm
 from tests.lib.slurmdbd import accounting_missing_reason, wait_registered
 # its four ordinary users (useradd) are a module fixture: this module gets its own
 from tests.slurm.test_suspects_slurm import SCRIPT, _ended_in_accounting, _submit, users  # noqa: F401
@@ -41,9 +41,6 @@ def cluster(users, fakegpu) -> Iterator[GpuCluster]:
         if os.environ.get("CI"):
             pytest.fail(reason)
         pytest.skip(reason)
-    if slurm_version() != "22.05":  # as tests/slurm/test_suspects_slurm.py: slurmdbd 24.11+ vs MariaDB 11.8
-        pytest.skip(f"slurmdbd {slurm_version()} does not start against this root's MariaDB 11.8; "
-                    "accounting is tested on 22.05")
     wd = Path(tempfile.mkdtemp(prefix="hc-verify-"))
     wd.chmod(0o755)  # the users' sbatch reads slurm.conf and reaches munged's socket
     c = GpuCluster(wd, fakegpu, nodes=NODES, scripts=False, accounting=True)

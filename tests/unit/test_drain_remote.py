@@ -22,6 +22,8 @@ def cluster(**states: str) -> FakeDoor:
 
 
 def drain(door: FakeDoor, config: Config, act: bool = True):
+    """The drain, its settle wait before the budget's re-read recorded, not slept (hold_budget's
+    own tests in tests/unit/test_drain_protocol.py say how long it waits)."""
     events: List[LogEvent] = []
     action = Slurm(config, {}, ctl=door, sleep=lambda s: None).drain_remote(
         "gpu-c", REASON, act, events, {"GPU_HEALTHCHECK_MODE": "gang"})

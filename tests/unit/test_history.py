@@ -1,10 +1,10 @@
-"""The history file: one JSON line per run, bounded, safe against symlinks and concurrency."""
+"""The history file: one JSON line per run, bounded, safe against symlinks (concurrent writers,
+forked processes, in tests/cli/test_history.py)."""
 
 from __future__ import annotations
 
 import io
 import json
-import multiprocessing
 import os
 import stat
 
@@ -64,49 +64,6 @@ def test_files_are_0600_in_a_new_0700_directory(tmp_path):
     append_line(str(path), _line(1), 1 << 20)
     assert stat.S_IMODE(path.parent.stat().st_mode) == 0o700
     assert stat.S_IMODE(path.stat().st_mode) == 0o600
-
-
-def _writer(path: str, who: int, count: int) -> None:
-    for n in range(count):
-        # big lines, so that a torn or interleaved write would show up as a corrupt line
-        append_line(path, encode({"who": who, "n": n, "pad": "y" * 3000}), 1 << 30)
-
-
-def _all_at_once(jobs) -> None:
-    """Run every (function, args) in its own forked process at once; each must exit 0."""
-    ctx = multiprocessing.get_context("fork")
-    procs = [ctx.Process(target=fn, args=args) for fn, args in jobs]
-    for p in procs:
-        p.start()
-    for p in procs:
-        p.join(60)
-        assert p.exitcode == 0
-
-
-def test_sixteen_concurrent_writers_lose_and_interleave_nothing(tmp_path):
-    path = str(tmp_path / "history.jsonl")
-    _all_at_once([(_writer, (path, who, 40)) for who in range(16)])
-    records, notes = read_history(path)
-    assert notes == []
-    assert sorted((r["who"], r["n"]) for r in records) == [(w, n) for w in range(16) for n in range(40)]
-
-
-def test_concurrent_writers_with_rotation_keep_whole_lines_and_the_bound(tmp_path):
-    path = str(tmp_path / "history.jsonl")
-    max_bytes = 40_000
-
-    def rotating_writer(who: int) -> None:
-        for n in range(60):
-            append_line(path, encode({"who": who, "n": n, "pad": "z" * 1000}), max_bytes)
-
-    _all_at_once([(rotating_writer, (who,)) for who in range(16)])
-    records, notes = read_history(path)
-    assert notes == [] and records
-    assert os.path.getsize(path) <= max_bytes and os.path.getsize(path + ".1") <= max_bytes
-    # each writer's surviving lines are its newest ones, in order
-    for who in range(16):
-        mine = [r["n"] for r in records if r["who"] == who]
-        assert mine == sorted(mine) and (not mine or mine[-1] == 59)
 
 
 def test_corrupt_lines_are_skipped_with_a_note(tmp_path):

@@ -76,19 +76,6 @@ def test_any_well_formed_xid_line_round_trips(domain, bus, dev, xid, prefix, tai
     assert (events[0].pci, events[0].xid) == (pci, xid)
 
 
-def test_an_endless_line_is_read_in_bounded_pieces(tmp_path):
-    import resource
-    log = tmp_path / "kern.log"
-    with log.open("wb") as handle:
-        handle.write(b"NVRM: " + b"x" * (64 << 20) + b"\n")
-        handle.write(b"[ 3.0] NVRM: Xid (PCI:0000:41:00): 48, after the long line\n")
-    before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
-    read = read_kernel_log(str(log), KernelLogWindow())
-    grown_kib = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss - before
-    assert [e.xid for e in read.events] == [48]
-    assert grown_kib < 32 * 1024  # the 64 MiB line was never held whole
-
-
 # --- issue 17: only the kernel's lines, and bounded work on any log size ------------------
 
 FORGED = [

@@ -16,7 +16,7 @@ UNIT = ROOT / "tests" / "unit"
 # What the unit layer never uses: a child process, the fake GPU libraries or the fixtures they
 # replay, the CLI's entry points, a Slurm cluster, a real sleep (the code under test takes a
 # sleep callable; a wait on the clock is a test of another layer, and no quicker there).
-NO_IMPORTS = {"subprocess", "ctypes", "tests.lib.gpucluster", "healthcheck.entrypoints"}
+NO_IMPORTS = {"subprocess", "multiprocessing", "ctypes", "tests.lib.gpucluster", "healthcheck.entrypoints"}
 NO_NAMES = {"FIXTURES", "FAKEGPU", "FAKE_BUILD", "ensure_fakegpu", "make_sysfs", "nvml_read",
             "SlurmCluster", "GpuCluster", "Popen", "sleep"}
 NO_FIXTURES = {"node", "fakegpu", "cluster"}

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import multiprocessing
 import os
 import re
 import stat
@@ -95,26 +94,6 @@ def test_label_values_are_escaped():
                         ecc_volatile_uncorrected=1),)
     _, samples = parse_metrics(render(update_state(empty_state(), run_outcome(gpus=gpus), "node", 1.0)))
     assert value_of(samples, "gpu_healthcheck_gpu_ecc_errors_total", uuid='GPU-"q"', serial="a\\b\nc") == 1
-
-
-def _pending_writer(state_dir: str, metrics_file: str) -> None:
-    config = Config(state_dir=state_dir, metrics_file=metrics_file)
-    write_metrics(config, run_outcome(events=[LogEvent("pending", CRIT, "pending")]), "epilog")
-
-
-def test_counters_persist_and_concurrent_runs_lose_no_increment(tmp_path):
-    state_dir, prom = str(tmp_path / "state"), str(tmp_path / "textfile" / "gpu.prom")
-    os.makedirs(os.path.dirname(prom))
-    ctx = multiprocessing.get_context("fork")
-    procs = [ctx.Process(target=_pending_writer, args=(state_dir, prom)) for _ in range(16)]
-    for p in procs:
-        p.start()
-    for p in procs:
-        p.join(60)
-        assert p.exitcode == 0
-    _, samples = parse_metrics(Path(prom).read_text())
-    assert value_of(samples, "gpu_healthcheck_pending_drains_total") == 16
-    assert not [f for f in os.listdir(os.path.dirname(prom)) if f != "gpu.prom"]  # no temp left
 
 
 def test_corrupt_state_restarts_counters_with_a_note(tmp_path):
