@@ -28,7 +28,7 @@ import datetime
 import operator
 from typing import TYPE_CHECKING, Any, Dict, Iterable, Iterator, List, Mapping, Optional, Tuple
 
-from ..fleetmodel import Accounting, Job
+from ..fleetmodel import Accounting, Job, gc_paused
 from ..outside import run_bounded
 from ..tools import find_tool
 
@@ -189,7 +189,11 @@ def parse_sacct(text: str, source: str, hosts: Optional[_Hosts] = None) -> Tuple
 def parse_sacct_lines(lines: Iterator[str], source: str,
                       hosts: Optional[_Hosts] = None) -> Tuple[List[Job], List[str]]:
     """parse_sacct over lines as they are read (a file: its text is never held whole)."""
-    hosts = hosts or _Hosts()
+    with gc_paused():
+        return _parse(lines, source, hosts or _Hosts())
+
+
+def _parse(lines: Iterator[str], source: str, hosts: _Hosts) -> Tuple[List[Job], List[str]]:
     first = next(lines, "").rstrip("\r\n")
     if not first.strip():
         raise SacctFormatError(f"{source}: empty; expected sacct --parsable2 output with a header")
