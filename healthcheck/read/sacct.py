@@ -25,8 +25,11 @@ header.  Unknown never makes a node a suspect and never reads as "no failures".
 from __future__ import annotations
 
 import datetime
+import functools
+import io
 import operator
-from typing import TYPE_CHECKING, Any, Dict, Iterable, Iterator, List, Mapping, Optional, Tuple
+import re
+from typing import TYPE_CHECKING, Any, Callable, Dict, Iterable, Iterator, List, Mapping, Optional, Tuple
 
 from ..fleetmodel import Accounting, Job, gc_paused
 from ..outside import run_bounded
@@ -65,7 +68,12 @@ def _time(text: str, minutes: Dict[str, float]) -> Optional[float]:
         return None
 
 
+MAX_NODES = 65536  # in one job's NodeList: more is a garbled line (Slurm's largest clusters have tens of thousands)
+_RANGE = re.compile(r"(\d+)-(\d+)")
+_LONG_NUMBER = re.compile(r"\d{19}")
 _HOSTNAME_CHARS = frozenset("ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789._-")
+_RANGES = r"\[\d+(?:-\d+)?(?:,\d+(?:-\d+)?)*\]"
+_HOSTLIST = re.compile(rf"(?:[A-Za-z0-9._-]|{_RANGES})+(?:,(?:[A-Za-z0-9._-]|{_RANGES})+)*")
 _DIGITS = frozenset("0123456789")
 _TABLE_MAX = 1 << 20  # node numbers below this are kept in a list per pattern (sliced, not formatted)
 
@@ -76,7 +84,7 @@ class _Hosts:
     their lists), and each node name is one string however many jobs name it.
 
     The one form Slurm writes for a job on one group of nodes, `prefix[1-4,7]suffix` (hostname
-    characters around one bracket of ascending decimal ranges), is expanded here without
+    characters around one bracket of ascending decimal ranges, no digit beside it), is expanded here without
     NodeSet: a distinct list of a 64-node job cost ~75 us in NodeSet, and a large cluster's
     accounting has hundreds of thousands of them.  It gives what NodeSet gives (the sacct fuzz
     target compares the two on every input); anything else, or a range this does not take as
@@ -86,7 +94,7 @@ class _Hosts:
         self.expanded: Dict[str, Tuple[str, ...]] = {}  # text -> names, each text once
         self._names: Dict[str, str] = {}
         self._tables: Dict[Tuple[str, int, str], List[Optional[str]]] = {}
-        self._nodeset: Optional[Any] = None
+        self._nodeset: Optional[Callable[[str], Any]] = None
 
     def expand(self, text: str) -> Tuple[str, ...]:
         got = self.expanded.get(text)
@@ -95,25 +103,42 @@ class _Hosts:
                 got = ()
             elif "[" not in text:
                 name = self._names.setdefault
-                got = tuple(name(n, n) for n in sorted(set(text.split(","))))
+                got = tuple(name(n, n) for n in sorted(set(text.split(",")) - {""}))
             else:
                 got = self._simple(text) or self._by_nodeset(text)
             self.expanded[text] = got
         return got
 
     def _by_nodeset(self, text: str) -> Tuple[str, ...]:
-        nodeset, error = self._library(text)
+        nodeset = self._library(text)
+        if not _HOSTLIST.fullmatch(text):
+            # NodeSet's own syntax beyond a Slurm hostlist (@group runs the site's group
+            # resolver, "*" matches against it, !&^ are set operations, [-3-10] counts from
+            # -3) is not accounting's, and one garbled bracket ("n110[-310-[-]2-20") kept
+            # NodeSet 1.9 busy for good (fuzz_sacct found it): such a line is refused first
+            raise ValueError(f"NodeList {text!r}: not a Slurm hostlist")
+        # NodeSet holds each range as a set of numbers: a garbled "n[0-999999999]" would fill
+        # the memory before it could be refused, so the ranges are measured first
+        span = sum(max(0, int(hi) - int(lo)) for lo, hi in _RANGE.findall(text))
+        if span > MAX_NODES:
+            raise ValueError(f"NodeList {text!r}: ranges of more than {MAX_NODES} nodes")
         try:
-            names = list(nodeset(text))
-        except error as exc:
-            raise ValueError(f"NodeList {text!r}: {exc}") from None
+            got = nodeset(text)
+            size = len(got)
+        except Exception as exc:  # noqa: BLE001  NodeSetParseError, and for some garbled lists
+            # an AssertionError or ValueError of ClusterShell's own (fuzz_sacct found them):
+            # either way the line cannot be read, which is a note, not the end of the read
+            raise ValueError(f"NodeList {text!r}: {exc or type(exc).__name__}") from None
+        if size > MAX_NODES:
+            raise ValueError(f"NodeList {text!r}: more than {MAX_NODES} nodes")
         name = self._names.setdefault
-        return tuple(name(n, n) for n in names)
+        return tuple(name(n, n) for n in got)
 
-    def _library(self, text: str) -> Tuple[Any, Any]:
+    def _library(self, text: str) -> Callable[[str], Any]:
+        """ClusterShell's NodeSet without node groups (a NodeList names nodes, never groups)."""
         if self._nodeset is None:
             try:
-                from ClusterShell.NodeSet import NodeSet, NodeSetParseError
+                from ClusterShell.NodeSet import RESOLVER_NOGROUP, NodeSet
             except ImportError:
                 # every multi-node job would be skipped: the statistics would lean on
                 # single-node jobs alone, so the whole answer is unknown instead
@@ -121,7 +146,7 @@ class _Hosts:
                     f"NodeList {text!r} needs ClusterShell to expand it, and it is not "
                     "installed (Debian/Ubuntu: python3-clustershell; EL: python3-clustershell "
                     "from EPEL; pip: ClusterShell)") from None
-            self._nodeset = (NodeSet, NodeSetParseError)
+            self._nodeset = functools.partial(NodeSet, resolver=RESOLVER_NOGROUP)
         return self._nodeset
 
     def _simple(self, text: str) -> Optional[Tuple[str, ...]]:
@@ -132,7 +157,11 @@ class _Hosts:
         close_at = text.find("]", open_at)
         prefix, inner, suffix = text[:open_at], text[open_at + 1:close_at], text[close_at + 1:]
         if close_at < 0 or not inner or not _HOSTNAME_CHARS.issuperset(prefix) \
-                or not _HOSTNAME_CHARS.issuperset(suffix) or "[" in suffix or "]" in suffix:
+                or not _HOSTNAME_CHARS.issuperset(suffix) or prefix[-1:] in _DIGITS \
+                or suffix[:1] in _DIGITS or _LONG_NUMBER.search(text):
+            # NodeSet reads digits beside a bracket as part of its numbers ("n7[9-10]" is
+            # n79..n710, fuzz_sacct found it); Slurm never writes them there.  It refuses a
+            # number in the name past 64 bits, which this would take
             return None
         spans = []
         width = -1
@@ -156,8 +185,8 @@ class _Hosts:
                 return None  # overlapping or out of order: NodeSet sorts and merges those
             spans.append((lo, hi))
             last = hi
-        if last >= _TABLE_MAX:
-            return None
+        if last >= _TABLE_MAX or sum(hi + 1 - lo for lo, hi in spans) > MAX_NODES:
+            return None  # NodeSet's path: the numbers a table would not hold, or the refusal
         table = self._tables.setdefault((prefix, width, suffix), [])
         if len(table) <= last:
             table.extend([None] * (last + 1 - len(table)))
@@ -183,7 +212,9 @@ def parse_sacct(text: str, source: str, hosts: Optional[_Hosts] = None) -> Tuple
     Raises:
         SacctFormatError: no header, or the header lacks one of COLUMNS.
     """
-    return parse_sacct_lines(iter(text.splitlines()), source, hosts)
+    # lines as a file gives them (\n, \r, \r\n): str.splitlines would also end one at a
+    # vertical tab or a form feed, and --sacct-file would read the same text otherwise
+    return parse_sacct_lines(iter(io.StringIO(text, newline="")), source, hosts)
 
 
 def parse_sacct_lines(lines: Iterator[str], source: str,

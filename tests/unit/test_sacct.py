@@ -175,3 +175,33 @@ def test_sacct_parse_without_clustershell_is_unknown_naming_the_package(monkeypa
     # a plain list needs no ClusterShell
     jobs, notes = parse_sacct(text.replace("gpu-[01-02]", "gpu-01,gpu-02"), "t")
     assert [j.nodes for j in jobs] == [("gpu-01", "gpu-02")] and notes == []
+
+
+# ------------------------------------------------------------------ regressions found by fuzzing
+
+def _line(nodelist: str) -> str:
+    return HEADER + "\n1|a|FAILED|1:0|2026-12-01T10:00:00|2026-12-01T10:00:01|2|" + nodelist + "\n"
+
+
+def test_regression_sacct_nodelist_digits_beside_the_bracket_expand_as_nodeset_does() -> None:
+    """fuzz_sacct (corpus/sacct/regress-digit-beside-bracket): NodeSet reads "7[1-12]x" as
+    [71-712]x and refuses "p[0-10]0-"; the reader's own path for the one-bracket form gave
+    something else for both.  Such lists go to NodeSet."""
+    from ClusterShell.NodeSet import NodeSet
+
+    jobs, notes = parse_sacct(_line("7[1-12]x"), "t")
+    assert notes == [] and jobs[0].nodes == tuple(NodeSet("7[1-12]x"))
+    jobs, notes = parse_sacct(_line("p[0-10]0-"), "t")
+    assert jobs == [] and len(notes) == 1 and "p[0-10]0-" in notes[0]
+
+
+def test_regression_sacct_text_and_file_split_lines_alike(tmp_path: Path) -> None:
+    """fuzz_sacct (corpus/sacct/regress-vertical-tab): str.splitlines also ends a line at a
+    vertical tab or form feed, a file does not, so --sacct-file and sacct's own output read the
+    same bytes differently."""
+    text = _line("n1").replace("|a|", "|a\x0bb|") + "2|c\x0c|FAILED|1:0|2026-12-01T10:00:00|2026-12-01T10:00:01|1|n2\n"
+    path = tmp_path / "s.txt"
+    path.write_text(text)
+    jobs, _ = parse_sacct(text, "t")
+    assert [j.user for j in jobs] == ["a\x0bb", "c\x0c"]
+    assert [j.user for j in read_sacct_file(str(path)).jobs] == ["a\x0bb", "c\x0c"]
