@@ -27,6 +27,8 @@ The rules (docs/suspects.md has the why of each default):
   `same_xid_reboots` reboots, gpud's rule), **xid_repeat** (Xid 13 or 31 twice on one GPU
   within `xid_repeat_window_s`, NVSentinel's).  A GPU's record follows its serial; a node's
   survives a GPU swap.
+- From our own history's counters (CounterSample, decide/counters.py): **ecc_sbe_rate**,
+  **remap_headroom**, **retired_pages**, **pcie_replay**, **nvlink_replay**, per GPU serial.
 """
 
 from __future__ import annotations
@@ -38,8 +40,9 @@ import re
 from collections import defaultdict
 from typing import TYPE_CHECKING, Any, DefaultDict, Dict, Iterable, List, Optional, Sequence, Set, Tuple
 
-from ..fleetmodel import FAILED_STATES, FleetEvent, Job, Suspect, gc_paused
+from ..fleetmodel import FAILED_STATES, CounterSample, FleetEvent, Job, Suspect, gc_paused
 from ..text import iso_utc
+from .counters import counter_suspects
 
 if TYPE_CHECKING:
     from ..configsections import SuspectsConfig
@@ -471,12 +474,14 @@ def _same_xid_after_reboots(node: str, events: Sequence[FleetEvent], cfg: "Suspe
 
 
 def find_suspects(jobs: Sequence[Job], events: Sequence[FleetEvent], cfg: "SuspectsConfig",
-                  until: float) -> List[Suspect]:
-    """Every rule, worst first within each kind: black holes, lemons, then our own history."""
+                  until: float, samples: Sequence[CounterSample] = ()) -> List[Suspect]:
+    """Every rule, worst first within each kind: black holes, lemons, then our own history (its
+    events, then each GPU serial's counters: decide/counters.py)."""
     with gc_paused():
         holes = black_holes(jobs, cfg)
         found = holes + lemons(jobs, cfg, until, (s.node for s in holes))
     found += sorted(history_suspects(events, cfg), key=lambda s: (-s.score, s.node))
+    found += counter_suspects(samples, cfg, until)
     return found
 
 
