@@ -71,6 +71,7 @@ def _time(text: str, minutes: Dict[str, float]) -> Optional[float]:
 MAX_NODES = 65536  # in one job's NodeList: more is a garbled line (Slurm's largest clusters have tens of thousands)
 _RANGE = re.compile(r"(\d+)-(\d+)")
 _LONG_NUMBER = re.compile(r"\d{19}")
+_DIGIT_BESIDE_BRACKET = re.compile(r"\d\[|\]\d")
 _HOSTNAME_CHARS = frozenset("ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789._-")
 _RANGES = r"\[\d+(?:-\d+)?(?:,\d+(?:-\d+)?)*\]"
 _HOSTLIST = re.compile(rf"(?:[A-Za-z0-9._-]|{_RANGES})+(?:,(?:[A-Za-z0-9._-]|{_RANGES})+)*")
@@ -111,11 +112,14 @@ class _Hosts:
 
     def _by_nodeset(self, text: str) -> Tuple[str, ...]:
         nodeset = self._library(text)
-        if not _HOSTLIST.fullmatch(text):
+        if not _HOSTLIST.fullmatch(text) or _DIGIT_BESIDE_BRACKET.search(text):
             # NodeSet's own syntax beyond a Slurm hostlist (@group runs the site's group
             # resolver, "*" matches against it, !&^ are set operations, [-3-10] counts from
             # -3) is not accounting's, and one garbled bracket ("n110[-310-[-]2-20") kept
-            # NodeSet 1.9 busy for good (fuzz_sacct found it): such a line is refused first
+            # NodeSet 1.9 busy for good (fuzz_sacct found it): such a line is refused first.
+            # So is a digit beside a bracket, which Slurm never writes (its number is every
+            # trailing digit) and NodeSet reads into its range: "888[841-1275]" is 888841 to
+            # 8881275, eight million numbers held at once
             raise ValueError(f"NodeList {text!r}: not a Slurm hostlist")
         # NodeSet holds each range as a set of numbers: a garbled "n[0-999999999]" would fill
         # the memory before it could be refused, so the ranges are measured first
