@@ -76,7 +76,7 @@ _HOSTNAME_CHARS = frozenset("ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxy
 _RANGES = r"\[\d+(?:-\d+)?(?:,\d+(?:-\d+)?)*\]"
 _HOSTLIST = re.compile(rf"(?:[A-Za-z0-9._-]|{_RANGES})+(?:,(?:[A-Za-z0-9._-]|{_RANGES})+)*")
 _DIGITS = frozenset("0123456789")
-_TABLE_MAX = 1 << 20  # node numbers below this are kept in a list per pattern (sliced, not formatted)
+_TABLE_CELLS = 1 << 22  # names kept in the lists per pattern (sliced, not formatted), all patterns together
 
 
 class _Hosts:
@@ -85,16 +85,17 @@ class _Hosts:
     their lists), and each node name is one string however many jobs name it.
 
     The one form Slurm writes for a job on one group of nodes, `prefix[1-4,7]suffix` (hostname
-    characters around one bracket of ascending decimal ranges, no digit beside it), is expanded here without
-    NodeSet: a distinct list of a 64-node job cost ~75 us in NodeSet, and a large cluster's
-    accounting has hundreds of thousands of them.  It gives what NodeSet gives (the sacct fuzz
-    target compares the two on every input); anything else, or a range this does not take as
-    plainly ascending, goes to NodeSet."""
+    characters around one bracket of ascending decimal ranges, no digit beside it), is expanded
+    here without NodeSet: a distinct list of a 64-node job cost ~75 us in NodeSet, and a large
+    cluster's accounting has hundreds of thousands of them.  It gives what NodeSet gives (the
+    sacct fuzz target compares the two on every input); anything else, or a range this does
+    not take as plainly ascending, goes to NodeSet."""
 
     def __init__(self) -> None:
         self.expanded: Dict[str, Tuple[str, ...]] = {}  # text -> names, each text once
         self._names: Dict[str, str] = {}
-        self._tables: Dict[Tuple[str, int, str], List[Optional[str]]] = {}
+        self._tables: Dict[Tuple[str, int, str], List[Optional[str]]] = {}  # name by number
+        self._cells = 0  # the tables' length, all together
         self._nodeset: Optional[Callable[[str], Any]] = None
 
     def expand(self, text: str) -> Tuple[str, ...]:
@@ -163,9 +164,9 @@ class _Hosts:
         if close_at < 0 or not inner or not _HOSTNAME_CHARS.issuperset(prefix) \
                 or not _HOSTNAME_CHARS.issuperset(suffix) or prefix[-1:] in _DIGITS \
                 or suffix[:1] in _DIGITS or _LONG_NUMBER.search(text):
-            # NodeSet reads digits beside a bracket as part of its numbers ("n7[9-10]" is
-            # n79..n710, fuzz_sacct found it); Slurm never writes them there.  It refuses a
-            # number in the name past 64 bits, which this would take
+            # NodeSet reads digits beside a bracket into its numbers ("n7[9-10]" is n79..n710,
+            # fuzz_sacct found it), and refuses a number in the name past 64 bits: its path
+            # refuses both
             return None
         spans = []
         width = -1
@@ -189,13 +190,22 @@ class _Hosts:
                 return None  # overlapping or out of order: NodeSet sorts and merges those
             spans.append((lo, hi))
             last = hi
-        if last >= _TABLE_MAX or sum(hi + 1 - lo for lo, hi in spans) > MAX_NODES:
-            return None  # NodeSet's path: the numbers a table would not hold, or the refusal
-        table = self._tables.setdefault((prefix, width, suffix), [])
-        if len(table) <= last:
-            table.extend([None] * (last + 1 - len(table)))
-        out: List[str] = []
+        if sum(hi + 1 - lo for lo, hi in spans) > MAX_NODES:
+            return None  # NodeSet's path, which refuses it
         name = self._names.setdefault
+        table = self._tables.get((prefix, width, suffix))
+        need = last + 1 - (0 if table is None else len(table))
+        if need > 0 and self._cells + need > _TABLE_CELLS:
+            # past the tables' budget (a garbled file of many patterns or huge numbers): each
+            # name made on its own
+            return tuple(name(made, made) for made in (f"{prefix}{k:0{width}d}{suffix}"
+                                                       for lo, hi in spans for k in range(lo, hi + 1)))
+        if table is None:
+            table = self._tables[(prefix, width, suffix)] = []
+        if need > 0:
+            table.extend([None] * need)
+            self._cells += need
+        out: List[str] = []
         for lo, hi in spans:
             seg = table[lo:hi + 1]
             if None in seg:
