@@ -69,7 +69,8 @@ def _time(text: str, minutes: Dict[str, float]) -> Optional[float]:
 
 
 MAX_NODES = 65536  # in one job's NodeList: more is a garbled line (Slurm's largest clusters have tens of thousands)
-_RANGE = re.compile(r"(\d+)-(\d+)")
+_ELEMENT = re.compile(r"(?:[^,\[]|\[[^\]]*\])+")  # one name of a hostlist: commas in brackets are its own
+_BRACKET = re.compile(r"\[([^\]]*)\]")
 _LONG_NUMBER = re.compile(r"\d{19}")
 _DIGIT_BESIDE_BRACKET = re.compile(r"\d\[|\]\d")
 _HOSTNAME_CHARS = frozenset("ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789._-")
@@ -77,6 +78,21 @@ _RANGES = r"\[\d+(?:-\d+)?(?:,\d+(?:-\d+)?)*\]"
 _HOSTLIST = re.compile(rf"(?:[A-Za-z0-9._-]|{_RANGES})+(?:,(?:[A-Za-z0-9._-]|{_RANGES})+)*")
 _DIGITS = frozenset("0123456789")
 _TABLE_CELLS = 1 << 22  # names kept in the lists per pattern (sliced, not formatted), all patterns together
+
+
+def _most_names(hostlist: str) -> int:
+    """The most names a Slurm hostlist (as _HOSTLIST takes it) can expand to: per name, the
+    product of its brackets' sizes; summed over the names."""
+    total = 0
+    for element in _ELEMENT.findall(hostlist):
+        names = 1
+        for inner in _BRACKET.findall(element):
+            names *= sum(int(hi or lo) - int(lo) + 1 if int(hi or lo) >= int(lo) else 1
+                         for lo, _, hi in (part.partition("-") for part in inner.split(",")))
+            if names > MAX_NODES:
+                return names  # enough: no need to multiply numbers of a million digits
+        total += names
+    return total
 
 
 class _Hosts:
@@ -122,11 +138,11 @@ class _Hosts:
             # trailing digit) and NodeSet reads into its range: "888[841-1275]" is 888841 to
             # 8881275, eight million numbers held at once
             raise ValueError(f"NodeList {text!r}: not a Slurm hostlist")
-        # NodeSet holds each range as a set of numbers: a garbled "n[0-999999999]" would fill
-        # the memory before it could be refused, so the ranges are measured first
-        span = sum(max(0, int(hi) - int(lo)) for lo, hi in _RANGE.findall(text))
-        if span > MAX_NODES:
-            raise ValueError(f"NodeList {text!r}: ranges of more than {MAX_NODES} nodes")
+        # NodeSet holds each range as a set of numbers, and a name with two brackets as their
+        # product: "n[0-999999999]" or "r[110-877]m[110-800]" (fuzz_sacct) would take the
+        # memory or the time before it could be refused, so the names are counted first
+        if _most_names(text) > MAX_NODES:
+            raise ValueError(f"NodeList {text!r}: more than {MAX_NODES} nodes")
         try:
             got = nodeset(text)
             size = len(got)
