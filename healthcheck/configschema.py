@@ -382,6 +382,24 @@ KEYS: Dict[str, Key] = {
                                         "names it.", 60.0, 366 * DAY, _S, see="suspects.md"),
     "suspects.same_xid_reboots": Key("int", 2, "The same Xid back after this many reboots names the "
                                      "node (gpud's rule).", 1, 100, "reboots", see="suspects.md"),
+    "suspects.counter_window_s": Key("float", 7 * DAY, "The counter rules look at each GPU serial's "
+                                     "counters in the history over this long before --until.",
+                                     3600.0, 366 * DAY, _S, see="suspects.md"),
+    "suspects.sbe_ratio": Key("float", 10.0, "ecc_sbe_rate: corrected ECC errors per hour under load "
+                              "at least this many times the median of the node's other GPUs ...",
+                              1.0, 1e6, "times", see="suspects.md"),
+    "suspects.sbe_min_errors": Key("int", 100, "... and at least this many of them in the window.",
+                                   1, 10 ** 12, "errors", see="suspects.md"),
+    "suspects.remap_low_growth": Key("int", 1, "remap_headroom: memory banks with low or no row-remap "
+                                     "availability grew by this many in the window.", 1, 100000,
+                                     "banks", see="suspects.md"),
+    "suspects.retired_pages_growth": Key("int", 1, "retired_pages: retired pages grew by this many in "
+                                         "the window.", 1, 100000, "pages", see="suspects.md"),
+    "suspects.pcie_replay_growth": Key("int", 100, "pcie_replay: PCIe replays grew by this many in the "
+                                       "window.", 1, 10 ** 12, "replays", see="suspects.md"),
+    "suspects.nvlink_replay_growth": Key("int", 100, "nvlink_replay: NVLink replay errors (all links) "
+                                         "grew by this many in the window.", 1, 10 ** 12, "errors",
+                                         see="suspects.md"),
 }
 
 # Old names still read: an old dotted name (a section, or a key) -> the name it has now.  A file

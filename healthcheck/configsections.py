@@ -277,6 +277,13 @@ class SuspectsConfig(NamedTuple):
     remediation_window_s: float = _D["suspects.remediation_window_s"]
     xid_repeat_window_s: float = _D["suspects.xid_repeat_window_s"]
     same_xid_reboots: int = _D["suspects.same_xid_reboots"]
+    counter_window_s: float = _D["suspects.counter_window_s"]
+    sbe_ratio: float = _D["suspects.sbe_ratio"]
+    sbe_min_errors: int = _D["suspects.sbe_min_errors"]
+    remap_low_growth: int = _D["suspects.remap_low_growth"]
+    retired_pages_growth: int = _D["suspects.retired_pages_growth"]
+    pcie_replay_growth: int = _D["suspects.pcie_replay_growth"]
+    nvlink_replay_growth: int = _D["suspects.nvlink_replay_growth"]
 
 
 # configschema.Key.shape -> what is wrong with a list of entries, or None

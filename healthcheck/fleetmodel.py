@@ -11,7 +11,9 @@ A leaf shared by read/sacct.py and decide/suspects.py (the rooms do not import e
 
 from __future__ import annotations
 
-from typing import Any, Dict, Optional, Tuple
+import contextlib
+import gc
+from typing import Any, Dict, Iterator, Optional, Tuple
 
 from .records import NamedTuple
 
@@ -61,12 +63,31 @@ class FleetEvent(NamedTuple):
     kind: str
 
 
+class CounterSample(NamedTuple):
+    """One GPU's error counters as one run of the node check read them, from the history line's
+    "gpus" block (act/history.py).  None: NVML did not give that counter.  `load`: the sample
+    ends a job that ran on this GPU (an epilog's GPU under test), so what the counters grew by
+    since the previous sample grew under load."""
+
+    time: float
+    node: str
+    serial: str
+    gpu: Optional[int]
+    load: bool
+    sbe: Optional[int]  # corrected ECC errors, aggregate (the board's life)
+    retired: Optional[int]  # retired pages, single- and double-bit
+    remap_low: Optional[int]  # memory banks with low or no row-remap availability left
+    pcie_replay: Optional[int]  # since the driver loaded
+    nvlink_replay: Optional[int]  # summed over the links, since the driver loaded
+
+
 class Suspect(NamedTuple):
     """A node (or a GPU serial at a node) the evidence points at.  `score`: larger is worse;
     for a lemon it is -log10 of the p-value, which `evidence` also holds."""
 
     node: str
-    kind: str  # black_hole, lemon, remediations, serial_remediations, same_xid_after_reboots, xid_repeat
+    kind: str  # black_hole, lemon, remediations, serial_remediations, same_xid_after_reboots, xid_repeat,
+    # ecc_sbe_rate, remap_headroom, retired_pages, pcie_replay, nvlink_replay
     score: float
     evidence: Dict[str, Any]
     serial: Optional[str] = None
@@ -77,3 +98,18 @@ class Suspect(NamedTuple):
         if self.serial is not None:
             out["serial"] = self.serial
         return out
+
+
+@contextlib.contextmanager
+def gc_paused() -> Iterator[None]:
+    """The cyclic garbage collector held off while a million records are made or walked.
+    Records are tuples that hold no cycles, yet every few hundred allocations the collector
+    walks them all again: a quarter of reading and analysing a large cluster's accounting.
+    Reference counting still frees everything; the collector runs again on leaving."""
+    was = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        if was:
+            gc.enable()

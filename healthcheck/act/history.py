@@ -13,7 +13,12 @@ One line (a JSON object, schema 1):
                    "value": 3, "message": "..."}],
      "action": {"taken": "drain", "reason": "gpu-healthcheck: ...", "detail": "...",
                 "refused": false, "pending": true},
-     "events": [{"kind": "pending", "priority": 2, "message": "cannot drain gpu-a now ..."}]}
+     "events": [{"kind": "pending", "priority": 2, "message": "cannot drain gpu-a now ..."}],
+     "gpus": {"1650522003802": {"gpu": 2, "load": true, "sbe": 12, "retired": 0, "remap_low": 0,
+                                "pcie_replay": 0, "nvlink_replay": 0}}}
+
+"gpus": each GPU's error counters by serial (gpu_counters); a line without it (an older one, or a
+run that read no GPU) has no counters, and the counter rules pass over it.
 
 An internal error of gpu-healthcheck itself is a line with "internal_error": true and the
 traceback as an event of kind "internal-error".
@@ -90,10 +95,38 @@ def build_record(report: Dict[str, Any], events: Sequence["LogEvent"], now: floa
                    "refused": bool(action.get("refused")), "pending": bool(action.get("pending"))},
         "events": logged[:MAX_ITEMS],
     }
+    counters = gpu_counters(report)
+    if counters:
+        record["gpus"] = counters
     dropped = max(0, len(findings) - MAX_ITEMS) + max(0, len(logged) - MAX_ITEMS)
     if dropped:
         record["items_dropped"] = dropped
     return record
+
+
+def gpu_counters(report: Dict[str, Any]) -> Dict[str, Dict[str, Any]]:
+    """The "gpus" block: each GPU's error counters by serial, for the counter rules of
+    --suspects (decide/counters.py), which follow a serial from node to node.  A GPU without a
+    serial is left out (nothing to follow it by); a counter NVML did not give is null."""
+    out: Dict[str, Dict[str, Any]] = {}
+    for g in report.get("gpus") or ():
+        serial = g.get("serial")
+        if not serial or g.get("lost"):
+            continue
+        sbe, dbe = g.get("retired_sbe"), g.get("retired_dbe")
+        hist = g.get("remap_histogram")
+        nvlink = g.get("nvlink")
+        out[str(serial)] = {
+            "gpu": g.get("index"),
+            # an epilog's GPU under test ran the job that just ended: growth since the last
+            # line happened under load
+            "load": report.get("mode") == "epilog" and bool(g.get("under_test")),
+            "sbe": g.get("ecc_aggregate_corrected"),
+            "retired": None if sbe is None and dbe is None else (sbe or 0) + (dbe or 0),
+            "remap_low": None if not isinstance(hist, dict) else (hist.get("low") or 0) + (hist.get("none") or 0),
+            "pcie_replay": g.get("pcie_replay"),
+            "nvlink_replay": nvlink.get("replay_errors") if isinstance(nvlink, dict) else None}
+    return out
 
 
 def internal_error_record(mode: str, trace: str, now: float, node: Optional[str] = None,

@@ -7,7 +7,8 @@ suspects (decide/suspects.py) out, as a table or one JSON document:
 
     {"since": "...", "until": "...",
      "accounting": {"source": "sacct", "jobs": 10234, "unknown": null, "notes": []},
-     "history": {"file": "/var/lib/gpu-healthcheck/history.jsonl", "events": 12, "notes": []},
+     "history": {"file": "/var/lib/gpu-healthcheck/history.jsonl", "events": 12,
+                 "counter_samples": 96, "notes": []},
      "suspects": [{"node": "gpu-07", "kind": "black_hole", "score": 42.0, "evidence": {...}}]}
 
 Exit status: 0 no suspect, 1 suspects found, 3 the accounting could not be read (the history's
@@ -43,7 +44,7 @@ import time
 from typing import TYPE_CHECKING, Any, Dict, List, Optional, TextIO, Tuple
 
 from ..decide import exitcodes
-from ..fleetmodel import Accounting, FleetEvent, Suspect
+from ..fleetmodel import Accounting, CounterSample, FleetEvent, Suspect
 from ..model import UsageError
 from ..report.suspects import evidence_text
 from ..text import iso_utc
@@ -106,9 +107,10 @@ def main(args: Any, config: "Config", started: float) -> int:
 
 
 def _history(config: "Config", since: float, until: float
-             ) -> Tuple[List[FleetEvent], List[str], Dict[str, float], bool]:
-    """(the history's events in the window, notes, node -> when this host last sent it to
-    verification, whether the history could be read)."""
+             ) -> Tuple[List[FleetEvent], List[CounterSample], List[str], Dict[str, float], bool]:
+    """(the history's events in the window, its counter samples, notes, node -> when this host
+    last sent it to verification, whether the history could be read)."""
+    from ..decide.counters import counter_samples
     from ..decide.suspects import history_events
     from ..decide.verify import last_sends
     from ..report.history import HistoryError, read_history
@@ -117,9 +119,10 @@ def _history(config: "Config", since: float, until: float
     try:
         records, notes = read_history(path)
     except HistoryError as exc:
-        return [], [f"cannot read the history {path}: {exc.strerror or exc}; its rules were not run"], {}, False
+        return [], [], [f"cannot read the history {path}: {exc.strerror or exc}; its rules were not run"], {}, False
     events = [e for e in history_events(records) if since <= e.time <= until]
-    return events, notes, last_sends(records), True
+    samples = [s for s in counter_samples(records) if s.time <= until]  # their window: counter_window_s
+    return events, samples, notes, last_sends(records), True
 
 
 def _verify(config: "Config", suspects: List[Suspect], sent: Dict[str, float], readable: bool,
@@ -157,8 +160,9 @@ def suspects_command(config: "Config", since: float, until: float, sacct_file: O
         acct = acct._replace(jobs=tuple(j for j in acct.jobs if j.end >= since and j.start < until))
     else:
         acct = read_accounting(config.suspects, os.environ, since, until)
-    events, history_notes, sent, readable = _history(config, since, until)
-    suspects = find_suspects(acct.jobs if acct.unknown is None else (), events, config.suspects, until)
+    events, samples, history_notes, sent, readable = _history(config, since, until)
+    suspects = find_suspects(acct.jobs if acct.unknown is None else (), events, config.suspects, until,
+                             samples)
     log: List["LogEvent"] = []  # the steps of --act (journal, history)
     verification: Dict[str, str] = {}
     if act:
@@ -168,7 +172,8 @@ def suspects_command(config: "Config", since: float, until: float, sacct_file: O
         "since": iso_utc(since), "until": iso_utc(until),
         "accounting": {"source": sacct_file or "sacct", "jobs": len(acct.jobs),
                        "unknown": acct.unknown, "notes": list(acct.notes)},
-        "history": {"file": config.history_path(), "events": len(events), "notes": history_notes},
+        "history": {"file": config.history_path(), "events": len(events),
+                    "counter_samples": len(samples), "notes": history_notes},
         "suspects": [s.as_json() for s in suspects]}
     if act:
         doc["verification"] = verification

@@ -27,16 +27,22 @@ The rules (docs/suspects.md has the why of each default):
   `same_xid_reboots` reboots, gpud's rule), **xid_repeat** (Xid 13 or 31 twice on one GPU
   within `xid_repeat_window_s`, NVSentinel's).  A GPU's record follows its serial; a node's
   survives a GPU swap.
+- From our own history's counters (CounterSample, decide/counters.py): **ecc_sbe_rate**,
+  **remap_headroom**, **retired_pages**, **pcie_replay**, **nvlink_replay**, per GPU serial.
 """
 
 from __future__ import annotations
 
+import itertools
 import math
+import operator
+import re
 from collections import defaultdict
 from typing import TYPE_CHECKING, Any, DefaultDict, Dict, Iterable, List, Optional, Sequence, Set, Tuple
 
-from ..fleetmodel import FAILED_STATES, FleetEvent, Job, Suspect
+from ..fleetmodel import FAILED_STATES, CounterSample, FleetEvent, Job, Suspect, gc_paused
 from ..text import iso_utc
+from .counters import counter_suspects
 
 if TYPE_CHECKING:
     from ..configsections import SuspectsConfig
@@ -106,6 +112,13 @@ def size_class(nnodes: int) -> int:
     return (max(1, nnodes) - 1).bit_length() + 1
 
 
+_CLASSES = tuple(size_class(n) for n in range(4097))  # a million jobs look their class up here
+
+
+def _class_of(nnodes: int) -> int:
+    return _CLASSES[nnodes] if nnodes < len(_CLASSES) else size_class(nnodes)
+
+
 # --- black holes -------------------------------------------------------------------------
 
 def _incidents(jobs: Sequence[Job], gap_s: float) -> List[List[Job]]:
@@ -121,12 +134,13 @@ def _incidents(jobs: Sequence[Job], gap_s: float) -> List[List[Job]]:
 
 def black_holes(jobs: Sequence[Job], cfg: "SuspectsConfig",
                 by_node: Optional[Dict[str, List[Job]]] = None) -> List[Suspect]:
-    by_node = by_node if by_node is not None else index_by_node(jobs)
     fast: DefaultDict[str, List[Job]] = defaultdict(list)
     for job in jobs:
         if job.state in FAILED_STATES and job.end - job.start <= cfg.black_hole_s:
             for node in job.nodes:
                 fast[node].append(job)
+    if by_node is None:  # every job of the nodes that might be black holes, none other
+        by_node = index_by_node(jobs, {n for n, js in fast.items() if len(js) >= cfg.black_hole_jobs})
     named: Set[str] = set()
     found: List[Suspect] = []
     # the node with the most fast failures first: its partners' share of them is explained away
@@ -158,11 +172,22 @@ def black_holes(jobs: Sequence[Job], cfg: "SuspectsConfig",
     return found
 
 
-def index_by_node(jobs: Iterable[Job]) -> Dict[str, List[Job]]:
+def index_by_node(jobs: Iterable[Job], only: Optional[Set[str]] = None) -> Dict[str, List[Job]]:
+    """Each node's jobs, in the order given; of the nodes in `only` alone where it is given (a
+    rule that looks at a few hundred nodes of ten thousand need not index them all)."""
     out: DefaultDict[str, List[Job]] = defaultdict(list)
+    if only is None:
+        for job in jobs:
+            for node in job.nodes:
+                out[node].append(job)
+        return out
+    if not only:
+        return out
     for job in jobs:
-        for node in job.nodes:
-            out[node].append(job)
+        if not only.isdisjoint(job.nodes):
+            for node in job.nodes:
+                if node in only:
+                    out[node].append(job)
     return out
 
 
@@ -188,16 +213,17 @@ class _Rates:
     def __init__(self, jobs: Sequence[Job], weights: Sequence[float]) -> None:
         self.total: DefaultDict[int, float] = defaultdict(float)
         self.bad: DefaultDict[int, float] = defaultdict(float)
+        total, bad = self.total, self.bad
         for job, w in zip(jobs, weights):
-            cls = size_class(len(job.nodes))
-            self.total[cls] += w
+            cls = _class_of(len(job.nodes))
+            total[cls] += w
             if job.state in FAILED_STATES:
-                self.bad[cls] += w
+                bad[cls] += w
 
     def without(self, own: Sequence[Tuple[Job, float]]) -> Dict[int, float]:
         total, bad = dict(self.total), dict(self.bad)
         for job, w in own:
-            cls = size_class(len(job.nodes))
+            cls = _class_of(len(job.nodes))
             total[cls] -= w
             if job.state in FAILED_STATES:
                 bad[cls] -= w
@@ -208,7 +234,7 @@ class _Rates:
 
 
 def _tally(jobs: Sequence[Tuple[Job, float]], rates: Dict[int, float], gap_s: float,
-           named: Set[str]) -> _Tally:
+           explained: Set[int]) -> _Tally:
     """A user's jobs on the node that started within gap_s of each other are one burst, one
     trial: observed 1 if any of them failed, expected the chance that any would have (an array
     of forty failing in minutes is one piece of evidence, not forty)."""
@@ -222,7 +248,7 @@ def _tally(jobs: Sequence[Tuple[Job, float]], rates: Dict[int, float], gap_s: fl
         part = sum(1.0 / len(j.nodes) for j, _ in burst) / len(burst)
         none_fail = 1.0
         for j, _ in burst:
-            none_fail *= 1.0 - rates[size_class(len(j.nodes))]
+            none_fail *= 1.0 - rates[_class_of(len(j.nodes))]
         user = burst[0][0].user
         tally.expected[user] += share * (1.0 - none_fail)
         tally.variance += share * part * (1.0 - none_fail) * none_fail
@@ -234,8 +260,8 @@ def _tally(jobs: Sequence[Tuple[Job, float]], rates: Dict[int, float], gap_s: fl
         burst.clear()
 
     for job, w in sorted(jobs, key=lambda jw: (jw[0].user, jw[0].start)):
-        if not named.isdisjoint(job.nodes):
-            continue  # explained by a node already named
+        if id(job) in explained:
+            continue  # explained by a node already named (ids of its jobs: a set of ints)
         if burst and (job.user != burst[-1][0].user or job.start - burst[-1][0].start > gap_s):
             close()
         burst.append((job, w))
@@ -269,24 +295,64 @@ SCREEN_ABOVE = 500
 SCREEN_P = 0.05
 
 
+_DIGIT_RUNS = re.compile(r"(\d+)")
+_FIXED = float(2 ** 64)  # the screen sums in integers of 2**-64: exact, so adding and taking away cancel
+
+
+def _natural(name: str) -> Tuple[Tuple[Any, ...], str]:
+    """gpu-2 before gpu-10: the order hostlists count in, so a job's nodes are one run of it."""
+    parts = _DIGIT_RUNS.split(name)
+    return tuple(int(p) if i % 2 else p for i, p in enumerate(parts)), name
+
+
 def _screen(jobs: Sequence[Job], weights: Sequence[float], rates: Dict[int, float]) -> Dict[str, float]:
-    acc: Dict[str, List[float]] = {}
+    """Each node's p-value with every job at the fleet's rate.  A million jobs name ten million
+    node places: the jobs are summed per distinct node list, and a list that is one run of the
+    nodes in hostlist order (what Slurm allocates, mostly) is added to the run at its two ends
+    (a difference array) instead of at each node."""
+    shapes: Dict[Tuple[str, ...], List[float]] = {}
     for job, w in zip(jobs, weights):
-        share = 1.0 / len(job.nodes)
-        q = rates[size_class(len(job.nodes))]
-        e, v, o = w * share * q, w * share * share * q * (1.0 - q), (w * share if job.state in FAILED_STATES else 0.0)
-        for node in job.nodes:
-            got = acc.get(node)
-            if got is None:
-                acc[node] = [e, v, o]
-            else:
+        acc = shapes.get(job.nodes)
+        if acc is None:
+            acc = shapes[job.nodes] = [0.0, 0.0]
+        acc[0] += w
+        if job.state in FAILED_STATES:
+            acc[1] += w
+    order = tuple(sorted(set().union(*shapes), key=_natural))
+    at = {node: i for i, node in enumerate(order)}
+    size = len(order)
+    runs = [[0, 0, 0] for _ in range(size + 1)]  # expected, variance, observed: at a run's ends
+    points = [[0, 0, 0] for _ in range(size)]  # the same for lists that are not one run
+    for nodes, (w_all, w_failed) in shapes.items():
+        n = len(nodes)
+        share = 1.0 / n
+        q = rates[_class_of(n)]
+        e, v, o = (int(w_all * share * q * _FIXED), int(w_all * share * share * q * (1.0 - q) * _FIXED),
+                   int(w_failed * share * _FIXED))
+        first = at[nodes[0]]
+        if order[first:first + n] == nodes:
+            head, tail = runs[first], runs[first + n]
+            head[0] += e
+            head[1] += v
+            head[2] += o
+            tail[0] -= e
+            tail[1] -= v
+            tail[2] -= o
+        else:
+            for node in nodes:
+                got = points[at[node]]
                 got[0] += e
                 got[1] += v
                 got[2] += o
     out = {}
-    for node, (e, v, o) in acc.items():
-        scale = min(1000.0, max(1.0, e / v)) if v > 0 else 1.0
-        out[node] = poisson_sf(o * scale, e * scale)
+    e_run = v_run = o_run = 0
+    for node, (de, dv, do), (pe, pv, po) in zip(order, runs, points):
+        e_run += de
+        v_run += dv
+        o_run += do
+        e_sum, v_sum, o_sum = (e_run + pe) / _FIXED, (v_run + pv) / _FIXED, (o_run + po) / _FIXED
+        scale = min(1000.0, max(1.0, e_sum / v_sum)) if v_sum > 0 else 1.0
+        out[node] = poisson_sf(o_sum * scale, e_sum * scale)
     return out
 
 
@@ -301,34 +367,38 @@ def lemons(jobs: Sequence[Job], cfg: "SuspectsConfig", until: float,
     def weighed(node_jobs: Sequence[Job]) -> List[Tuple[Job, float]]:
         return [(j, 0.5 ** (max(0.0, until - j.end) / cfg.half_life_s)) for j in node_jobs]
 
-    by_node = by_node if by_node is not None else index_by_node(jobs)
     first_named = set(named)
-    tested = [n for n in by_node if n not in first_named]
+    # every node, in the order the jobs first name them (ties in p-value keep that order)
+    every = by_node if by_node is not None else dict.fromkeys(
+        itertools.chain.from_iterable(map(operator.attrgetter("nodes"), jobs)))
+    tested = [n for n in every if n not in first_named]
     if len(tested) > SCREEN_ABOVE:
         fleet_rates = fleet.without(())
         screen = _screen(jobs, weights, fleet_rates)
         tested_in_full = [n for n in tested if screen.get(n, 1.0) <= SCREEN_P]
     else:
         tested_in_full = tested
+    if by_node is None:
+        by_node = index_by_node(jobs, set(tested_in_full) | first_named)
+    explained = {id(j) for n in first_named for j in by_node.get(n, ())}
     judged: Dict[str, Tuple[float, float, float, int]] = {}
     own: Dict[str, Dict[int, float]] = {}
     for node in tested_in_full:
         pairs = weighed(by_node[node])
         own[node] = fleet.without(pairs)
-        judged[node] = _judge(_tally(pairs, own[node], cfg.incident_gap_s, first_named), cfg)
+        judged[node] = _judge(_tally(pairs, own[node], cfg.incident_gap_s, explained), cfg)
     # the nodes the screen passed over count as tested, and as no discovery
     cutoff = bh_cutoff([v[0] for v in judged.values()], cfg.lemon_fdr, max(1, len(tested)))
     if cutoff < 0:
         return []
     found: List[Suspect] = []
-    names = set(first_named)
     for node in sorted((n for n, v in judged.items() if v[0] <= cutoff), key=lambda n: judged[n][0]):
         pairs = weighed(by_node[node])
-        tally = _tally(pairs, own[node], cfg.incident_gap_s, names)  # recounted: explaining away
+        tally = _tally(pairs, own[node], cfg.incident_gap_s, explained)  # recounted: explaining away
         p, observed, expected, users = _judge(tally, cfg)
         if p > cutoff or observed - expected < cfg.lemon_min_excess or users < cfg.lemon_users:
             continue
-        names.add(node)
+        explained.update(id(j) for j in by_node[node])
         found.append(Suspect(node, "lemon", -math.log10(max(p, 1e-300)), {
             "p_value": p, "failures": round(observed, 2), "expected": round(expected, 2),
             "jobs": tally.jobs, "users_in_excess": users, "fdr": cfg.lemon_fdr,
@@ -404,12 +474,14 @@ def _same_xid_after_reboots(node: str, events: Sequence[FleetEvent], cfg: "Suspe
 
 
 def find_suspects(jobs: Sequence[Job], events: Sequence[FleetEvent], cfg: "SuspectsConfig",
-                  until: float) -> List[Suspect]:
-    """Every rule, worst first within each kind: black holes, lemons, then our own history."""
-    by_node = index_by_node(jobs)
-    holes = black_holes(jobs, cfg, by_node)
-    found = holes + lemons(jobs, cfg, until, (s.node for s in holes), by_node)
+                  until: float, samples: Sequence[CounterSample] = ()) -> List[Suspect]:
+    """Every rule, worst first within each kind: black holes, lemons, then our own history (its
+    events, then each GPU serial's counters: decide/counters.py)."""
+    with gc_paused():
+        holes = black_holes(jobs, cfg)
+        found = holes + lemons(jobs, cfg, until, (s.node for s in holes))
     found += sorted(history_suspects(events, cfg), key=lambda s: (-s.score, s.node))
+    found += counter_suspects(samples, cfg, until)
     return found
 
 

@@ -17,7 +17,7 @@ ones, whether the spiteful user's node was named, and the failures each planted 
 before it was first named (the rules run again at checkpoints over the jobs ended by then:
 every day, or every 3.5 days above 2,000 nodes; a black hole's rule every 10 minutes).  Then the cost: 10,000 nodes and --cost-jobs
 jobs read from the file and analysed (read/sacct.py + decide/suspects.py) in a child process,
-wall time and peak RSS (VmHWM).  Nothing is asserted: figures are printed (docs/suspects.md).
+wall time, CPU time and peak RSS (VmHWM).  Nothing is asserted: figures are printed (docs/suspects.md).
 """
 
 from __future__ import annotations
@@ -179,20 +179,23 @@ def cost(args: argparse.Namespace) -> None:
         got = json.loads(child.stdout)
     print(f"cost: 10000 nodes, {args.cost_jobs} jobs ({size / 2**20:.0f} MiB of sacct text): read "
           f"{got['read_s']:.1f} s + analysed {got['analyse_s']:.1f} s = {got['read_s'] + got['analyse_s']:.1f} s, "
-          f"peak RSS {got['rss_mib']:.0f} MiB, {got['named']} named (target: 10 s, 1024 MiB)")
+          f"peak RSS {got['rss_mib']:.0f} MiB, {got['named']} named (target: 10 s, 1024 MiB); "
+          f"{got['cpu_s']:.1f} s of CPU, load average {got['load']:.1f} on {os.cpu_count()} CPUs "
+          "(a loaded host stretches the wall time, not the CPU time)")
 
 
 def analyse_file(path: str, until: float) -> None:
     from healthcheck.read.sacct import read_sacct_file
 
-    t0 = time.perf_counter()
+    t0, c0 = time.perf_counter(), time.process_time()
     acct = read_sacct_file(path)
-    t1 = time.perf_counter()
+    t1, c1 = time.perf_counter(), time.process_time()
     named = analyse(list(acct.jobs), until)
-    t2 = time.perf_counter()
+    t2, c2 = time.perf_counter(), time.process_time()
     with open("/proc/self/status") as f:
         rss = next(int(line.split()[1]) for line in f if line.startswith("VmHWM:")) / 1024
-    print(json.dumps({"read_s": t1 - t0, "analyse_s": t2 - t1, "rss_mib": rss, "named": len(named)}))
+    print(json.dumps({"read_s": t1 - t0, "analyse_s": t2 - t1, "cpu_s": c2 - c0, "rss_mib": rss,
+                      "named": len(named), "load": os.getloadavg()[0]}))
 
 
 def main(argv: List[str]) -> int:

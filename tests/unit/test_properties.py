@@ -221,3 +221,19 @@ def test_regression_config_arrays_nested_deep_are_a_config_error():
         with pytest.raises(ConfigError, match="not valid TOML"):
             parse_config("disabled = " + "[" * depth + "\n")
     assert parse_config("[checks]\ndisabled = []\n").checks.disabled == ()  # shallow is fine
+
+
+def test_regression_sacct_nodelist_nodeset_cannot_read_is_a_note_in_bounded_time(no_hang):
+    """fuzz_sacct (corpus/sacct/regress-nodeset-hang, regress-nodeset-errors): ClusterShell's
+    NodeSet 1.9 never returned on "n110[-310-[-]2-20", let a plain ValueError or AssertionError
+    out on other garbled lists, would fill the memory for "n[0-999999999]" and took seconds for
+    names of two brackets whose product passes the cap (regress-nodeset-product); each is one
+    line's note, and a NodeList never reaches the site's node groups ("n[1-2],@all")."""
+    from healthcheck.read.sacct import COLUMNS, parse_sacct
+
+    for garbled in ("n110[-310-[-]2-20", "r[001-:00", "n[0-999999999]", "a[0-99]b[0-99]c[0-99]", "n[1-2],@all",
+                    "r00-0,-[0-20220]r0,-r[110-877]mrr[110-800]-r00-0"):
+        text = ("|".join(COLUMNS) + "\n1|a|FAILED|1:0|2026-12-01T10:00:00|2026-12-01T10:00:01|2|"
+                + garbled + "\n")
+        jobs, notes = parse_sacct(text, "t")
+        assert jobs == [] and len(notes) == 1 and repr(garbled) in notes[0], (garbled, notes)

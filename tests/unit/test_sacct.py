@@ -175,3 +175,31 @@ def test_sacct_parse_without_clustershell_is_unknown_naming_the_package(monkeypa
     # a plain list needs no ClusterShell
     jobs, notes = parse_sacct(text.replace("gpu-[01-02]", "gpu-01,gpu-02"), "t")
     assert [j.nodes for j in jobs] == [("gpu-01", "gpu-02")] and notes == []
+
+
+# ------------------------------------------------------------------ regressions found by fuzzing
+
+def _line(nodelist: str) -> str:
+    return HEADER + "\n1|a|FAILED|1:0|2026-12-01T10:00:00|2026-12-01T10:00:01|2|" + nodelist + "\n"
+
+
+def test_regression_sacct_nodelist_digits_beside_the_bracket_are_refused() -> None:
+    """fuzz_sacct (corpus/sacct/regress-digit-beside-bracket): NodeSet reads the digits beside a
+    bracket into its numbers ("7[1-12]x" is [71-712]x, "888[841-1275]" eight million names, held
+    at once), and the reader's own path for the one-bracket form read them as a prefix.  Slurm
+    never writes a digit there (its number is every trailing digit): the line is a note."""
+    for nodelist in ("7[1-12]x", "p[0-10]0-", "888[841-1275]M"):
+        jobs, notes = parse_sacct(_line(nodelist), "t")
+        assert jobs == [] and len(notes) == 1 and repr(nodelist) in notes[0], (nodelist, notes)
+
+
+def test_regression_sacct_text_and_file_split_lines_alike(tmp_path: Path) -> None:
+    """fuzz_sacct (corpus/sacct/regress-vertical-tab): str.splitlines also ends a line at a
+    vertical tab or form feed, a file does not, so --sacct-file and sacct's own output read the
+    same bytes differently."""
+    text = _line("n1").replace("|a|", "|a\x0bb|") + "2|c\x0c|FAILED|1:0|2026-12-01T10:00:00|2026-12-01T10:00:01|1|n2\n"
+    path = tmp_path / "s.txt"
+    path.write_text(text)
+    jobs, _ = parse_sacct(text, "t")
+    assert [j.user for j in jobs] == ["a\x0bb", "c\x0c"]
+    assert [j.user for j in read_sacct_file(str(path)).jobs] == ["a\x0bb", "c\x0c"]
