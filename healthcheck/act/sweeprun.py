@@ -50,7 +50,7 @@ def minutes(time_limit_s: float) -> int:
 def sbatch_args(setup: Setup, spec: JobSpec, job: Job, output: str,
                 reservation: Optional[str] = None) -> List[str]:
     """`reservation`: the re-test reservation of a node of the job (act/fabricretest.py), in
-    place of `[fabric] reservation` (a sweep inside one re-tests no node)."""
+    place of `[internode] reservation` (a sweep inside one re-tests no node)."""
     args = ["-J", JOB_NAME, f"--comment=gpu-healthcheck sweep={setup.sweep_id}",
             f"--nodes={len(job.nodes)}", "--exclusive", f"--nodelist={','.join(job.nodes)}",
             f"--time={minutes(spec.time_limit_s)}", f"--output={output}", "--no-requeue",

@@ -10,7 +10,7 @@ of them, and, when it fails, which node of the allocation is to blame.
     result = plan.result()                            # passed | bad nodes | unknown, and why
 
 The rounds:
-1. **whole**: the collective once across every node of the job (`[fabric] gang_bytes`, one
+1. **whole**: the collective once across every node of the job (`[internode] gang_bytes`, one
    message size).  It fails on an NCCL error, wrong elements, a hang, a run cut off, or a bus
    bandwidth below `busbw_floor_gbps` (a single run has no median to compare with, so without a
    floor only outright failures count).  Passing ends the check.
