@@ -33,7 +33,8 @@ Slurm: Prolog=/usr/libexec/gpu-healthcheck/gpu-healthcheck-prolog; the Slurm gui
 /usr/share/doc/gpu-healthcheck/deploy/slurm/README.md.
 documentation: /usr/share/doc/gpu-healthcheck/, which holds the docs/*.md named above
 (the same paths in the source tree).
-old names, still read (deprecated): --fabric-sweep is --internode-sweep; the config's
-[fabric] section is [internode] (docs/configuration.md#old-names).
+old names, still read (deprecated): --fabric-sweep is --internode-sweep; in the config,
+[fabric] is [internode] and [suspects] fabric_retest is internode_retest
+(docs/configuration.md#old-names).
 a drained node, what now: /usr/share/doc/gpu-healthcheck/docs/runbook.md (each reason and alert).
 """
