@@ -16,7 +16,7 @@ import time
 from typing import Dict, List, Mapping, Optional, Sequence
 
 from ..config import Config
-from ..decide.fabricjob import SetupProblem
+from ..decide.internodejob import SetupProblem
 from ..decide.gang import StepUser, judge_gang_run
 from ..decide.sweep import Job, JobResult
 

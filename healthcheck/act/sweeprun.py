@@ -5,7 +5,7 @@ all, read what each printed.
     results = runner.run(planner.next_jobs())   # one JobResult per job
 
 Each job is `sbatch -N<n> --exclusive -w A,B --time=<minutes> [-p P] [--reservation R]` of a
-script decide/fabricjob.py writes, named gpu-healthcheck-fabric with the sweep's id in its
+script decide/internodejob.py writes, named gpu-healthcheck-fabric with the sweep's id in its
 Comment (so a second sweep can tell ours).  A job sbatch refuses for its nodes (Slurm cannot
 place it) is skipped and named; when every job of the round is refused (a partition that
 cannot run them) the round raises SweepError and nothing is judged.  A job still queued past
@@ -20,8 +20,8 @@ import os
 import time
 from typing import Callable, Dict, List, Optional, Sequence
 
-from ..decide.fabricjob import JobSpec, judge_job_output, job_script
-from ..read.fabricjob import read_job_output
+from ..decide.internodejob import JobSpec, judge_job_output, job_script
+from ..read.internodejob import read_job_output
 from ..decide.sweep import Job, JobResult
 from ..records import NamedTuple
 from .slurmjobs import LIVE_STATES, JobsError, SlurmJobs

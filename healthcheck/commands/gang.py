@@ -26,7 +26,7 @@ conducts and acts through act/, report/gang.py words its output):
 Each collective runs at most gang_timeout_s / 5 (a hang fails its run and leaves time to find
 the node), the whole check at most gang_timeout_s; a missing program, an srun that cannot
 start a step, or a collective whose output does not prove it spanned the nodes (nccl-tests
-built without MPI, srun without --mpi=pmix: decide/fabricjob.span_problem, the fabric sweep's
+built without MPI, srun without --mpi=pmix: decide/internodejob.span_problem, the fabric sweep's
 rule) is "could not run" (exit 3, nothing drained, what to fix said), never a pass and never a
 node's fault.
 """

@@ -20,7 +20,7 @@ history file and in a node_exporter textfile beside `metrics_file` (`gpu_healthc
 Exit status: 0 no bad node, 2 a bad node was found (drained with --act), 3 the sweep could not
 run (another sweep is running, no candidates, sbatch refused every job, a program is missing,
 scontrol failed, SIGTERM stopped it: its jobs are cancelled); then nothing is drained.  With
-`[internode] floors` each node's GPU model (its Gres= type) gives its floor (decide/fabricfloor.py).
+`[internode] floors` each node's GPU model (its Gres= type) gives its floor (decide/internodefloor.py).
 """
 
 from __future__ import annotations
@@ -36,7 +36,7 @@ from ..act.scontrol import parse_show_nodes
 from ..act.sweeprun import JOB_NAME, Setup, SlurmRunner, SweepError
 from ..config import Config
 from ..decide.exitcodes import CONFIG_ERROR, fabric_exit
-from ..decide.fabricjob import JobSpec, SetupProblem
+from ..decide.internodejob import JobSpec, SetupProblem
 from ..decide.sweep import (BAD, UNKNOWN, NodeOutcome, SweepOutcome, SweepPlanner, SweepReport, Thresholds,
                              fabric_reason)
 from ..decide.sweepnodes import candidates, retest_candidates, retest_refused

@@ -43,7 +43,7 @@ from typing import TYPE_CHECKING, Dict, List, Mapping, Optional, Sequence, Set, 
 
 from ..netmodel import BAD, PASS, SKIPPED, TRANSIENT, UNKNOWN, NcclRun, NodeOutcome, NodeVerdict
 from ..records import NamedTuple
-from .fabricfloor import floor_for, node_floors, node_models, parse_floors
+from .internodefloor import floor_for, node_floors, node_models, parse_floors
 from .verdict import FABRIC_PREFIX, RMA_TOKEN, is_fabric_reason, sanitise
 
 if TYPE_CHECKING:
@@ -57,9 +57,9 @@ class Thresholds(NamedTuple):
     median_ratio_fail: float = 0.7
     rail_floor_gbps: float = 0.0  # [internode] rail_floor_gbps: ib_write_bw per rail; 0 = off
     # (node, floor GB/s) of the nodes whose GPU model has a `[internode] floors` entry
-    # (decide/fabricfloor.py); the others take floor_gbps
+    # (decide/internodefloor.py); the others take floor_gbps
     node_floors: Tuple[Tuple[str, float], ...] = ()
-    # (node, GPU model) of the nodes whose Gres= names a type (decide/fabricfloor.py); the others
+    # (node, GPU model) of the nodes whose Gres= names a type (decide/internodefloor.py); the others
     # are of the model "": each model has its own median (Medians)
     node_models: Tuple[Tuple[str, str], ...] = ()
 

@@ -1,4 +1,4 @@
-"""decide/fabricfloor.py and the per-model floors in decide/sweep.py: a node's GPU model from
+"""decide/internodefloor.py and the per-model floors in decide/sweep.py: a node's GPU model from
 its Gres= as `scontrol show nodes` prints it, the floor of a job over nodes of several models
 (the lowest), and the sweep and gang decisions judged against it (pure)."""
 
@@ -7,7 +7,7 @@ from __future__ import annotations
 import pytest
 
 from healthcheck.configsections import InternodeConfig
-from healthcheck.decide.fabricfloor import floor_for, gpu_types, node_floor, node_floors, node_models, parse_floors
+from healthcheck.decide.internodefloor import floor_for, gpu_types, node_floor, node_floors, node_models, parse_floors
 from healthcheck.decide.gang import FAILED, PASSED, GangPlan
 from healthcheck.decide.sweep import (BAD, PASS, Job, JobResult, Medians, SweepPlanner, Thresholds, failure,
                                      fabric_thresholds)

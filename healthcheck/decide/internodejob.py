@@ -8,7 +8,7 @@ The script runs, on the job's nodes, the collective once across all of them (sru
 ib_write_bw with --use_cuda between the first two nodes (a server on the second, the client on
 the first).  Each runs under timeout(1) at `time_limit_s`, so a hang ends inside the job with
 status 124 and is named; the job's --time (one minute more) is the backstop.  Markers the
-script echoes (netmodel.MARK) split its output; read/fabricjob.read_job_output reads it into
+script echoes (netmodel.MARK) split its output; read/internodejob.read_job_output reads it into
 one JobSection per program, which judge_job_output judges.
 """
 
@@ -104,7 +104,7 @@ def job_script(spec: JobSpec, job: Job, sweep_id: str) -> str:
 
 def judge_job_output(spec: JobSpec, job: Job, sections: Mapping[str, JobSection], state: str,
                      job_id: Optional[str]) -> JobResult:
-    """What the job printed (read/fabricjob.read_job_output), and the state Slurm gave it, as a
+    """What the job printed (read/internodejob.read_job_output), and the state Slurm gave it, as a
     JobResult.
 
     Raises:
