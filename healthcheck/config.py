@@ -79,8 +79,8 @@ class Config(NamedTuple):
     internode: InternodeConfig = InternodeConfig()
     suspects: SuspectsConfig = SuspectsConfig()
     source: Optional[str] = None  # the file this came from, for messages
-    # "PATH: fabric.partners is an old name ...": a key the file set by a name it had before
-    # (configschema.ALIASES), one line each, for stderr and --check-config's warnings
+    # "PATH: fabric.partners is deprecated, read as internode.partners: ...": each key the file
+    # set by a name it had before (configschema.ALIASES), for stderr and --check-config's warnings
     deprecated: Tuple[str, ...] = ()
     warnings: Tuple[str, ...] = ()  # problems found while loading that did not stop us
     # "PATH: world-writable": the file was refused (unsafe_ownership); the built-in defaults
