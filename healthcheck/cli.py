@@ -49,6 +49,8 @@ class Command(NamedTuple):
     # a mode that only acts (or writes what acting reads) stops at a refused config; the node
     # pipeline's modes run their checks report_only and say so (commands/node.py)
     stop_on_refused: bool = False
+    # the mode's name in the history, the journal and the metrics (default: its flag's)
+    name: str = ""
 
 
 # mode (the argparse dest of its flag) -> its command; each module is imported only when its mode
@@ -66,8 +68,9 @@ COMMANDS = {
     # a report must never add a failure to the job: a bug is one line (jobreport.crashed)
     "job_report": Command("jobreport", QUIET, crash=True),
     "ack": Command("ack", stop_on_refused=True),
-    # SIGTERM: the sweep cancels its jobs and drains nothing (commands/fabricsweep.py)
-    "fabric_sweep": Command("fabricsweep", sigterm=True, stop_on_refused=True),
+    # SIGTERM: the sweep cancels its jobs and drains nothing (commands/internodesweep.py); its
+    # records keep the name they were first written with
+    "internode_sweep": Command("internodesweep", sigterm=True, stop_on_refused=True, name="fabric-sweep"),
     "gang": Command("gang", stop_on_refused=True),
     "suspects": Command("suspects"),
     "replay_failures": Command("suspects"),
@@ -92,8 +95,22 @@ def _positive_int(text: str) -> int:
     return value
 
 
+# An old flag -> the flag it is now: it works as the new one, with a note on stderr (stdout
+# may be a JSON document a script parses).
+OLD_FLAGS = {"--fabric-sweep": "--internode-sweep"}
+
+
 def build_parser() -> "argparse.ArgumentParser":
     import argparse
+
+    class _OldName(argparse.Action):
+        """An old flag: sets its new flag's dest, and says it is deprecated."""
+
+        def __call__(self, parser: argparse.ArgumentParser, namespace: argparse.Namespace,
+                     values: object, option_string: Optional[str] = None) -> None:
+            print(f"gpu-healthcheck: {option_string} is deprecated, use {OLD_FLAGS[str(option_string)]} "
+                  f"(the same command)", file=sys.stderr)
+            setattr(namespace, self.dest, True)
 
     class Parser(argparse.ArgumentParser):
         def error(self, message: str) -> "NoReturn":  # type: ignore[override]
@@ -137,11 +154,13 @@ def build_parser() -> "argparse.ArgumentParser":
                       "when a task fails)")
     what.add_argument("--ack", action="store_true", help="the admin has dealt with the Xids "
                       "seen so far (all GPUs, or --gpus): they stop counting, new ones count")
-    what.add_argument("--fabric-sweep", action="store_true", help="on a submit host: pair idle "
-                      "nodes in exclusive Slurm jobs running nccl-tests (and ib_write_bw), find the "
-                      "bad node, drain it with --act; with --act also re-test with known-good "
+    what.add_argument("--internode-sweep", action="store_true", help="on a submit host: pair "
+                      "idle nodes in exclusive Slurm jobs running nccl-tests (and ib_write_bw), find "
+                      "the bad node, drain it with --act; with --act also re-test with known-good "
                       "partners the fabric drains the repair loop rebooted, resuming those that "
                       "pass (docs/network.md)")
+    what.add_argument("--fabric-sweep", action=_OldName, nargs=0, dest="internode_sweep",
+                      default=False, help="deprecated: the old name of --internode-sweep")
     what.add_argument("--gang", action="store_true", help="inside a multi-node job, one task per "
                       "node: a short collective over the job's nodes; on failure find the node "
                       "(drained and the job requeued by the SPANK plugin's privileged side)")
@@ -160,9 +179,10 @@ def build_parser() -> "argparse.ArgumentParser":
     parser.add_argument("--gres", action="store_true", help="with --check-config: this node's "
                         "job-GPU -> device -> NVML map (gres index, device file, NVML index, "
                         "UUID), as the prolog computes it from gres.conf and slurm.conf")
-    parser.add_argument("--nodes", metavar="HOSTLIST", help="with --fabric-sweep: only these nodes")
-    parser.add_argument("--partition", metavar="P", help="with --fabric-sweep: the partition to "
-                        "sweep and run the jobs in ([fabric] partition)")
+    parser.add_argument("--nodes", metavar="HOSTLIST", help="with --internode-sweep: only these "
+                        "nodes")
+    parser.add_argument("--partition", metavar="P", help="with --internode-sweep: the partition "
+                        "to sweep and run the jobs in ([internode] partition)")
     parser.add_argument("--since", metavar="WHEN", help="with --suspects: from WHEN (ISO date or "
                         "time, or a duration before now: 14d; default [suspects] lookback_s)")
     parser.add_argument("--until", metavar="WHEN", help="with --suspects: up to WHEN (default now)")
@@ -197,7 +217,7 @@ def _fast_args(argv: List[str]) -> Optional["argparse.Namespace"]:
     return SimpleNamespace(node=modes[0] == "--node", prolog=modes[0] == "--prolog",  # type: ignore[return-value]
                            epilog=modes[0] == "--epilog", version=False, history=None,
                            cluster=False, list_checks=False, check_config=False, ack=False,
-                           job_report=False, repair=False, fabric_sweep=False, gang=False, nodes=None,
+                           job_report=False, repair=False, internode_sweep=False, gang=False, nodes=None,
                            partition=None, json="--json" in argv, act="--act" in argv,
                            config=None, gpus=None, level=level, gres=False)
 
@@ -221,9 +241,9 @@ def _refuse_meaningless(args: "argparse.Namespace") -> str:
     mislead)."""
     # every mode of the dispatch table (the fast path's namespace holds only its own flags)
     mode = next(m for m in (*COMMANDS, "version") if getattr(args, m, None) not in (None, False))
-    takes = {"act": ("node", "repair", "gang", "fabric_sweep", "suspects"), "gpus": ("node", "repair", "ack"),
+    takes = {"act": ("node", "repair", "gang", "internode_sweep", "suspects"), "gpus": ("node", "repair", "ack"),
              "level": ("node", "repair", "prolog", "epilog", "ack"), "gres": ("check_config",),
-             "nodes": ("fabric_sweep",), "partition": ("fabric_sweep",), "since": ("suspects",),
+             "nodes": ("internode_sweep",), "partition": ("internode_sweep",), "since": ("suspects",),
              "until": ("suspects",), "sacct_file": ("suspects",)}
     for option, modes in takes.items():
         if mode in ("prolog", "epilog") and option in ("act", "gpus"):
@@ -253,7 +273,7 @@ def _guarded(mode: str, command: Command, args: "argparse.Namespace", started: f
 
     from .model import Mode
 
-    name = Mode.NODE.value if mode == "repair" else mode.replace("_", "-")
+    name = Mode.NODE.value if mode == "repair" else command.name or mode.replace("_", "-")
     handles_sigterm = command.sigterm
     previous = signal.signal(signal.SIGTERM, _on_sigterm) if handles_sigterm else None
     loaded: List["Config"] = []  # the config, once read, for logging a crash
@@ -318,7 +338,7 @@ def _config(policy: str, cli_path: Optional[str]) -> Union["Config", int, None]:
     from .config import Config, ConfigError
 
     try:
-        return _load_config(None if policy == QUIET else cli_path)
+        config = _load_config(None if policy == QUIET else cli_path)
     except ConfigError as exc:
         if policy == DEFAULTS:
             return Config(warnings=(f"config error: {exc}; running with built-in defaults",))
@@ -326,6 +346,10 @@ def _config(policy: str, cli_path: Optional[str]) -> Union["Config", int, None]:
             return Config()
         print(f"gpu-healthcheck: config error: {exc}", file=sys.stderr)
         return exitcodes.CONFIG_ERROR
+    if policy != QUIET:  # a job's user (--job-report) is not the one to rename the admin's keys
+        for line in config.deprecated:
+            print(f"gpu-healthcheck: config warning: {line}", file=sys.stderr)
+    return config
 
 
 def _load_config(cli_path: Optional[str]) -> "Config":

@@ -28,9 +28,9 @@ from typing import Any, Collection, Dict, FrozenSet, List, Mapping, Optional, Tu
 
 from .configschema import ALIASES, DEFAULTS as _D, KEYS, SECTIONS, Key
 from .configschema import MAX_GPU_MIB, PROBE_LEVELS  # noqa: F401  (re-exported)
-from .configsections import (DEEP_FLOOR_METRICS, FABRIC_COLLECTIVES, PORT_NAME_CHARS,  # noqa: F401  (re-exported)
+from .configsections import (DEEP_FLOOR_METRICS, INTERNODE_COLLECTIVES, PORT_NAME_CHARS,  # noqa: F401  (re-exported)
                              SHAPES, ChecksConfig, ConfigError, DcgmConfig, DeepConfig, DrainConfig,
-                             FabricConfig, NetworkConfig, ProbeConfig, RepairConfig, SuspectsConfig, Thresholds,
+                             InternodeConfig, NetworkConfig, ProbeConfig, RepairConfig, SuspectsConfig, Thresholds,
                              count_or_share, floor_entry, port_list)
 from .records import NamedTuple
 
@@ -76,9 +76,12 @@ class Config(NamedTuple):
     checks: ChecksConfig = ChecksConfig()
     thresholds: Thresholds = Thresholds()
     network: NetworkConfig = NetworkConfig()
-    fabric: FabricConfig = FabricConfig()
+    internode: InternodeConfig = InternodeConfig()
     suspects: SuspectsConfig = SuspectsConfig()
     source: Optional[str] = None  # the file this came from, for messages
+    # "PATH: fabric.partners is deprecated, read as internode.partners: ...": each key the file
+    # set by a name it had before (configschema.ALIASES), for stderr and --check-config's warnings
+    deprecated: Tuple[str, ...] = ()
     warnings: Tuple[str, ...] = ()  # problems found while loading that did not stop us
     # "PATH: world-writable": the file was refused (unsafe_ownership); the built-in defaults
     # stand in, with report_only set, and no mode acts (refusal_line says so on stdout)
@@ -94,7 +97,7 @@ class Config(NamedTuple):
 # The record each [section] is read into.
 _RECORDS: Dict[str, Any] = {"drain": DrainConfig, "probe": ProbeConfig, "deep": DeepConfig,
                             "dcgm": DcgmConfig, "repair": RepairConfig, "checks": ChecksConfig,
-                            "thresholds": Thresholds, "network": NetworkConfig, "fabric": FabricConfig,
+                            "thresholds": Thresholds, "network": NetworkConfig, "internode": InternodeConfig,
                             "suspects": SuspectsConfig}
 _TYPE_NAMES = {"bool": "bool", "int": "int", "float": "float", "str": "str", "path": "str",
                "list": "list of strings", "ports": "a count or a list of hca:port names",
@@ -185,13 +188,14 @@ def _known(section: str) -> List[str]:
 
 
 def _build(path: str, table: Mapping[str, Any], section: str, errors: Optional[List[ConfigError]],
-           aliases: Mapping[str, str], shown: str = "") -> Dict[str, Any]:
+           aliases: Mapping[str, str], deprecated: List[str], shown: str = "") -> Dict[str, Any]:
     """The values of one table (the top level, or a [section]) by field name.
 
     errors: where each wrong key's ConfigError goes, the key left at its default, so one pass
     finds every error; None: raise the first.  aliases: old dotted names (a section or a key)
-    read as the names they were given since (configschema.ALIASES).  shown: the table's name
-    as the file spells it, for errors.
+    read as the names they were given since (configschema.ALIASES).  deprecated: where a line
+    naming the file, the old name and the new goes for each key set by an old name.  shown: the
+    table's name as the file spells it, for errors.
     """
     values: Dict[str, Any] = {}
     written: Dict[str, str] = {}  # field name -> the dotted name the file gave it
@@ -208,9 +212,13 @@ def _build(path: str, table: Mapping[str, Any], section: str, errors: Optional[L
             if not section and name in SECTIONS:
                 if not isinstance(value, dict):
                     raise ConfigError(path, dotted_as_written, f"expected a [{spelled}] table, got {value!r}")
-                values[name] = _RECORDS[name](**_build(path, value, name, errors, aliases, spelled))
+                if spelled != name and not value:  # an empty old section: no key to name
+                    deprecated.append(deprecation_line(path, f"[{spelled}]", f"[{name}]"))
+                values[name] = _RECORDS[name](**_build(path, value, name, errors, aliases, deprecated, spelled))
             elif dotted in KEYS:
                 values[name] = check_value(path, dotted_as_written, KEYS[dotted], value)
+                if dotted_as_written != dotted:
+                    deprecated.append(deprecation_line(path, dotted_as_written, dotted))
             else:
                 raise ConfigError(path, dotted_as_written,
                                   f"unknown key (known: {', '.join(sorted(_known(section)))})")
@@ -219,6 +227,11 @@ def _build(path: str, table: Mapping[str, Any], section: str, errors: Optional[L
                 raise
             errors.append(exc)
     return values
+
+
+def deprecation_line(path: str, old: str, new: str) -> str:
+    """What a file that still uses an old name is told (stderr, --check-config's warnings)."""
+    return f"{path}: {old} is deprecated, read as {new}: rename it (docs/configuration.md#old-names)"
 
 
 def _load_toml(text: str, path: str) -> Dict[str, Any]:
@@ -263,7 +276,9 @@ def parse_config(text: str, path: str = "<config>",
     wrong key keeps its default; --check-config) instead of raising the first.  `aliases`: the
     old names still read (configschema.ALIASES).
     """
-    config = Config(**_build(path, _load_toml(text, path), "", errors, aliases))
+    deprecated: List[str] = []
+    config = Config(**_build(path, _load_toml(text, path), "", errors, aliases, deprecated),
+                    deprecated=tuple(deprecated))
     if known_checks is not None:
         unknown_checks = [c for c in config.checks.disabled if c not in known_checks]
         if unknown_checks:

@@ -88,7 +88,9 @@ def markdown_reference(aliases: Mapping[str, str] = ALIASES) -> str:
                        f"{_cell(row.bounds)} | {_cell(doc)} |")
         out.append("")
     if aliases:
-        out += ["### Old names", "", "Still read as the names they have now; deprecated: use the new name.", "",
+        out += ["### Old names", "", "Still read as the names they have now, each use with a warning on stderr (and among "
+                "--check-config's warnings); deprecated: use the new name.  A file that gives an old "
+                "name and its new one both is an error.", "",
                 "| old name | name now |", "|---|---|"]
         out += [f"| `{old}` | `{new}` |" for old, new in sorted(aliases.items())]
         out.append("")

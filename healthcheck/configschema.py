@@ -13,7 +13,7 @@ its own dotted key: `[dcgm] timeout_s` and `[probe] timeout_s` are two keys with
 Types: bool, int, float, str, path (a str that must be absolute), list (of strings; `choices`
 bounds its items), choice (one of `choices`; TOML's true and false read as the words), ports (a
 count, or a list of "hca:port" names), nodes (a count of nodes or a share of the cluster).
-`shape` names an entry validator in configsections.py (deep_floors, fabric_floors).  A default of
+`shape` names an entry validator in configsections.py (deep_floors, internode_floors).  A default of
 None means the key is unset by default; `unset` says what that means.  Bounds are inclusive;
 `why` is said with the bound in an error.
 
@@ -30,7 +30,7 @@ MAX_NODES = 100000
 DEEP_FLOOR_METRICS = ("hbm_gbps", "gflops", "nvlink_gbps", "nvlink_link_gbps")
 # The levels a job may ask for (cli.LEVELS; `job_levels`): what that list may hold.
 PROBE_LEVELS = ("quick", "full", "deep")
-FABRIC_COLLECTIVES = ("all_reduce_perf", "all_gather_perf")
+INTERNODE_COLLECTIVES = ("all_reduce_perf", "all_gather_perf")
 AUTO_TRUE_FALSE = ("auto", "true", "false")
 DAY = 86400.0
 
@@ -77,7 +77,7 @@ SECTIONS: Dict[str, str] = {
     "checks": "which checks run",
     "thresholds": "the limits of the checks on one node",
     "network": "the RDMA ports",
-    "fabric": "the multi-node checks: --fabric-sweep on a submit host, --gang in a job",
+    "internode": "the multi-node checks: --internode-sweep on a submit host, --gang in a job",
     "suspects": "--suspects: black holes and lemons from Slurm's accounting and our own history",
 }
 
@@ -278,53 +278,53 @@ KEYS: Dict[str, Key] = {
                                                            "new during one job above which "
                                                            "ib.errors fails.", 0, unit="errors"),
 
-    "fabric.partition": Key("str", None, "The partition the sweep's pair jobs run in.",
-                            unset="the cluster's default partition", see="network.md#the-fabric-sweep"),
-    "fabric.reservation": Key("str", None, "Run the sweep's jobs only inside this (maintenance) "
+    "internode.partition": Key("str", None, "The partition the sweep's pair jobs run in.",
+                            unset="the cluster's default partition", see="network.md#the-internode-sweep"),
+    "internode.reservation": Key("str", None, "Run the sweep's jobs only inside this (maintenance) "
                               "reservation.", unset="no reservation"),
-    "fabric.collective": Key("choice", "all_reduce_perf", "The nccl-tests program each job runs.",
-                             choices=FABRIC_COLLECTIVES),
-    "fabric.nccl_tests": Key("str", None, "The directory of nccl-tests' binaries.",
+    "internode.collective": Key("choice", "all_reduce_perf", "The nccl-tests program each job runs.",
+                             choices=INTERNODE_COLLECTIVES),
+    "internode.nccl_tests": Key("str", None, "The directory of nccl-tests' binaries.",
                              unset="found on PATH"),
-    "fabric.collective_args": Key("list", ("-b", "1G", "-e", "4G", "-f", "2", "-g", "1"),
+    "internode.collective_args": Key("list", ("-b", "1G", "-e", "4G", "-f", "2", "-g", "1"),
                                   "The collective's arguments."),
-    "fabric.srun_args": Key("list", (), "srun's arguments in each job, e.g. [\"--mpi=pmix\"] for an "
+    "internode.srun_args": Key("list", (), "srun's arguments in each job, e.g. [\"--mpi=pmix\"] for an "
                             "MPI build of nccl-tests."),
-    "fabric.tasks_per_node": Key("int", 8, "srun --ntasks-per-node: one rank per GPU.", 1, 1024,
+    "internode.tasks_per_node": Key("int", 8, "srun --ntasks-per-node: one rank per GPU.", 1, 1024,
                                  "tasks"),
-    "fabric.ib_write_bw": Key("str", None, "perftest's ib_write_bw, run with --use_cuda on each "
+    "internode.ib_write_bw": Key("str", None, "perftest's ib_write_bw, run with --use_cuda on each "
                               "HCA of rails.", unset="found on PATH"),
-    "fabric.rails": Key("list", (), "HCAs to test with ib_write_bw between a pair's nodes, e.g. "
+    "internode.rails": Key("list", (), "HCAs to test with ib_write_bw between a pair's nodes, e.g. "
                         "[\"mlx5_0\"]."),
-    "fabric.rail_floor_gbps": Key("float", 0.0, "A rail below this fails its pair (0: no rail "
+    "internode.rail_floor_gbps": Key("float", 0.0, "A rail below this fails its pair (0: no rail "
                                   "floor).", 0, unit="Gb/s"),
-    "fabric.busbw_floor_gbps": Key("float", 0.0, "A pair below this bus bandwidth fails (0: the "
+    "internode.busbw_floor_gbps": Key("float", 0.0, "A pair below this bus bandwidth fails (0: the "
                                    "median rule only).", 0, unit="GB/s"),
-    "fabric.floors": Key("list", (), "Floors per GPU model, \"GRES_TYPE:busbw_gbps=GBPS\" keyed by "
+    "internode.floors": Key("list", (), "Floors per GPU model, \"GRES_TYPE:busbw_gbps=GBPS\" keyed by "
                          "the type of Slurm's Gres=gpu:TYPE:N; a job takes the lowest floor of its "
-                         "nodes, a model without one busbw_floor_gbps.", shape="fabric_floors",
+                         "nodes, a model without one busbw_floor_gbps.", shape="internode_floors",
                          see="network.md#floors-per-gpu-model"),
-    "fabric.median_ratio_fail": Key("float", 0.7, "A pair below this share of its round's median "
+    "internode.median_ratio_fail": Key("float", 0.7, "A pair below this share of its round's median "
                                     "fails.", 0.0, 1.0, _SHARE),
-    "fabric.partners": Key("int", 2, "Known-good partners each suspect runs with.", 1, 16,
+    "internode.partners": Key("int", 2, "Known-good partners each suspect runs with.", 1, 16,
                            "partners"),
-    "fabric.group_size": Key("int", 0, "Nodes per group of the optional scale round (0: off).", 0,
+    "internode.group_size": Key("int", 0, "Nodes per group of the optional scale round (0: off).", 0,
                              MAX_NODES, "nodes"),
-    "fabric.time_limit_s": Key("float", 600.0, "Each job's collective (and rail test) runs at most "
+    "internode.time_limit_s": Key("float", 600.0, "Each job's collective (and rail test) runs at most "
                                "this long under timeout(1); the job's --time is this in whole "
                                "minutes plus one.", 10.0, DAY, _S),
-    "fabric.sbatch": Key("str", None, "Slurm's sbatch.", unset=_ON_PATH + "sbatch"),
-    "fabric.squeue": Key("str", None, "Slurm's squeue.", unset=_ON_PATH + "squeue"),
-    "fabric.scancel": Key("str", None, "Slurm's scancel.", unset=_ON_PATH + "scancel"),
-    "fabric.sbatch_timeout_s": Key("float", 30.0, "Deadline of one sbatch, squeue or scancel call.",
+    "internode.sbatch": Key("str", None, "Slurm's sbatch.", unset=_ON_PATH + "sbatch"),
+    "internode.squeue": Key("str", None, "Slurm's squeue.", unset=_ON_PATH + "squeue"),
+    "internode.scancel": Key("str", None, "Slurm's scancel.", unset=_ON_PATH + "scancel"),
+    "internode.sbatch_timeout_s": Key("float", 30.0, "Deadline of one sbatch, squeue or scancel call.",
                                    1.0, 600.0, _S),
-    "fabric.output_dir": Key("str", None, "Where the jobs write their output; the jobs' first "
+    "internode.output_dir": Key("str", None, "Where the jobs write their output; the jobs' first "
                              "nodes must share it with the submit host.", unset="<state_dir>/fabric"),
-    "fabric.gang_bytes": Key("int", 256 << 20, "--gang: the collective's message size.", 8, 1 << 36,
+    "internode.gang_bytes": Key("int", 256 << 20, "--gang: the collective's message size.", 8, 1 << 36,
                              "bytes", see="network.md#the-gang-check-at-job-start"),
-    "fabric.gang_timeout_s": Key("float", 120.0, "--gang: the whole check's deadline (each "
+    "internode.gang_timeout_s": Key("float", 120.0, "--gang: the whole check's deadline (each "
                                  "collective gets a fifth of it).", 5.0, 3600.0, _S),
-    "fabric.srun": Key("str", None, "--gang: the srun that runs the collective inside the job's "
+    "internode.srun": Key("str", None, "--gang: the srun that runs the collective inside the job's "
                        "own allocation (--overlap).", unset=_ON_PATH + "srun"),
     "suspects.act": Key("bool", False, "--suspects --act sends suspects to verification (drained "
                         "after their jobs, then the repair loop's deep level) only where this is also "
@@ -333,9 +333,9 @@ KEYS: Dict[str, Key] = {
                                       "is not sent again for this long (its evidence stays in the "
                                       "window after it was verified).", 0.0, 366 * DAY, _S,
                                       see="suspects.md#what-happens-to-a-suspect"),
-    "suspects.fabric_retest": Key("bool", False, "A suspect that passes its verification is left "
-                                  "drained for the next --fabric-sweep's re-test with known-good "
-                                  "partners instead of resumed (where the fabric sweep runs).",
+    "suspects.internode_retest": Key("bool", False, "A suspect that passes its verification is left "
+                                  "drained for the next --internode-sweep's re-test with known-good "
+                                  "partners instead of resumed (where the internode sweep runs).",
                                   see="suspects.md#what-happens-to-a-suspect"),
     "suspects.sacct": Key("str", None, "Slurm's sacct (the accounting door of --suspects).", unset=_ON_PATH + "sacct",
                           see="suspects.md"),
@@ -405,7 +405,11 @@ KEYS: Dict[str, Key] = {
 # Old names still read: an old dotted name (a section, or a key) -> the name it has now.  A file
 # that uses one loads as if it used the new name; the docs list it as deprecated.  Setting both
 # is an error.  A key's alias stays in its section (a section's alias carries its keys along).
-ALIASES: Dict[str, str] = {}
+ALIASES: Dict[str, str] = {
+    # "fabric" is NVSwitch's word (checks/fabric.py); the multi-node checks were [fabric] first
+    "fabric": "internode",
+    "suspects.fabric_retest": "suspects.internode_retest",
+}
 
 DEFAULTS: Dict[str, Any] = {path: key.default for path, key in KEYS.items()}
 

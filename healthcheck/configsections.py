@@ -14,7 +14,7 @@ import re
 from typing import Any, Callable, Dict, Iterable, Optional, Tuple, Union
 
 from .configschema import DEFAULTS as _D
-from .configschema import DEEP_FLOOR_METRICS, FABRIC_COLLECTIVES, MAX_NODES  # noqa: F401  (re-exported)
+from .configschema import DEEP_FLOOR_METRICS, INTERNODE_COLLECTIVES, MAX_NODES  # noqa: F401  (re-exported)
 from .records import NamedTuple
 
 
@@ -106,34 +106,34 @@ class NetworkConfig(NamedTuple):
     excessive_buffer_overrun_errors_per_job: int = _D["network.excessive_buffer_overrun_errors_per_job"]
 
 
-class FabricConfig(NamedTuple):
-    """[fabric]: the multi-node sweep (`--fabric-sweep`) and the gang check (`--gang`);
+class InternodeConfig(NamedTuple):
+    """[internode] (old name [fabric]): the multi-node sweep (`--internode-sweep`) and the gang check (`--gang`);
     docs/network.md gives each default's source."""
 
-    partition: Optional[str] = _D["fabric.partition"]
-    reservation: Optional[str] = _D["fabric.reservation"]
-    collective: str = _D["fabric.collective"]
-    nccl_tests: Optional[str] = _D["fabric.nccl_tests"]
-    collective_args: Tuple[str, ...] = _D["fabric.collective_args"]
-    srun_args: Tuple[str, ...] = _D["fabric.srun_args"]
-    tasks_per_node: int = _D["fabric.tasks_per_node"]
-    ib_write_bw: Optional[str] = _D["fabric.ib_write_bw"]
-    rails: Tuple[str, ...] = _D["fabric.rails"]
-    rail_floor_gbps: float = _D["fabric.rail_floor_gbps"]
-    busbw_floor_gbps: float = _D["fabric.busbw_floor_gbps"]
-    floors: Tuple[str, ...] = _D["fabric.floors"]
-    median_ratio_fail: float = _D["fabric.median_ratio_fail"]
-    partners: int = _D["fabric.partners"]
-    group_size: int = _D["fabric.group_size"]
-    time_limit_s: float = _D["fabric.time_limit_s"]
-    sbatch: Optional[str] = _D["fabric.sbatch"]
-    squeue: Optional[str] = _D["fabric.squeue"]
-    scancel: Optional[str] = _D["fabric.scancel"]
-    sbatch_timeout_s: float = _D["fabric.sbatch_timeout_s"]
-    output_dir: Optional[str] = _D["fabric.output_dir"]
-    gang_bytes: int = _D["fabric.gang_bytes"]
-    gang_timeout_s: float = _D["fabric.gang_timeout_s"]
-    srun: Optional[str] = _D["fabric.srun"]
+    partition: Optional[str] = _D["internode.partition"]
+    reservation: Optional[str] = _D["internode.reservation"]
+    collective: str = _D["internode.collective"]
+    nccl_tests: Optional[str] = _D["internode.nccl_tests"]
+    collective_args: Tuple[str, ...] = _D["internode.collective_args"]
+    srun_args: Tuple[str, ...] = _D["internode.srun_args"]
+    tasks_per_node: int = _D["internode.tasks_per_node"]
+    ib_write_bw: Optional[str] = _D["internode.ib_write_bw"]
+    rails: Tuple[str, ...] = _D["internode.rails"]
+    rail_floor_gbps: float = _D["internode.rail_floor_gbps"]
+    busbw_floor_gbps: float = _D["internode.busbw_floor_gbps"]
+    floors: Tuple[str, ...] = _D["internode.floors"]
+    median_ratio_fail: float = _D["internode.median_ratio_fail"]
+    partners: int = _D["internode.partners"]
+    group_size: int = _D["internode.group_size"]
+    time_limit_s: float = _D["internode.time_limit_s"]
+    sbatch: Optional[str] = _D["internode.sbatch"]
+    squeue: Optional[str] = _D["internode.squeue"]
+    scancel: Optional[str] = _D["internode.scancel"]
+    sbatch_timeout_s: float = _D["internode.sbatch_timeout_s"]
+    output_dir: Optional[str] = _D["internode.output_dir"]
+    gang_bytes: int = _D["internode.gang_bytes"]
+    gang_timeout_s: float = _D["internode.gang_timeout_s"]
+    srun: Optional[str] = _D["internode.srun"]
 
 
 class ConfigError(Exception):
@@ -210,8 +210,8 @@ FABRIC_FLOOR_SHAPE = "\"GRES_TYPE:busbw_gbps=GBPS\" (e.g. \"h100:busbw_gbps=360\
 _GRES_TYPE_RE = re.compile(r"[A-Za-z0-9_.+-]+")
 
 
-def fabric_floor_problem(entry: object) -> Optional[str]:
-    """Why one `[fabric] floors` entry is not usable, or None (config.py names file and key)."""
+def internode_floor_problem(entry: object) -> Optional[str]:
+    """Why one `[internode] floors` entry is not usable, or None (config.py names file and key)."""
     if not isinstance(entry, str):
         return f"expected {FABRIC_FLOOR_SHAPE}, got {entry!r}"
     model, colon, rest = entry.partition(":")
@@ -229,11 +229,11 @@ def fabric_floor_problem(entry: object) -> Optional[str]:
     return None
 
 
-def fabric_floors_problem(entries: Iterable[object]) -> Optional[str]:
+def internode_floors_problem(entries: Iterable[object]) -> Optional[str]:
     """The first unusable entry of the list, or a model named twice, or None."""
     seen: Dict[str, str] = {}
     for entry in entries:
-        problem = fabric_floor_problem(entry)
+        problem = internode_floor_problem(entry)
         if problem:
             return problem
         model = str(entry).partition(":")[0].strip().lower()
@@ -257,7 +257,7 @@ class SuspectsConfig(NamedTuple):
 
     act: bool = _D["suspects.act"]
     verify_cooldown_s: float = _D["suspects.verify_cooldown_s"]
-    fabric_retest: bool = _D["suspects.fabric_retest"]
+    internode_retest: bool = _D["suspects.internode_retest"]
     sacct: Optional[str] = _D["suspects.sacct"]
     sacct_timeout_s: float = _D["suspects.sacct_timeout_s"]
     sacct_max_bytes: int = _D["suspects.sacct_max_bytes"]
@@ -288,4 +288,4 @@ class SuspectsConfig(NamedTuple):
 
 # configschema.Key.shape -> what is wrong with a list of entries, or None
 SHAPES: Dict[str, Callable[[Iterable[object]], Optional[str]]] = {
-    "deep_floors": deep_floors_problem, "fabric_floors": fabric_floors_problem}
+    "deep_floors": deep_floors_problem, "internode_floors": internode_floors_problem}

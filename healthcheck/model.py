@@ -44,7 +44,7 @@ class DoorError(Exception):
     deadline.  Each door raises its own subclass (act.scontrol.ScontrolError)."""
 
 
-# What to do when a Slurm command cannot reach slurmctld (--repair, --cluster, --fabric-sweep
+# What to do when a Slurm command cannot reach slurmctld (--repair, --cluster, --internode-sweep
 # say it after scontrol's or squeue's own words): the usual cause is a host without the
 # cluster's slurm.conf, or a SLURM_CONF pointing elsewhere.
 SLURMCTLD_ADVICE = ("if slurmctld is unreachable from here: set SLURM_CONF to the cluster's "

@@ -2,7 +2,7 @@
 them (filled by healthcheck.read.infiniband, judged by healthcheck.checks.network), and the
 fabric tests' outputs: nccl-tests' (NcclRun, filled by read/nccltests.py), perftest's
 ib_write_bw's (IbRun, read/perftest.py) and a fabric job's sections (JobSection,
-read/fabricjob.py), judged by decide/sweep.py, decide/fabricjob.py and decide/gang.py; and
+read/internodejob.py), judged by decide/sweep.py, decide/internodejob.py and decide/gang.py; and
 what the search for a bad node concludes of each node (NodeOutcome), which the multi-node checks
 (checks/internode.py) turn into findings.
 
@@ -180,8 +180,8 @@ class IbRun(NamedTuple):
         return min(r.peak_gbps for r in self.rows if r.size_bytes == largest)
 
 
-# The markers a fabric job's script echoes around each program (decide/fabricjob.job_script
-# writes them, read/fabricjob.py splits the output at them).
+# The markers a fabric job's script echoes around each program (decide/internodejob.job_script
+# writes them, read/internodejob.py splits the output at them).
 MARK = "== gpu-healthcheck"
 
 

@@ -63,7 +63,7 @@ SPANK_PLUGIN(gpu_healthcheck, 1);
 #define DEADLINE_VAR "GPU_HEALTHCHECK_DEADLINE_S" /* prolog/epilog: seconds until our SIGTERM */
 #define CONFIG_VAR "GPU_HEALTHCHECK_CONFIG"      /* the reports take slurmd's, never the job's */
 #define REPORT_TIMEOUT_S 15                /* --job-report: a fast NVML read */
-#define GANG_TIMEOUT_S 900                 /* --gang --act: a backstop; [fabric] gang_timeout_s
+#define GANG_TIMEOUT_S 900                 /* --gang --act: a backstop; [internode] gang_timeout_s
 					    * bounds the check itself */
 #define UNBOUNDED_TIMEOUT_S 600            /* no PrologEpilogTimeout and no timeout= */
 #define MAX_TASKS 1024

@@ -9,7 +9,7 @@
     clusterLabel: 'cluster',
     // The label that names the node, as dcgm-exporter's `hostname` does: set it in the scrape
     // config (deploy/prometheus/README.md) so our series join with dcgm-exporter's and with the
-    // fabric sweep's `node` label.  The rules join one node's series on `instance`.
+    // internode sweep's `node` label.  The rules join one node's series on `instance`.
     hostnameLabel: 'hostname',
 
     // GpuHealthcheckNotReporting: seconds without a --node run (six 5-minute intervals).

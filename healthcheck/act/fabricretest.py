@@ -1,5 +1,5 @@
 """The fabric sweep's re-test of nodes the repair loop rebooted for their fabric (the decisions
-are decide/fabricretest.py's; commands/fabricsweep.py runs the rounds).
+are decide/fabricretest.py's; commands/internodesweep.py runs the rounds).
 
     retester = Retester(ctl, config, sweep_id, collective, events)
     retester.recover(nodes)                 # fabric_testing marks a killed sweep left

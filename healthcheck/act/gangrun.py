@@ -16,7 +16,7 @@ import time
 from typing import Dict, List, Mapping, Optional, Sequence
 
 from ..config import Config
-from ..decide.fabricjob import SetupProblem
+from ..decide.internodejob import SetupProblem
 from ..decide.gang import StepUser, judge_gang_run
 from ..decide.sweep import Job, JobResult
 
@@ -64,14 +64,14 @@ class GangRunner:
 
     def __init__(self, srun: str, job_id: str, config: Config, environ: Mapping[str, str],
                  deadline: float, user: Optional[StepUser] = None) -> None:
-        fabric = config.fabric
+        internode = config.internode
         self.srun, self.job_id, self.deadline = srun, job_id, deadline
-        self.collective = (os.path.join(fabric.nccl_tests, fabric.collective) if fabric.nccl_tests
-                           else fabric.collective)
-        self.nbytes = fabric.gang_bytes
-        self.tasks_per_node = fabric.tasks_per_node
-        self.srun_args = fabric.srun_args
-        self.run_limit = max(5.0, fabric.gang_timeout_s / RUN_SHARE)
+        self.collective = (os.path.join(internode.nccl_tests, internode.collective) if internode.nccl_tests
+                           else internode.collective)
+        self.nbytes = internode.gang_bytes
+        self.tasks_per_node = internode.tasks_per_node
+        self.srun_args = internode.srun_args
+        self.run_limit = max(5.0, internode.gang_timeout_s / RUN_SHARE)
         self.env = srun_env(environ, user)
         # root's steps run as the job's owner (decide/gang.step_user): only she may create a
         # step in her job; None: as whoever runs this (the user's side, or root's own job)

@@ -156,7 +156,7 @@ def await_retest(rep: Repairer, refs: List[rd.LedgerRef], action: NodeAction) ->
     rep._log("fabric_retest", NOTICE, f"{rep.plan.action} done and the check at --level "
                                       f"{rep.validation_level()} passes, but this node's own checks "
                                       f"cannot see its fabric: it stays drained until the next "
-                                      f"--fabric-sweep re-tests it with known-good partners "
+                                      f"--internode-sweep re-tests it with known-good partners "
                                       f"(Comment: {mark})", rep.plan.action,
              GPU_HEALTHCHECK_REPAIR_STATE=fr.FABRIC_RETEST)
     return NodeAction("none", reason or action.reason, detail=action.detail)

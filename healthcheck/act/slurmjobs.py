@@ -1,8 +1,8 @@
 """The one door to Slurm's job commands: sbatch, squeue and scancel, each by its configured path
-(`[fabric] sbatch`, `squeue`, `scancel`; else PATH) with a deadline (`sbatch_timeout_s`), run
+(`[internode] sbatch`, `squeue`, `scancel`; else PATH) with a deadline (`sbatch_timeout_s`), run
 through outside.run_bounded.
 
-    jobs = SlurmJobs.from_config(config.fabric, os.environ)
+    jobs = SlurmJobs.from_config(config.internode, os.environ)
     job_id = jobs.submit(["-N2", "--exclusive", "-w", "gpu-a,gpu-b", "--time=11"], script_path)
     jobs.states([job_id])               # {"1234": "RUNNING"}; a job squeue no longer knows is absent
     jobs.named(JOB_NAME)                # [NamedJob(job id, state, user id, comment)] with that name
@@ -16,7 +16,7 @@ from __future__ import annotations
 
 from typing import Dict, List, Mapping, Optional, Sequence
 
-from ..configsections import FabricConfig
+from ..configsections import InternodeConfig
 from ..model import DoorError
 from ..records import NamedTuple
 from ..tools import find_tool
@@ -53,9 +53,9 @@ class SlurmJobs:
         self.timeout_s = timeout_s
 
     @classmethod
-    def from_config(cls, fabric: FabricConfig, environ: Mapping[str, str]) -> "SlurmJobs":
-        return cls(find_tool("sbatch", fabric.sbatch, environ), find_tool("squeue", fabric.squeue, environ),
-                   find_tool("scancel", fabric.scancel, environ), fabric.sbatch_timeout_s)
+    def from_config(cls, internode: InternodeConfig, environ: Mapping[str, str]) -> "SlurmJobs":
+        return cls(find_tool("sbatch", internode.sbatch, environ), find_tool("squeue", internode.squeue, environ),
+                   find_tool("scancel", internode.scancel, environ), internode.sbatch_timeout_s)
 
     def _run(self, argv: Sequence[str]) -> str:
         from ..outside import run_bounded

@@ -5,7 +5,7 @@ all, read what each printed.
     results = runner.run(planner.next_jobs())   # one JobResult per job
 
 Each job is `sbatch -N<n> --exclusive -w A,B --time=<minutes> [-p P] [--reservation R]` of a
-script decide/fabricjob.py writes, named gpu-healthcheck-fabric with the sweep's id in its
+script decide/internodejob.py writes, named gpu-healthcheck-fabric with the sweep's id in its
 Comment (so a second sweep can tell ours).  A job sbatch refuses for its nodes (Slurm cannot
 place it) is skipped and named; when every job of the round is refused (a partition that
 cannot run them) the round raises SweepError and nothing is judged.  A job still queued past
@@ -20,8 +20,8 @@ import os
 import time
 from typing import Callable, Dict, List, Optional, Sequence
 
-from ..decide.fabricjob import JobSpec, judge_job_output, job_script
-from ..read.fabricjob import read_job_output
+from ..decide.internodejob import JobSpec, judge_job_output, job_script
+from ..read.internodejob import read_job_output
 from ..decide.sweep import Job, JobResult
 from ..records import NamedTuple
 from .slurmjobs import LIVE_STATES, JobsError, SlurmJobs
@@ -50,7 +50,7 @@ def minutes(time_limit_s: float) -> int:
 def sbatch_args(setup: Setup, spec: JobSpec, job: Job, output: str,
                 reservation: Optional[str] = None) -> List[str]:
     """`reservation`: the re-test reservation of a node of the job (act/fabricretest.py), in
-    place of `[fabric] reservation` (a sweep inside one re-tests no node)."""
+    place of `[internode] reservation` (a sweep inside one re-tests no node)."""
     args = ["-J", JOB_NAME, f"--comment=gpu-healthcheck sweep={setup.sweep_id}",
             f"--nodes={len(job.nodes)}", "--exclusive", f"--nodelist={','.join(job.nodes)}",
             f"--time={minutes(spec.time_limit_s)}", f"--output={output}", "--no-requeue",

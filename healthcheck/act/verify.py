@@ -66,7 +66,7 @@ def verified(rep: Repairer, refs: Sequence["rd.LedgerRef"], action: NodeAction) 
                                    f"for the lemon rule ({exc}): it stays drained", dv.VERIFY)
         return NodeAction("none", action.reason, detail=str(exc))
     count = dv.lemon_count(attempts, rep.node, now, config.suspects)
-    outcome = dv.after_pass(count, config.suspects.fabric_retest)
+    outcome = dv.after_pass(count, config.suspects.internode_retest)
     try:
         this, _ = rep._reread()
     except DoorError as exc:

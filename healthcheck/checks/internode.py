@@ -11,8 +11,8 @@ node (pairs, then known-good partners: decide/sweep.py's planner, decide/gang.py
 which node a slow or failed collective was about.  These checks take that search's conclusion
 for one node (netmodel.NodeOutcome) and make the node's Finding, with the node and the partners
 it failed with, as every other check makes its findings: `--list-checks` lists them, the history
-and the journal carry them.  Their thresholds (`fabric.busbw_floor_gbps`, `[fabric] floors`,
-`fabric.median_ratio_fail`, `fabric.partners`) are applied by that search; docs/network.md gives
+and the journal carry them.  Their thresholds (`internode.busbw_floor_gbps`, `[internode] floors`,
+`internode.median_ratio_fail`, `internode.partners`) are applied by that search; docs/network.md gives
 their sources.
 """
 
@@ -29,12 +29,12 @@ _SEVERITY = {BAD: Severity.FAIL, UNKNOWN: Severity.UNKNOWN}
 
 
 @internode_check("fabric.busbw", severity=Severity.FAIL, action=Action.DRAIN,
-                 threshold_key="fabric.busbw_floor_gbps")
+                 threshold_key="internode.busbw_floor_gbps")
 def check_fabric_busbw(node: NodeOutcome, retest: bool = False) -> Iterator[Finding]:
-    """A node whose collectives fail or run slow with every one of `fabric.partners` known-good partners in a fabric sweep.
+    """A node whose collectives fail or run slow with every one of `internode.partners` known-good partners in a fabric sweep.
 
-    Slow means below `fabric.busbw_floor_gbps` (or its GPU model's `[fabric] floors` entry),
-    or below `fabric.median_ratio_fail` (0.7) of its model's median over the sweep's first
+    Slow means below `internode.busbw_floor_gbps` (or its GPU model's `[internode] floors` entry),
+    or below `internode.median_ratio_fail` (0.7) of its model's median over the sweep's first
     round; failed means a hang, an NCCL error or wrong elements.  The floor is off (0) until a
     site sets it, since no floor fits every machine (Google's cluster-health-scanner uses 60 to
     250 GB/s busbw between two nodes, by machine; docs/network.md has the table); the median
@@ -54,18 +54,18 @@ def check_fabric_busbw(node: NodeOutcome, retest: bool = False) -> Iterator[Find
 
 
 @internode_check("fabric.gang", severity=Severity.FAIL, action=Action.DRAIN,
-                 threshold_key="fabric.busbw_floor_gbps")
+                 threshold_key="internode.busbw_floor_gbps")
 def check_fabric_gang(node: NodeOutcome) -> Iterator[Finding]:
-    """A node of a multi-node job that fails the gang check's collectives with every one of `fabric.partners` known-good nodes of the same job.
+    """A node of a multi-node job that fails the gang check's collectives with every one of `internode.partners` known-good nodes of the same job.
 
     The gang check runs one collective over the job's nodes at its start; when that fails
-    (below `fabric.busbw_floor_gbps` or its GPU model's `[fabric] floors` entry, a hang, an
+    (below `internode.busbw_floor_gbps` or its GPU model's `[internode] floors` entry, a hang, an
     NCCL error, wrong elements: one run has no median to compare with), it pairs the job's own
     nodes as the fabric sweep does, and a node that fails with every known-good partner is bad:
     fail, drain, and the job is requeued without it.  A node the pairs cannot clear nor blame is
     unknown: named as a suspect, never drained.
     nccl-tests equivalent: `srun --jobid=JOB --overlap --ntasks-per-node=8 all_reduce_perf -b
-    256M -e 256M -g 1` (`fabric.gang_bytes`) over the job's nodes, then over pairs of them.
+    256M -e 256M -g 1` (`internode.gang_bytes`) over the job's nodes, then over pairs of them.
     """
     severity = _SEVERITY.get(node.outcome)
     if severity is None:

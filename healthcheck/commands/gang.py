@@ -26,7 +26,7 @@ conducts and acts through act/, report/gang.py words its output):
 Each collective runs at most gang_timeout_s / 5 (a hang fails its run and leaves time to find
 the node), the whole check at most gang_timeout_s; a missing program, an srun that cannot
 start a step, or a collective whose output does not prove it spanned the nodes (nccl-tests
-built without MPI, srun without --mpi=pmix: decide/fabricjob.span_problem, the fabric sweep's
+built without MPI, srun without --mpi=pmix: decide/internodejob.span_problem, the fabric sweep's
 rule) is "could not run" (exit 3, nothing drained, what to fix said), never a pass and never a
 node's fault.
 """
@@ -92,7 +92,7 @@ def gang(request: GangRequest, config: Config, environ: Mapping[str, str], out: 
               file=err)
         return CONFIG_ERROR
     ctl = Scontrol(find_scontrol(config.scontrol, environ), config.scontrol_timeout_s)
-    fabric = config.fabric
+    internode = config.internode
     events: List[LogEvent] = []
     fields = {"GPU_HEALTHCHECK_MODE": "gang", "SLURM_JOB_ID": job_id}
     try:
@@ -106,7 +106,7 @@ def gang(request: GangRequest, config: Config, environ: Mapping[str, str], out: 
         thresholds = _thresholds(ctl, config, job.nodes)
     except DoorError as exc:
         print(f"{LINE} job {job_id}: could not run: cannot read the nodes' GPU models for "
-              f"[fabric] floors: {exc}; nothing drained", file=out)
+              f"[internode] floors: {exc}; nothing drained", file=out)
         if request.act:
             events.append(LogEvent("error", ERR, f"gang check of job {job_id} could not run: {exc}", fields))
             _record(config, job_id, None, {}, events, err, job.nodes)
@@ -122,9 +122,9 @@ def gang(request: GangRequest, config: Config, environ: Mapping[str, str], out: 
             _record(config, job_id, None, {}, events, err, job.nodes)
             return fabric_exit(False, could_run=False)
     started = time.monotonic()
-    runner = GangRunner(find_tool("srun", fabric.srun, environ), job_id, config, environ,
-                        started + fabric.gang_timeout_s, user)
-    plan = GangPlan(job.nodes, thresholds, partners=fabric.partners)
+    runner = GangRunner(find_tool("srun", internode.srun, environ), job_id, config, environ,
+                        started + internode.gang_timeout_s, user)
+    plan = GangPlan(job.nodes, thresholds, partners=internode.partners)
     try:
         jobs = plan.next_jobs()
         while jobs:
@@ -147,7 +147,7 @@ def gang(request: GangRequest, config: Config, environ: Mapping[str, str], out: 
         out.write("\n")
     else:
         words = drain_words(actions, requeue, request.act, job.requeue)
-        out.write("\n".join(job_lines(result, job_id, fabric.gang_bytes, words)) + "\n")
+        out.write("\n".join(job_lines(result, job_id, internode.gang_bytes, words)) + "\n")
     out.flush()
     if request.act:
         events.append(LogEvent("summary", CRIT if result.outcome == FAILED else NOTICE,
@@ -169,13 +169,13 @@ def gang(request: GangRequest, config: Config, environ: Mapping[str, str], out: 
 
 
 def _thresholds(ctl: "Scontrol", config: Config, nodes: Sequence[str]) -> Thresholds:
-    """[fabric]'s thresholds, with each node's GPU model (its own median) and per-model floor from
+    """[internode]'s thresholds, with each node's GPU model (its own median) and per-model floor from
     its Gres= (one `scontrol show nodes` of the job's nodes)."""
     from ..decide.sweep import fabric_thresholds
     from ..act.scontrol import parse_show_nodes
 
     shown = {n.name: n.gres for n in parse_show_nodes(ctl.show_nodes_raw(nodes))}
-    return fabric_thresholds(config.fabric, {n: shown.get(n) for n in nodes})
+    return fabric_thresholds(config.internode, {n: shown.get(n) for n in nodes})
 
 
 def _first_remeasure(config: Config, job_id: str, restarts: int, err: TextIO) -> bool:
@@ -203,7 +203,7 @@ def _drain_bad(ctl: "Scontrol", config: Config, result: GangResult, job_id: str,
     actions: Dict[str, NodeAction] = {}
     comment = ""
     for node in result.bad:
-        reason = gang_reason(node, config.fabric.collective, job_id)
+        reason = gang_reason(node, config.internode.collective, job_id)
         actions[node.node] = slurm.drain_remote(node.node, reason, act, events, fields)
         comment = comment or f"{LINE} {node.node} {reason[len(FABRIC_PREFIX):]}"
     out_of_service = (Outcome.APPLIED, Outcome.ALREADY_OURS, Outcome.ADMIN_OWNED)

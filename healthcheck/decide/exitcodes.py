@@ -13,7 +13,7 @@ is one function of what happened, never of how a message was worded (CONTRACTS Â
                     answer (nothing repaired)
     --history, --cluster, --ack   0 done, 3 could not
     --job-report    0 healthy, 2 a GPU of the job is at fault, 3 could not check (or no job)
-    --fabric-sweep  0 no bad node, 2 a bad node found (drained with --act), 3 could not run
+    --internode-sweep  0 no bad node, 2 a bad node found (drained with --act), 3 could not run
     --gang          0 the fabric passed (or one node: nothing to check), 2 it failed, 3 could not run
     SIGTERM         128 + 15, as a shell reports it
 """
@@ -105,7 +105,7 @@ def job_report_exit(job_gpu_at_fault: bool, could_check: bool = True) -> int:
 
 
 def fabric_exit(found_bad: bool, could_run: bool = True) -> int:
-    """--fabric-sweep and --gang."""
+    """--internode-sweep and --gang."""
     if not could_run:
         return ExitCode.UNKNOWN
     return ExitCode.FAIL if found_bad else ExitCode.OK

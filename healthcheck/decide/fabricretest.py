@@ -4,7 +4,7 @@ partners, which resumes it, drains it again for another reboot, or marks it rma.
 
     trigger = fabric_trigger(reason)          # the Finding the repair loop reboots for
     mark = retest_mark(1, 2, at_iso)          # "gpu-healthcheck: repair fabric_retest at=... attempts=1/2"
-    why = awaiting_retest(node)               # None: the next --fabric-sweep re-tests it; else why not
+    why = awaiting_retest(node)               # None: the next --internode-sweep re-tests it; else why not
     decision = retest_decision(outcome, parse_retest_mark(node.comment))   # resume|reboot_again|rma|keep
     reason = retest_reason(decision, outcome, collective, reason_before)
 
@@ -18,7 +18,7 @@ A fabric drain's life (docs/network.md, docs/repair.md):
    its fabric, so it stays drained, its Comment marked `gpu-healthcheck: repair fabric_retest
    at=<UTC> attempts=N/M` (N: the node's repairs within repair.window_s, M: repair.max_attempts,
    both as the node's own ledger and config say: the sweep runs elsewhere and reads neither);
-4. the next `--fabric-sweep --act` takes such a node, idle, straight into the partner round:
+4. the next `--internode-sweep --act` takes such a node, idle, straight into the partner round:
    it holds it in a reservation of its own (`gpu-healthcheck-retest-NODE`, Duration=UNLIMITED:
    a year on 22.05), marks it `fabric_testing`, resumes it (a drained node runs no job), runs
    the partner jobs inside the reservation, and then:
@@ -121,7 +121,7 @@ def fabric_trigger(reason: Optional[str]) -> Optional[Finding]:
     return Finding("fabric", Severity.FAIL,
                    f"drained for its fabric ({figure} with partners {partners}): this node's own "
                    f"checks cannot see it; a reboot resets its NICs and GPUs, then the next "
-                   f"--fabric-sweep re-tests it with known-good partners",
+                   f"--internode-sweep re-tests it with known-good partners",
                    value=figure, action=Action.REBOOT)
 
 

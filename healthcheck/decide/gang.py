@@ -10,7 +10,7 @@ of them, and, when it fails, which node of the allocation is to blame.
     result = plan.result()                            # passed | bad nodes | unknown, and why
 
 The rounds:
-1. **whole**: the collective once across every node of the job (`[fabric] gang_bytes`, one
+1. **whole**: the collective once across every node of the job (`[internode] gang_bytes`, one
    message size).  It fails on an NCCL error, wrong elements, a hang, a run cut off, or a bus
    bandwidth below `busbw_floor_gbps` (a single run has no median to compare with, so without a
    floor only outright failures count).  Passing ends the check.
@@ -40,7 +40,7 @@ from typing import Callable, Dict, FrozenSet, List, Optional, Sequence, Set, Tup
 from ..netmodel import GangOutcome, NcclRun
 from ..records import NamedTuple
 from ..slurmjob import job_fields
-from .fabricjob import require_span
+from .internodejob import require_span
 from .sweep import (BAD, FABRIC_PREFIX, PASS, TRANSIENT, Job, JobResult, Medians, NodeOutcome,
                     SweepPlanner, Thresholds, failure, judge_collective, reason_token)
 from .sweep import UNKNOWN as NODE_UNKNOWN
@@ -129,7 +129,7 @@ def step_user(job: GangJob, groups_of: Callable[[int, int], Sequence[int]]) -> S
 
 def judge_gang_run(job: Job, run: NcclRun, exited: Optional[int], timed_out: bool) -> JobResult:
     """One collective of the gang check, judged as the fabric sweep judges its jobs: first
-    whether its output proves it spanned the job's nodes (decide/fabricjob.span_problem), then
+    whether its output proves it spanned the job's nodes (decide/internodejob.span_problem), then
     its figure and errors (decide/sweep.judge_collective).
 
     Raises:

@@ -427,7 +427,7 @@ def decide_repair(this: NodeState, cluster: Sequence[NodeState], findings: Seque
         # fabric sweep's re-test (its Comment says so), unless its own checks find more
         waiting = waiting_state(this)
         if waiting and not draining(findings):
-            return RepairPlan(NONE, "rebooted for its fabric; waiting for the next --fabric-sweep "
+            return RepairPlan(NONE, "rebooted for its fabric; waiting for the next --internode-sweep "
                                     "to re-test it with known-good partners", trigger=fabric,
                               state=waiting)
         if not waiting:

@@ -43,23 +43,23 @@ from typing import TYPE_CHECKING, Dict, List, Mapping, Optional, Sequence, Set, 
 
 from ..netmodel import BAD, PASS, SKIPPED, TRANSIENT, UNKNOWN, NcclRun, NodeOutcome, NodeVerdict
 from ..records import NamedTuple
-from .fabricfloor import floor_for, node_floors, node_models, parse_floors
+from .internodefloor import floor_for, node_floors, node_models, parse_floors
 from .verdict import FABRIC_PREFIX, RMA_TOKEN, is_fabric_reason, sanitise
 
 if TYPE_CHECKING:
-    from ..configsections import FabricConfig
+    from ..configsections import InternodeConfig
 
 RETEST_WHY = "awaiting a fabric re-test after a reboot"  # a retest suspect before its partner jobs
 
 
 class Thresholds(NamedTuple):
-    floor_gbps: float = 0.0  # [fabric] busbw_floor_gbps; 0 = only the median rule
+    floor_gbps: float = 0.0  # [internode] busbw_floor_gbps; 0 = only the median rule
     median_ratio_fail: float = 0.7
-    rail_floor_gbps: float = 0.0  # [fabric] rail_floor_gbps: ib_write_bw per rail; 0 = off
-    # (node, floor GB/s) of the nodes whose GPU model has a `[fabric] floors` entry
-    # (decide/fabricfloor.py); the others take floor_gbps
+    rail_floor_gbps: float = 0.0  # [internode] rail_floor_gbps: ib_write_bw per rail; 0 = off
+    # (node, floor GB/s) of the nodes whose GPU model has a `[internode] floors` entry
+    # (decide/internodefloor.py); the others take floor_gbps
     node_floors: Tuple[Tuple[str, float], ...] = ()
-    # (node, GPU model) of the nodes whose Gres= names a type (decide/fabricfloor.py); the others
+    # (node, GPU model) of the nodes whose Gres= names a type (decide/internodefloor.py); the others
     # are of the model "": each model has its own median (Medians)
     node_models: Tuple[Tuple[str, str], ...] = ()
 
@@ -89,11 +89,11 @@ class Medians(NamedTuple):
         return min(v for v in values if v is not None) if values and None not in values else None
 
 
-def fabric_thresholds(fabric: "FabricConfig", gres_of: Mapping[str, Optional[str]]) -> Thresholds:
-    """The thresholds of `[fabric]`, with the per-model floors of the nodes in `gres_of`
+def fabric_thresholds(internode: "InternodeConfig", gres_of: Mapping[str, Optional[str]]) -> Thresholds:
+    """The thresholds of `[internode]`, with the per-model floors of the nodes in `gres_of`
     ({node: its Gres= as scontrol shows it})."""
-    return Thresholds(fabric.busbw_floor_gbps, fabric.median_ratio_fail, fabric.rail_floor_gbps,
-                      node_floors(gres_of, parse_floors(fabric.floors), fabric.busbw_floor_gbps),
+    return Thresholds(internode.busbw_floor_gbps, internode.median_ratio_fail, internode.rail_floor_gbps,
+                      node_floors(gres_of, parse_floors(internode.floors), internode.busbw_floor_gbps),
                       node_models(gres_of))
 
 
@@ -132,7 +132,7 @@ class SweepOutcome(NamedTuple):
 
 
 class SweepReport(NamedTuple):
-    """What one --fabric-sweep found and did (commands/fabricsweep.py fills it; report/sweep.py prints it)."""
+    """What one --internode-sweep found and did (commands/internodesweep.py fills it; report/sweep.py prints it)."""
 
     sweep_id: str
     outcome: Optional[SweepOutcome]

@@ -7,7 +7,7 @@
     idle = idle_nodes(nodes, "gpu-healthcheck-sweep", already=["gpu-c"])   # the idle sweep's
 
 A candidate is plainly idle (no DRAIN, DOWN, RESERVED, MAINT, REBOOT or other flag; with
-`[fabric] reservation` the idle nodes of that reservation), not claimed by the repair loop, with
+`[internode] reservation` the idle nodes of that reservation), not claimed by the repair loop, with
 GPUs, in the partition.  A node the repair loop rebooted for its fabric is no candidate: it is
 re-tested in the partner rounds (decide/fabricretest.py).
 """
@@ -24,7 +24,7 @@ from .verdict import NodeState
 def candidates(nodes: Sequence[NodeState], wanted: Optional[Sequence[str]], partition: Optional[str],
                reservation_nodes: Optional[Sequence[str]]) -> Tuple[List[str], Dict[str, str]]:
     """(the nodes to sweep, {a node of --nodes left out: why}) of the nodes `scontrol -o show
-    nodes` shows: plainly idle (or reserved in [fabric] reservation), in the partition, not
+    nodes` shows: plainly idle (or reserved in [internode] reservation), in the partition, not
     claimed by the repair loop, with GPUs."""
     chosen: List[str] = []
     why_not: Dict[str, str] = {}
@@ -60,11 +60,11 @@ def retest_refused(act: bool, report_only: bool, reservation: Optional[str]) -> 
     """Why a node awaiting its fabric re-test is not re-tested by this sweep (its re-test
     resumes it into a reservation of its own), or None."""
     if not act:
-        return "awaiting a fabric re-test: only --fabric-sweep --act re-tests it"
+        return "awaiting a fabric re-test: only --internode-sweep --act re-tests it"
     if report_only:
         return "awaiting a fabric re-test: report_only: would re-test it"
     if reservation:
-        return (f"awaiting a fabric re-test: not re-tested while the sweep runs in [fabric] "
+        return (f"awaiting a fabric re-test: not re-tested while the sweep runs in [internode] "
                 f"reservation {reservation}")
     return None
 

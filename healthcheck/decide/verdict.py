@@ -132,7 +132,7 @@ def is_ours(reason: Optional[str]) -> bool:
 FABRIC_PREFIX = PREFIX + " fabric "
 FABRIC_HOLD = ("drained for its fabric (the fabric sweep or the gang check): this node's own checks "
                "cannot see its fabric; with [repair] enabled the repair loop reboots it, and the "
-               "next --fabric-sweep re-tests it with known-good partners and resumes it if it passes")
+               "next --internode-sweep re-tests it with known-good partners and resumes it if it passes")
 
 
 def is_fabric_reason(reason: Optional[str]) -> bool:

@@ -18,7 +18,7 @@ Statistics never resume or repair a node by themselves; they only send it to be 
    reboot, rma); a pass on a node with `suspects.remediations` repairs of its own within
    `suspects.remediation_window_s` (NVSentinel's 5 in 7 days) holds it for a person
    (`gpu-healthcheck: lemon remediations=5/7d ...`, never resumed by any run of ours); a pass
-   with `suspects.fabric_retest` leaves it drained for the fabric sweep's re-test with known-good
+   with `suspects.internode_retest` leaves it drained for the internode sweep's re-test with known-good
    partners (decide.fabricretest); any other pass resumes it, if its reason is still ours.
 """
 
@@ -163,7 +163,7 @@ def lemon_reason(count: int, cfg: "SuspectsConfig", before: Optional[str]) -> st
 
 
 def fabric_retest_reason(before: Optional[str]) -> str:
-    """A verified suspect left for the fabric sweep's re-test: a fabric reason (decide.sweep's
+    """A verified suspect left for the internode sweep's re-test: a fabric reason (decide.sweep's
     form, so decide.fabricretest takes it) naming the suspect's rule."""
     kind = suspect_kind(before) or "suspect"
     return sanitise(f"{FABRIC_PREFIX}suspect={kind} partners=- verification")
@@ -171,7 +171,7 @@ def fabric_retest_reason(before: Optional[str]) -> str:
 
 def after_pass(count: Optional[int], fabric_retest: bool) -> str:
     """What follows a verification that found nothing: LEMON (the lemon rule met), FABRIC_RETEST
-    (`suspects.fabric_retest`: the sweep re-tests it), RESUME."""
+    (`suspects.internode_retest`: the sweep re-tests it), RESUME."""
     if count is not None:
         return LEMON
     return FABRIC_RETEST if fabric_retest else RESUME

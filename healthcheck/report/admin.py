@@ -134,7 +134,7 @@ def check_config(cli_path: Optional[str], environ: Mapping[str, str], as_json: b
             from_file = keys_set(text, path)
     except ConfigError as exc:
         errors.append(str(exc))
-    warnings = path_warnings(config, environ)
+    warnings = list(config.deprecated) + path_warnings(config, environ)
     gres_doc = None
     if gres:
         from .gresmap import gres_map

@@ -1,4 +1,4 @@
-"""What `--fabric-sweep` prints: a table for a person, or one JSON document with --json.
+"""What `--internode-sweep` prints: a table for a person, or one JSON document with --json.
 
     NODE   OUTCOME    BUSBW  PARTNERS       ACTION   WHY
     gpu-c  bad        41.2   gpu-a,gpu-e    applied  busbw=41.2<100
@@ -12,7 +12,7 @@ JSON: {"schema": 1, "mode": "fabric-sweep", "sweep_id", "rounds", "jobs", "media
 lists only the others, and the nodes re-tested after the repair loop's reboot ("retest": true,
 action resumed | drained | rma | kept, decide/fabricretest.py) whatever their outcome.
 
-What a sweep leaves behind (commands/fabricsweep.py writes them):
+What a sweep leaves behind (commands/internodesweep.py writes them):
 
     history_record(report, events, now)  -> the --history line ("mode": "fabric-sweep")
     metrics_text(report, now)            -> gpu_healthcheck_fabric.prom's text

@@ -25,7 +25,7 @@ import time
 from typing import Dict, List, Optional, Sequence
 
 from healthcheck.act.sweeprun import Setup, SlurmRunner
-from healthcheck.decide.fabricjob import JobSpec
+from healthcheck.decide.internodejob import JobSpec
 from healthcheck.decide.sweep import BAD, SweepPlanner, Thresholds
 
 JOB_S = 45.0  # one pair job: srun start, NCCL init, all_reduce -b 1G -e 4G on 8 GPUs a node
@@ -35,7 +35,7 @@ HEALTHY, SLOW = 380.0, 41.2
 
 def table(busbw: float, nodes: Sequence[str], per_node: int = 8) -> str:
     # rank 0's one line per rank of the communicator, as nccl-tests built with MPI prints them:
-    # the proof that the collective spanned its nodes (decide/fabricjob.span_problem)
+    # the proof that the collective spanned its nodes (decide/internodejob.span_problem)
     ranks = "".join(f"#  Rank {r:2d} Group  0 Pid {1000 + r:6d} on {node:>10} device {r % per_node:2d} "
                     f"[0x{r:02x}] NVIDIA H100 80GB HBM3\n"
                     for r, node in enumerate(n for n in nodes for _ in range(per_node)))

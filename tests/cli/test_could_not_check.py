@@ -1,7 +1,7 @@
 """Modes that could not check never claim success (issue 36, case 13), through the real CLI
 in a child process: an scontrol stand-in that fails as it does when slurmctld is unreachable
 (tests/lib/shownodes.fake_scontrol: "Unable to contact slurm controller", exit 1) makes
---repair, --cluster and --fabric-sweep exit 3 and say what to do beyond scontrol's words; and
+--repair, --cluster and --internode-sweep exit 3 and say what to do beyond scontrol's words; and
 --job-report outside a job exits 3 instead of calling "the job's GPUs (none)" healthy."""
 
 from __future__ import annotations
@@ -46,7 +46,7 @@ def _cli(tmp_path: Path, *args: str, env=None) -> subprocess.CompletedProcess:
     config = tmp_path / "config.toml"
     fails = unreachable(tmp_path)  # every Slurm command fails as it does without slurmctld
     config.write_text(f'state_dir = "{tmp_path / "state"}"\njournal = false\nscontrol = "{fails}"\n'
-                      f'[fabric]\nsbatch = "{fails}"\nsqueue = "{fails}"\nscancel = "{fails}"\nsrun = "{fails}"\n')
+                      f'[internode]\nsbatch = "{fails}"\nsqueue = "{fails}"\nscancel = "{fails}"\nsrun = "{fails}"\n')
     config.chmod(0o644)
     full = {k: v for k, v in os.environ.items() if not k.startswith(("SLURM", "GPU_HEALTHCHECK"))}
     full.update(GPU_HEALTHCHECK_CONFIG=str(config), PYTHONPATH=str(ROOT), **(env or {}))
@@ -55,7 +55,7 @@ def _cli(tmp_path: Path, *args: str, env=None) -> subprocess.CompletedProcess:
 
 
 def test_could_not_check_cluster_and_fabric_sweep_say_what_to_do(tmp_path) -> None:
-    for args in (["--cluster"], ["--fabric-sweep", "--act"]):
+    for args in (["--cluster"], ["--internode-sweep", "--act"]):
         done = _cli(tmp_path, *args)
         assert done.returncode == 3, (args, done.stderr)
         assert "Unable to contact slurm controller" in done.stderr and ADVICE in done.stderr, (args, done.stderr)

@@ -17,7 +17,7 @@ import pytest
 from healthcheck.act.gangrun import srun_env
 from healthcheck.commands.gang import GangRequest, gang
 from healthcheck.config import Config, DrainConfig
-from healthcheck.configsections import FabricConfig
+from healthcheck.configsections import InternodeConfig
 
 SHOW_JOB = "JobId=12 JobName=train UserId=alice(1001) JobState=RUNNING Requeue=1 Restarts=0 NodeList={nodes}\n"
 SRUN = r"""#!/bin/sh
@@ -46,7 +46,7 @@ def run(tmp_path: Path, fakegpu: Path, nodes: str, scenario: str, nccl_tests: st
     bin_dir = stand_ins(tmp_path, nodes)
     (tmp_path / "fabric.scenario").write_text(scenario)
     config = Config(scontrol=str(bin_dir / "scontrol"), state_dir=str(tmp_path / "state"), journal=False,
-                    fabric=FabricConfig(srun=str(bin_dir / "srun"), nccl_tests=nccl_tests or str(fakegpu),
+                    internode=InternodeConfig(srun=str(bin_dir / "srun"), nccl_tests=nccl_tests or str(fakegpu),
                                         busbw_floor_gbps=floor, gang_timeout_s=60.0))
     environ = {"SLURM_JOB_ID": "12", "SLURM_PROCID": "0", "SLURM_NTASKS": "4",
                "FAKEGPU_FABRIC": str(tmp_path / "fabric.scenario"), "PATH": os.environ["PATH"]}
@@ -143,7 +143,7 @@ def test_gang_cli_privileged_side_drains_names_the_job_and_requeues_last(tmp_pat
     config = Config(scontrol=str(bin_dir / "scontrol"), state_dir=str(tmp_path / "state"), journal=False,
                     history_file=str(tmp_path / "history.jsonl"), drain=DrainConfig(max_fraction=0.5),
                     metrics_file=str(tmp_path / "textfile" / "gpu_healthcheck.prom"),
-                    fabric=FabricConfig(srun=str(bin_dir / "srun"), nccl_tests=str(fakegpu),
+                    internode=InternodeConfig(srun=str(bin_dir / "srun"), nccl_tests=str(fakegpu),
                                         busbw_floor_gbps=100.0, gang_timeout_s=60.0))
     environ = {"SLURM_JOB_ID": "12", "FAKEGPU_FABRIC": str(tmp_path / "fabric.scenario"), "PATH": os.environ["PATH"]}
     out, err = io.StringIO(), io.StringIO()
@@ -176,7 +176,7 @@ def test_gang_cli_privileged_side_without_the_jobs_group_in_the_record_runs_noth
     monkeypatch.setenv("SHOW_JOB_IDS", "UserId=alice(1001)")
     config = Config(scontrol=str(bin_dir / "scontrol"), state_dir=str(tmp_path / "state"), journal=False,
                     history_file=str(tmp_path / "history.jsonl"),
-                    fabric=FabricConfig(srun=str(bin_dir / "srun"), nccl_tests=str(fakegpu), busbw_floor_gbps=100.0))
+                    internode=InternodeConfig(srun=str(bin_dir / "srun"), nccl_tests=str(fakegpu), busbw_floor_gbps=100.0))
     out = io.StringIO()
     assert gang(GangRequest(act=True), config, {"SLURM_JOB_ID": "12", "PATH": os.environ["PATH"]}, out,
                 io.StringIO()) == 3
@@ -215,15 +215,15 @@ esac
 
 
 def test_gang_cli_per_model_floor_from_the_job_nodes_gres(tmp_path, fakegpu) -> None:
-    """[fabric] floors for h100: one `scontrol -o show nodes` of the job's own nodes gives each
+    """[internode] floors for h100: one `scontrol -o show nodes` of the job's own nodes gives each
     its model, and a node at 300 GB/s, above busbw_floor_gbps, fails the H100 floor."""
     bin_dir = stand_ins(tmp_path, "gpu-a,gpu-b,gpu-c,gpu-d")
     (bin_dir / "scontrol").write_text(SCONTROL_MODELS)
     (tmp_path / "fabric.scenario").write_text("node.gpu-b.busbw_gbps = 300\n")
-    fabric = FabricConfig(srun=str(bin_dir / "srun"), nccl_tests=str(fakegpu), busbw_floor_gbps=100.0,
+    internode = InternodeConfig(srun=str(bin_dir / "srun"), nccl_tests=str(fakegpu), busbw_floor_gbps=100.0,
                           floors=("H100:busbw_gbps=360",), gang_timeout_s=60.0)
     config = Config(scontrol=str(bin_dir / "scontrol"), state_dir=str(tmp_path / "state"), journal=False,
-                    fabric=fabric)
+                    internode=internode)
     environ = {"SLURM_JOB_ID": "12", "SLURM_PROCID": "0", "FAKEGPU_FABRIC": str(tmp_path / "fabric.scenario"),
                "PATH": os.environ["PATH"]}
     out, err = io.StringIO(), io.StringIO()
@@ -231,9 +231,9 @@ def test_gang_cli_per_model_floor_from_the_job_nodes_gres(tmp_path, fakegpu) -> 
     assert "gpu-healthcheck: gang: gpu-b is bad: busbw=300.0<360 with every partner" in out.getvalue()
     # without the floors the same run passes: 300 is above busbw_floor_gbps, and no show nodes is called
     out = io.StringIO()
-    assert gang(GangRequest(), config._replace(fabric=fabric._replace(floors=())), environ, out, err) == 0
+    assert gang(GangRequest(), config._replace(internode=internode._replace(floors=())), environ, out, err) == 0
     # slurmctld not answering about the nodes: could not run, nothing judged
     (bin_dir / "scontrol").write_text(SCONTROL_MODELS.replace('"-o show nodes gpu-a,gpu-b,gpu-c,gpu-d")', '"never")'))
     out = io.StringIO()
     assert gang(GangRequest(), config, environ, out, err) == 3
-    assert "cannot read the nodes' GPU models for [fabric] floors" in out.getvalue()
+    assert "cannot read the nodes' GPU models for [internode] floors" in out.getvalue()

@@ -1,9 +1,9 @@
-"""deploy/slurm/gpu-healthcheck-sweep (what gpu-healthcheck-sweep.timer runs) with --fabric, the
+"""deploy/slurm/gpu-healthcheck-sweep (what gpu-healthcheck-sweep.timer runs) with --internode, the
 shipped script itself in a child process, with stand-ins for the programs it calls: scontrol
 (real `scontrol -o show nodes` lines of Slurm 22.05, tests/fixtures/scontrol-show-nodes, with
-gpu-a and gpu-c idle), squeue, sbatch, and a gpu-healthcheck whose --fabric-sweep drains gpu-c
+gpu-a and gpu-c idle), squeue, sbatch, and a gpu-healthcheck whose --internode-sweep drains gpu-c
 (as the real one does, through what scontrol shows next) and exits as it is told.  Every call
-is logged in order, so the tests see that the fabric sweep ends before the deep part asks
+is logged in order, so the tests see that the internode sweep ends before the deep part asks
 Slurm anything."""
 
 from __future__ import annotations
@@ -36,7 +36,7 @@ LOGGED = """#!/bin/sh
 echo "{name} $*" >> "{bin}/calls.log"
 {body}
 """
-# --fabric-sweep: drains gpu-c and exits with the status in $BIN/fabric-status; with
+# --internode-sweep: drains gpu-c and exits with the status in $BIN/fabric-status; with
 # $BIN/fabric-hangs it runs until SIGTERM, which it logs (the real one cancels its jobs there)
 HEALTHCHECK = """
 trap 'echo "gpu-healthcheck SIGTERM" >> "{bin}/calls.log"; exit 3' TERM
@@ -79,20 +79,20 @@ def calls(bin_dir: Path) -> List[str]:
 
 
 @pytest.mark.parametrize("status,words", [
-    (0, "fabric sweep: exit 0: no bad node"),
-    (2, "fabric sweep: exit 2: bad node(s) found, drained"),
-    (3, "fabric sweep: exit 3: could not run (its message above says why); nothing drained"),
+    (0, "internode sweep: exit 0: no bad node"),
+    (2, "internode sweep: exit 2: bad node(s) found, drained"),
+    (3, "internode sweep: exit 3: could not run (its message above says why); nothing drained"),
 ])
 def test_sweep_timer_fabric_first_then_the_deep_jobs_on_what_is_still_idle(tmp_path: Path, status: int,
                                                                            words: str) -> None:
     bin_dir = stand_ins(tmp_path, status)
-    done = sweep(bin_dir, "--fabric")
+    done = sweep(bin_dir, "--internode")
     assert done.returncode == 0, done.stdout + done.stderr  # 2 and 3 are outcomes, not errors of the timer
     assert words in done.stdout
     log = (bin_dir / "calls.log").read_text().splitlines()
-    assert log[0] == "gpu-healthcheck --fabric-sweep --act --partition gpu"
-    # the fabric sweep ended before the deep part asked Slurm anything
-    assert calls(bin_dir) == ["gpu-healthcheck --fabric-sweep", "scontrol", "squeue", "sbatch"]
+    assert log[0] == "gpu-healthcheck --internode-sweep --act --partition gpu"
+    # the internode sweep ended before the deep part asked Slurm anything
+    assert calls(bin_dir) == ["gpu-healthcheck --internode-sweep", "scontrol", "squeue", "sbatch"]
     # its table came out before our line about it, and gpu-c, which it drained, got no deep job
     assert done.stdout.index("gpu-c  bad      41.2") < done.stdout.index(words)
     [submitted] = [line for line in log if line.startswith("sbatch ")]
@@ -105,40 +105,61 @@ def test_sweep_timer_without_fabric_runs_no_fabric_sweep(tmp_path: Path) -> None
     done = sweep(bin_dir)
     assert done.returncode == 0, done.stderr
     assert calls(bin_dir) == ["scontrol", "squeue", "sbatch", "sbatch"]  # gpu-a and gpu-c, nothing drained
-    assert "fabric" not in done.stdout
+    assert "internode" not in done.stdout
 
 
 def test_sweep_timer_fabric_crash_is_an_error_but_the_deep_part_still_runs(tmp_path: Path) -> None:
     bin_dir = stand_ins(tmp_path, fabric_status=1)
-    done = sweep(bin_dir, "--fabric")
+    done = sweep(bin_dir, "--internode")
     assert done.returncode == 1
-    assert "fabric sweep: exit 1: not one of its statuses (0, 2, 3)" in done.stderr
+    assert "internode sweep: exit 1: not one of its statuses (0, 2, 3)" in done.stderr
     assert calls(bin_dir)[-1] == "sbatch" and "gpu-a: Submitted batch job 7" in done.stdout
 
 
 def test_sweep_timer_fabric_past_its_deadline_is_stopped_and_the_deep_part_runs(tmp_path: Path) -> None:
     bin_dir = stand_ins(tmp_path)
     (bin_dir / "fabric-hangs").write_text("")
-    done = sweep(bin_dir, "--fabric", "--fabric-timeout", "1")
+    done = sweep(bin_dir, "--internode", "--internode-timeout", "1")
     assert done.returncode == 1, done.stdout + done.stderr
-    assert "fabric sweep: passed its deadline of 1 s and was stopped (SIGTERM" in done.stderr
-    assert calls(bin_dir) == ["gpu-healthcheck --fabric-sweep", "gpu-healthcheck SIGTERM", "scontrol", "squeue",
+    assert "internode sweep: passed its deadline of 1 s and was stopped (SIGTERM" in done.stderr
+    assert calls(bin_dir) == ["gpu-healthcheck --internode-sweep", "gpu-healthcheck SIGTERM", "scontrol", "squeue",
                               "sbatch", "sbatch"]  # it drained nothing: both nodes get their deep job
 
 
 def test_sweep_timer_fabric_program_missing_is_named_and_the_deep_part_runs(tmp_path: Path) -> None:
     bin_dir = stand_ins(tmp_path)
-    done = sweep(bin_dir, "--fabric", exe=str(tmp_path / "nowhere" / "gpu-healthcheck"))
+    done = sweep(bin_dir, "--internode", exe=str(tmp_path / "nowhere" / "gpu-healthcheck"))
     assert done.returncode == 1
-    assert f"fabric sweep: cannot run {tmp_path / 'nowhere' / 'gpu-healthcheck'}: No such file" in done.stderr
+    assert f"internode sweep: cannot run {tmp_path / 'nowhere' / 'gpu-healthcheck'}: No such file" in done.stderr
     assert calls(bin_dir) == ["scontrol", "squeue", "sbatch", "sbatch"]
 
 
 def test_sweep_timer_dry_run_prints_the_fabric_sweep_and_runs_nothing(tmp_path: Path) -> None:
     bin_dir = stand_ins(tmp_path)
-    done = sweep(bin_dir, "--fabric", "--dry-run")
+    done = sweep(bin_dir, "--internode", "--dry-run")
     assert done.returncode == 0, done.stderr
     lines = done.stdout.splitlines()
-    assert lines[0] == f"{bin_dir / 'gpu-healthcheck'} --fabric-sweep --act --partition gpu"
+    assert lines[0] == f"{bin_dir / 'gpu-healthcheck'} --internode-sweep --act --partition gpu"
     assert [line.split(" -w ")[1].split()[0] for line in lines[1:]] == ["gpu-a", "gpu-c"]
     assert calls(bin_dir) == ["scontrol", "squeue"]
+
+
+OLD_OPTION_NOTES = ["gpu-healthcheck-sweep: --fabric is deprecated, use --internode (the same option)",
+                    "gpu-healthcheck-sweep: --fabric-timeout is deprecated, use --internode-timeout (the same option)"]
+
+
+@pytest.mark.parametrize("hangs", [False, True])
+def test_sweep_timer_old_options_run_the_same_sweep_and_say_so_on_stderr(tmp_path: Path, hangs: bool) -> None:
+    """--fabric and --fabric-timeout: the old names of --internode and --internode-timeout."""
+    runs = {}
+    for name, options in (("new", ["--internode", "--internode-timeout", "1"]),
+                          ("old", ["--fabric", "--fabric-timeout", "1"])):
+        (tmp_path / name).mkdir()
+        bin_dir = stand_ins(tmp_path / name)
+        if hangs:
+            (bin_dir / "fabric-hangs").write_text("")
+        runs[name] = (sweep(bin_dir, *options), calls(bin_dir))
+    (new, new_calls), (old, old_calls) = runs["new"], runs["old"]
+    assert (old.returncode, old.stdout.replace("/old/", "/new/"), old_calls) == (new.returncode, new.stdout, new_calls)
+    assert old.stderr.splitlines()[:2] == OLD_OPTION_NOTES, old.stderr
+    assert old.stderr.splitlines()[2:] == new.stderr.splitlines() and "deprecated" not in new.stderr

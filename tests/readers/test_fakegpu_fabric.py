@@ -116,8 +116,8 @@ def test_fakegpu_fabric_malformed_scenario_is_an_error(tmp_path: Path, fakegpu: 
 
 
 def test_fakegpu_fabric_no_mpi_runs_each_task_alone_and_the_pair_is_a_setup_problem(tmp_path: Path, fakegpu: Path) -> None:
-    from healthcheck.decide.fabricjob import JobSpec, NotSpanned, judge_job_output
-    from healthcheck.read.fabricjob import read_job_output
+    from healthcheck.decide.internodejob import JobSpec, NotSpanned, judge_job_output
+    from healthcheck.read.internodejob import read_job_output
     from healthcheck.decide.sweep import Job
 
     spec = JobSpec("all_reduce_perf", ("-b", "1G", "-e", "1G", "-g", "1"), (), 1, 60.0)

@@ -88,7 +88,7 @@ def test_report_only_verifies_nothing(node):
 
 
 def test_with_fabric_retest_a_verified_suspect_waits_for_the_fabric_sweeps_re_test(node):
-    doc = _repair(node, extra="[suspects]\nfabric_retest = true\n")
+    doc = _repair(node, extra="[suspects]\ninternode_retest = true\n")
     assert doc["node"]["reason"] == "gpu-healthcheck: fabric suspect=black_hole partners=- verification", doc
     assert "DRAIN" in doc["node"]["state"] and doc["steps"][-1] == "fabric_retest", doc["steps"]
     assert doc["node"]["comment"].startswith("ticket 42 | gpu-healthcheck: repair fabric_retest at="), doc

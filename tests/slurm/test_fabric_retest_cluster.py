@@ -41,7 +41,7 @@ def test_fabric_drain_rebooted_by_the_repair_loop_then_the_sweeps_retest_resumes
     (tmp_path / "sweep.toml").write_text(
         f'state_dir = "{tmp_path / "sweep-state"}"\nscontrol = "{c.scontrol}"\njournal = false\n'
         f'[drain]\nmax_fraction = 0.5\n'
-        f'[fabric]\nbusbw_floor_gbps = 100.0\ntasks_per_node = 2\ntime_limit_s = 30\n'
+        f'[internode]\nbusbw_floor_gbps = 100.0\ntasks_per_node = 2\ntime_limit_s = 30\n'
         f'collective_args = ["-b", "256M", "-e", "1G", "-f", "2", "-g", "1"]\n')
     for node in SLOW:  # one repair only: a failed re-test after it is rma
         enable_repair(c, node, extra="max_attempts = 1\nmax_concurrent = 2\n")

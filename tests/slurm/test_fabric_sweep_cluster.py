@@ -1,4 +1,4 @@
-"""`gpu-healthcheck --fabric-sweep` against a real Slurm test cluster of 8 slurmd: the pair jobs
+"""`gpu-healthcheck --internode-sweep` against a real Slurm test cluster of 8 slurmd: the pair jobs
 are real exclusive sbatch jobs whose srun steps run the fake nccl-tests and ib_write_bw
 (tests/fakegpu/fabric.py) on the jobs' own nodes; the scenario (FAKEGPU_FABRIC) says which node
 is slow, which pair fails once, which node hangs.  The sweep runs as a submit host would run it:
@@ -36,7 +36,7 @@ def fabric_cluster(tmp_path: Path, fakegpu: Path, scenario: str, extra: str = ""
         f'state_dir = "{tmp_path / "sweep-state"}"\nscontrol = "{c.scontrol}"\njournal = false\n'
         f'metrics_file = "{tmp_path / "metrics" / "gpu_healthcheck.prom"}"\n'
         f'[drain]\nmax_fraction = 0.5\n'
-        f'[fabric]\nbusbw_floor_gbps = 100.0\ntasks_per_node = 2\ntime_limit_s = 30\n'
+        f'[internode]\nbusbw_floor_gbps = 100.0\ntasks_per_node = 2\ntime_limit_s = 30\n'
         f'collective_args = ["-b", "256M", "-e", "1G", "-f", "2", "-g", "1"]\n' + extra)
     (tmp_path / "metrics").mkdir()
     return c
@@ -51,8 +51,8 @@ def sweep_env(c: GpuCluster, tmp_path: Path, config: str = "sweep.toml") -> Dict
 
 
 def sweep(c: GpuCluster, tmp_path: Path, *args: str, timeout: float = 240,
-          config: str = "sweep.toml") -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "healthcheck.cli", "--fabric-sweep", *args],
+          config: str = "sweep.toml", flag: str = "--internode-sweep") -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "healthcheck.cli", flag, *args],
                           env=sweep_env(c, tmp_path, config), capture_output=True, text=True,
                           timeout=timeout, cwd=str(tmp_path))
 
@@ -62,7 +62,7 @@ def outcomes(done: subprocess.CompletedProcess) -> Dict[str, Dict]:
 
 
 class HangingSweep:
-    """One `--fabric-sweep --act --json` in the background on a cluster where gpu-g's collective
+    """One `--internode-sweep --act --json` in the background on a cluster where gpu-g's collective
     hangs: Slurm ends that node's jobs at their time limit (a minute, checked every 30 s), so the
     sweep lasts about 90 s.  The two tests that need a hanging sweep share it: the second sweep
     refused while it runs (the module's first test, so it runs while the sweep does, however
@@ -72,7 +72,7 @@ class HangingSweep:
 
     def __init__(self, c: GpuCluster, tmp_path: Path) -> None:
         self.c, self.tmp_path = c, tmp_path
-        self.proc = subprocess.Popen([sys.executable, "-m", "healthcheck.cli", "--fabric-sweep", "--act", "--json"],
+        self.proc = subprocess.Popen([sys.executable, "-m", "healthcheck.cli", "--internode-sweep", "--act", "--json"],
                                      env=sweep_env(c, tmp_path), cwd=str(tmp_path),
                                      stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
         self._done: Optional[subprocess.CompletedProcess] = None
@@ -121,12 +121,12 @@ def test_fabric_sweep_second_sweep_refuses_with_the_first_ones_id(hanging_sweep:
                 60, what="the first sweep's jobs")
     second = sweep(c, tmp_path, "--act")
     assert second.returncode == 3
-    assert f"another fabric sweep is running: {first_id}" in second.stderr, second.stderr
+    assert f"another internode sweep is running: {first_id}" in second.stderr, second.stderr
     # from another submit host (its own state_dir, no lock of ours): the jobs name it
     toml = tmp_path / "sweep.toml"
     (tmp_path / "other.toml").write_text(toml.read_text().replace("sweep-state", "other-state"))
     third = sweep(c, tmp_path, timeout=60, config="other.toml")
-    assert third.returncode == 3 and f"another fabric sweep is running: {first_id} (its job " in third.stderr
+    assert third.returncode == 3 and f"another internode sweep is running: {first_id} (its job " in third.stderr
     # the first sweep's own outcome (exit 2, gpu-g drained): the module's last test
 
 
@@ -210,10 +210,18 @@ def test_fabric_sweep_without_act_or_with_report_only_drains_nothing(tmp_path: P
         assert table["gpu-a"][1] == "transient" and done.stdout.splitlines()[0].split()[:2] == ["NODE", "OUTCOME"]
         assert not [n for n in NODES if c.drained(n)]
         toml = tmp_path / "sweep.toml"
-        toml.write_text(toml.read_text().replace("[drain]\n", "[drain]\nreport_only = true\n"))
-        again = sweep(c, tmp_path, "--act", "--json", "--nodes", "gpu-a,gpu-b,gpu-c,gpu-d,gpu-e,gpu-f")
+        # and by the old names, --fabric-sweep and [fabric]: the same sweep, its JSON on stdout
+        # whole, a note for each old name on stderr
+        toml.write_text(toml.read_text().replace("[drain]\n", "[drain]\nreport_only = true\n")
+                        .replace("[internode]\n", "[fabric]\n"))
+        again = sweep(c, tmp_path, "--act", "--json", "--nodes", "gpu-a,gpu-b,gpu-c,gpu-d,gpu-e,gpu-f",
+                      flag="--fabric-sweep")
         assert again.returncode == 2 and outcomes(again)["gpu-b"]["action"] == "report_only"
         assert not [n for n in NODES if c.drained(n)]
+        notes = [line for line in again.stderr.splitlines() if "deprecated" in line]
+        assert notes[0] == "gpu-healthcheck: --fabric-sweep is deprecated, use --internode-sweep (the same command)"
+        assert f"config warning: {toml}: fabric.busbw_floor_gbps is deprecated, read as internode.busbw_floor_gbps" \
+            in notes[1] and len(notes) == 5, again.stderr
 
 
 def test_fabric_sweep_admins_drain_is_kept_and_busy_nodes_are_named(tmp_path: Path, fakegpu: Path) -> None:
@@ -278,7 +286,7 @@ def open_path() -> Iterator[Path]:
 def test_fabric_sweep_a_users_job_of_the_sweeps_name_does_not_stop_it(open_path: Path, fakegpu: Path,
                                                                        isolation) -> None:
     """Any user may name a job gpu-healthcheck-fabric and write `gpu-healthcheck sweep=...` in its
-    comment; her held job stopped every sweep (exit 3, "another fabric sweep is running").  A job
+    comment; her held job stopped every sweep (exit 3, "another internode sweep is running").  A job
     is a sweep's only when slurmctld says root submitted it (test_fabric_sweep_second_sweep_...:
     root's own sweep still stops a second one)."""
     require_slurm()

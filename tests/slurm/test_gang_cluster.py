@@ -24,7 +24,7 @@ pytestmark = pytest.mark.slurm
 
 NODES = [f"gpu-{c}" for c in "abcde"]
 GRES_TYPES = {"gpu-a": "h100", "gpu-b": "h100", "gpu-c": "a100", "gpu-d": "a100", "gpu-e": "a100"}
-FABRIC = ('[fabric]\nbusbw_floor_gbps = 100.0\ntasks_per_node = 2\ngang_timeout_s = 60\n'
+FABRIC = ('[internode]\nbusbw_floor_gbps = 100.0\ntasks_per_node = 2\ngang_timeout_s = 60\n'
           'gang_bytes = 268435456\n')
 SCRIPT = """#!/bin/sh
 echo started run=${{SLURM_RESTART_COUNT:-0}} nodes=$SLURM_JOB_NODELIST
@@ -202,7 +202,7 @@ def test_gang_three_nodes_with_the_slow_one_in_the_only_pair_drain_it(gang_clust
 
 
 def test_gang_per_model_floors_come_from_the_jobs_nodes_gres(gang_cluster) -> None:
-    """The job's user sets [fabric] floors: h100 360, a100 30.  gpu-b runs at 300 GB/s: a job of
+    """The job's user sets [internode] floors: h100 360, a100 30.  gpu-b runs at 300 GB/s: a job of
     the two H100 nodes fails their floor (two nodes: no node named, nothing drained), a job of an
     H100 and an A100 node is held to the A100's floor and passes."""
     c = gang_cluster

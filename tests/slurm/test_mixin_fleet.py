@@ -84,7 +84,7 @@ def setup_cluster(tmp_path: Path, fakegpu: Path, prom: FleetStack) -> GpuCluster
     (tmp_path / "sweep.toml").write_text(
         f'state_dir = "{tmp_path / "sweep-state"}"\nscontrol = "{c.scontrol}"\njournal = false\n'
         f'metrics_file = "{prom.textfile("ctl") / "gpu_healthcheck.prom"}"\n[drain]\nmax_fraction = 0.5\n'
-        f'[fabric]\nbusbw_floor_gbps = 100.0\ntasks_per_node = 2\ntime_limit_s = 30\n'
+        f'[internode]\nbusbw_floor_gbps = 100.0\ntasks_per_node = 2\ntime_limit_s = 30\n'
         f'collective_args = ["-b", "256M", "-e", "1G", "-f", "2", "-g", "1"]\n')
     return c
 

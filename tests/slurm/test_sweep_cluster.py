@@ -90,8 +90,8 @@ def test_sweep_drains_the_node_with_a_deep_fault_and_leaves_the_rest(tmp_path: P
 
 
 def test_sweep_fabric_first_drains_the_slow_node_then_deep_jobs_go_to_the_rest(tmp_path: Path, fakegpu: Path) -> None:
-    """The timer's run with --fabric on 4 nodes where gpu-c's path is slow (the fake
-    nccl-tests, tests/fakegpu/fabric.py): the fabric sweep's exclusive jobs run in the hidden
+    """The timer's run with --internode on 4 nodes where gpu-c's path is slow (the fake
+    nccl-tests, tests/fakegpu/fabric.py): the internode sweep's exclusive jobs run in the hidden
     partition and drain gpu-c, and only then are deep jobs submitted, to gpu-a, gpu-b and gpu-d."""
     require_slurm()
     nodes = ["gpu-a", "gpu-b", "gpu-c", "gpu-d"]
@@ -102,25 +102,25 @@ def test_sweep_fabric_first_drains_the_slow_node_then_deep_jobs_go_to_the_rest(t
         f'state_dir = "{tmp_path / "sweep-state"}"\nscontrol = "{c.scontrol}"\njournal = false\n'
         f'[drain]\nmax_fraction = 0.5\n'
         # time_limit_s 30, as test_fabric_sweep_cluster.py: on a loaded machine 15 cut healthy runs short
-        f'[fabric]\nbusbw_floor_gbps = 100.0\ntasks_per_node = 2\ntime_limit_s = 30\n'
+        f'[internode]\nbusbw_floor_gbps = 100.0\ntasks_per_node = 2\ntime_limit_s = 30\n'
         f'collective_args = ["-b", "256M", "-e", "1G", "-f", "2", "-g", "1"]\n')
-    # --exec: the checkout's CLI for the fabric sweep on this host; on the nodes the deep jobs'
+    # --exec: the checkout's CLI for the internode sweep on this host; on the nodes the deep jobs'
     # gpu-healthcheck only says it ran (the deep level itself is the first test's)
     exe = tmp_path / "exec-gpu-healthcheck"
-    exe.write_text(f'#!/bin/sh\ncase "$1" in\n  --fabric-sweep) exec "{sys.executable}" -m healthcheck.cli "$@";;\n'
+    exe.write_text(f'#!/bin/sh\ncase "$1" in\n  --internode-sweep) exec "{sys.executable}" -m healthcheck.cli "$@";;\n'
                    f'  *) echo "deep $*";;\nesac\n')
     exe.chmod(0o755)
     env = dict(c.cluster.env, FAKEGPU_FABRIC=str(tmp_path / "fabric.scenario"),
                PATH=f"{c.fake}:{c.cluster.env['PATH']}", GPU_HEALTHCHECK_CONFIG=str(tmp_path / "sweep.toml"),
                PYTHONPATH=str(ROOT))  # the Debian 13 root's venv has no install of this checkout
     with c.cluster:
-        done = subprocess.run([sys.executable, str(SCRIPT), "--exec", str(exe), "--fabric", "--fabric-timeout", "300"],
+        done = subprocess.run([sys.executable, str(SCRIPT), "--exec", str(exe), "--internode", "--internode-timeout", "300"],
                               env=env, capture_output=True, text=True, timeout=400, cwd=str(tmp_path))
         assert done.returncode == 0, done.stdout + done.stderr
-        assert "gpu-healthcheck-sweep: fabric sweep: exit 2: bad node(s) found, drained" in done.stdout, done.stdout
+        assert "gpu-healthcheck-sweep: internode sweep: exit 2: bad node(s) found, drained" in done.stdout, done.stdout
         reason = c.reason("gpu-c")
         assert reason.startswith("gpu-healthcheck: fabric busbw=41.2<100 partners=gpu-"), reason
-        # the fabric sweep's table came before the deep submissions, which left gpu-c out
+        # the internode sweep's table came before the deep submissions, which left gpu-c out
         lines = done.stdout.splitlines()
         submitted = [line.split(":")[0] for line in lines if line.endswith(tuple("0123456789")) and ": " in line
                      and line.split(":")[0] in nodes]

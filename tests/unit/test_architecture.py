@@ -87,7 +87,7 @@ def _dispatch_table() -> Dict[str, str]:
 
 def test_every_command_lives_in_commands() -> None:
     table = _dispatch_table()
-    assert {"node", "prolog", "epilog", "repair", "fabric_sweep", "gang", "ack", "job_report",
+    assert {"node", "prolog", "epilog", "repair", "internode_sweep", "gang", "ack", "job_report",
             "history", "cluster", "list_checks", "check_config"} <= set(table)
     commands = PACKAGE / "commands"
     for mode, module in table.items():

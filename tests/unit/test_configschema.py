@@ -15,7 +15,7 @@ from healthcheck.checks import CATALOGUE
 from healthcheck.config import (Config, ConfigError, _RECORDS, bound_text, check_value,
                                 describe_schema, parse_config)
 from healthcheck.configdoc import markdown_reference, toml_value, with_reference
-from healthcheck.configschema import KEYS, SECTIONS, Key, section_of
+from healthcheck.configschema import ALIASES, KEYS, SECTIONS, Key, section_of
 from tests.lib.fakenode import ROOT
 
 PATH = "/etc/gpu-healthcheck/config.toml"
@@ -72,9 +72,9 @@ def test_two_sections_floors_keys_have_their_own_shapes():
     deep = "NVIDIA H100 80GB HBM3:hbm_gbps=3350"
     fabric = "h100:busbw_gbps=360"
     assert parse_config(f'[deep]\nfloors = ["{deep}"]\n').deep.floors == (deep,)
-    assert parse_config(f'[fabric]\nfloors = ["{fabric}"]\n').fabric.floors == (fabric,)
+    assert parse_config(f'[internode]\nfloors = ["{fabric}"]\n').internode.floors == (fabric,)
     assert _refused(f'[deep]\nfloors = ["{fabric}"]\n').key == "deep.floors"
-    assert _refused(f'[fabric]\nfloors = ["{deep}"]\n').key == "fabric.floors"
+    assert _refused(f'[internode]\nfloors = ["{deep}"]\n').key == "internode.floors"
 
 
 def test_every_key_has_a_type_a_default_and_a_doc():
@@ -107,14 +107,14 @@ def test_the_records_are_the_schemas_sections():
     tables: Dict[str, Any] = {"": Config, **_RECORDS}
     assert set(tables) == set(SECTIONS)
     for section, record in tables.items():
-        fields = [f for f in record._fields if f not in ("source", "warnings", "refused") and f not in _RECORDS]
+        fields = [f for f in record._fields if f not in ("source", "warnings", "refused", "deprecated") and f not in _RECORDS]
         keys = [d.rpartition(".")[2] for d in KEYS if section_of(d) == section]
         assert fields == keys, section
         for name in fields:
             key = KEYS[f"{section}.{name}" if section else name]
             assert record._field_defaults[name] == key.default, (section, name)
             assert str(record.__annotations__[name]) in ANNOTATIONS[key.type], (section, name)
-    assert [f for f in Config._fields[Config._fields.index("drain"):] if f not in ("source", "warnings", "refused")] \
+    assert [f for f in Config._fields[Config._fields.index("drain"):] if f not in ("source", "warnings", "refused", "deprecated")] \
         == [s for s in SECTIONS if s]
 
 
@@ -137,9 +137,9 @@ def test_unknown_keys_are_reported_with_what_the_table_knows(text, key, known):
 def test_every_error_is_found_in_one_pass_each_naming_file_key_value_and_bound():
     errors: List[ConfigError] = []
     config = parse_config("nvml_timeout_s = 0\nbogus = 1\n[dcgm]\ntimeout_s = 99999\nlevel = 4\n"
-                          "[probe]\ntimeout_s = 3601\n[fabric]\npartners = 0\n", PATH, CATALOGUE, errors)
+                          "[probe]\ntimeout_s = 3601\n[internode]\npartners = 0\n", PATH, CATALOGUE, errors)
     assert [e.key for e in errors] == ["nvml_timeout_s", "bogus", "dcgm.timeout_s", "probe.timeout_s",
-                                       "fabric.partners"]
+                                       "internode.partners"]
     assert str(errors[2]) == (f"{PATH}: dcgm.timeout_s: must be between 0.1 and 14400 (seconds; 0 fails "
                               f"every diag; -r 4 runs for hours), got 99999.0")
     assert "between 0.1 and 3600" in str(errors[3]) and "3601" in str(errors[3])
@@ -236,7 +236,7 @@ def test_the_man_page_lists_every_key_with_its_bounds():
     for dotted, key in KEYS.items():
         assert f"\\fB{dotted}\\fR" in files, dotted
     assert "0.1 to 14400 seconds" in files
-    assert len(re.findall(r"(?m)^\| `", markdown_reference())) == len(KEYS)
+    assert len(re.findall(r"(?m)^\| `", markdown_reference())) == len(KEYS) + len(ALIASES)
 
 
 def test_the_shipped_config_names_every_key_in_its_section():
@@ -254,22 +254,58 @@ def test_the_shipped_config_names_every_key_in_its_section():
     assert named - set(KEYS) == set()
 
 
-# What the multi-node checks' rename will look like (configschema.ALIASES holds none yet).
-RENAMED = {"gang": "fabric", "fabric.gang_deadline_s": "fabric.gang_timeout_s"}
+# A made-up rename, to test the mechanism apart from the real old names (ALIASES).
+RENAMED = {"gang": "internode", "internode.gang_deadline_s": "internode.gang_timeout_s"}
 
 
 def test_an_old_section_or_key_name_reads_as_the_name_it_has_now():
     config = parse_config("[gang]\npartners = 3\ngang_deadline_s = 60\n", PATH, CATALOGUE, aliases=RENAMED)
-    assert config.fabric.partners == 3 and config.fabric.gang_timeout_s == 60.0
-    assert parse_config("[fabric]\ngang_deadline_s = 60\n", aliases=RENAMED).fabric.gang_timeout_s == 60.0
+    assert config.internode.partners == 3 and config.internode.gang_timeout_s == 60.0
+    assert parse_config("[internode]\ngang_deadline_s = 60\n", aliases=RENAMED).internode.gang_timeout_s == 60.0
     # an error names the key as the file spells it, with the bound of the key it reads as
     err = _refused_with("[gang]\ngang_deadline_s = 1\n")
     assert err.key == "gang.gang_deadline_s" and "between 5 and 3600" in err.problem
-    err = _refused_with("[gang]\npartners = 3\n[fabric]\npartners = 2\n")
-    assert err.key == "fabric" and err.problem.startswith("set twice, here and as gang ")
+    err = _refused_with("[gang]\npartners = 3\n[internode]\npartners = 2\n")
+    assert err.key == "internode" and err.problem.startswith("set twice, here and as gang ")
     from healthcheck.config import keys_set
-    assert keys_set("[gang]\ngang_deadline_s = 60\n", aliases=RENAMED) == {"fabric.gang_timeout_s"}
-    assert "| `gang` | `fabric` |" in markdown_reference(RENAMED)
+    assert keys_set("[gang]\ngang_deadline_s = 60\n", aliases=RENAMED) == {"internode.gang_timeout_s"}
+    assert "| `gang` | `internode` |" in markdown_reference(RENAMED)
+
+
+def test_the_multi_node_keys_old_section_fabric_reads_as_internode_and_is_deprecated():
+    """[fabric] was the multi-node checks' section; "fabric" now means NVSwitch only."""
+    old = parse_config("[fabric]\npartners = 3\nfloors = [\"h100:busbw_gbps=360\"]\n"
+                       "[suspects]\nfabric_retest = true\n", PATH, CATALOGUE)
+    new = parse_config("[internode]\npartners = 3\nfloors = [\"h100:busbw_gbps=360\"]\n"
+                       "[suspects]\ninternode_retest = true\n", PATH, CATALOGUE)
+    assert old._replace(deprecated=()) == new and new.deprecated == ()
+    assert old.internode.partners == 3 and old.suspects.internode_retest is True
+    # one line per key, naming the file, the old name and the new
+    assert old.deprecated == tuple(
+        f"{PATH}: {was} is deprecated, read as {now}: rename it (docs/configuration.md#old-names)"
+        for was, now in (("fabric.partners", "internode.partners"), ("fabric.floors", "internode.floors"),
+                         ("suspects.fabric_retest", "suspects.internode_retest")))
+    assert parse_config("[fabric]\n", PATH).deprecated == (
+        f"{PATH}: [fabric] is deprecated, read as [internode]: rename it (docs/configuration.md#old-names)",)
+    # an error under the old name names the key as the file spells it, with its bound
+    assert _refused("[fabric]\npartners = 0\n").key == "fabric.partners"
+    # the NVSwitch checks keep the word: no key of theirs moved
+    assert not [k for k in KEYS if k.startswith("fabric.")] and ALIASES["fabric"] == "internode"
+
+
+@pytest.mark.parametrize("text, key, other", [
+    ("[fabric]\npartners = 3\n[internode]\npartners = 2\n", "internode", "fabric"),
+    ("[internode]\ngang_bytes = 1024\n[fabric]\nsrun = \"/usr/bin/srun\"\n", "fabric", "internode"),
+    ("[suspects]\nfabric_retest = true\ninternode_retest = false\n", "suspects.internode_retest",
+     "suspects.fabric_retest"),
+])
+def test_the_old_name_and_the_new_together_are_an_error_naming_both(text, key, other):
+    err = _refused(text)
+    assert err.key == key and err.problem.startswith(f"set twice, here and as {other} ")
+    assert f"{PATH}: {key}: set twice, here and as {other}" in str(err)
+    errors: List[ConfigError] = []
+    parse_config(text, PATH, CATALOGUE, errors)
+    assert [e.key for e in errors] == [key]
 
 
 def _refused_with(text: str) -> ConfigError:

@@ -1,4 +1,4 @@
-"""decide/fabricfloor.py and the per-model floors in decide/sweep.py: a node's GPU model from
+"""decide/internodefloor.py and the per-model floors in decide/sweep.py: a node's GPU model from
 its Gres= as `scontrol show nodes` prints it, the floor of a job over nodes of several models
 (the lowest), and the sweep and gang decisions judged against it (pure)."""
 
@@ -6,8 +6,8 @@ from __future__ import annotations
 
 import pytest
 
-from healthcheck.configsections import FabricConfig
-from healthcheck.decide.fabricfloor import floor_for, gpu_types, node_floor, node_floors, node_models, parse_floors
+from healthcheck.configsections import InternodeConfig
+from healthcheck.decide.internodefloor import floor_for, gpu_types, node_floor, node_floors, node_models, parse_floors
 from healthcheck.decide.gang import FAILED, PASSED, GangPlan
 from healthcheck.decide.sweep import (BAD, PASS, Job, JobResult, Medians, SweepPlanner, Thresholds, failure,
                                      fabric_thresholds)
@@ -64,12 +64,12 @@ def test_fabric_floor_failure_names_the_floor_of_the_pairs_models() -> None:
 
 
 def test_fabric_floor_thresholds_from_the_config_and_the_nodes_gres() -> None:
-    fabric = FabricConfig(busbw_floor_gbps=50.0, median_ratio_fail=0.6, rail_floor_gbps=300.0,
+    fabric = InternodeConfig(busbw_floor_gbps=50.0, median_ratio_fail=0.6, rail_floor_gbps=300.0,
                           floors=("h100:busbw_gbps=360",))
     thresholds = fabric_thresholds(fabric, {"gpu-a": "gpu:h100:8(S:0-1)", "gpu-b": "gpu:8"})
     assert thresholds == Thresholds(50.0, 0.6, 300.0, (("gpu-a", 360.0),), (("gpu-a", "h100"),))
     # no floors: the models still give each its own median
-    assert fabric_thresholds(FabricConfig(), {"gpu-a": "gpu:h100:8"}) == \
+    assert fabric_thresholds(InternodeConfig(), {"gpu-a": "gpu:h100:8"}) == \
         Thresholds(0.0, 0.7, 0.0, (), (("gpu-a", "h100"),))
 
 
@@ -79,7 +79,7 @@ def test_fabric_floor_the_sweep_finds_an_h100_node_below_its_models_floor() -> N
     nodes = [f"gpu-{c}" for c in "abcdefgh"]
     gres = {n: "gpu:h100:8(S:0-1)" if n in ("gpu-a", "gpu-b", "gpu-c", "gpu-d") else "gpu:a100:8(S:0-1)"
             for n in nodes}
-    thresholds = fabric_thresholds(FabricConfig(floors=("h100:busbw_gbps=360", "a100:busbw_gbps=150")), gres)
+    thresholds = fabric_thresholds(InternodeConfig(floors=("h100:busbw_gbps=360", "a100:busbw_gbps=150")), gres)
     planner = SweepPlanner(nodes, thresholds)
 
     def model(job: Job) -> JobResult:
@@ -115,7 +115,7 @@ def test_fabric_floor_the_gang_check_holds_a_job_to_its_nodes_models() -> None:
 # the issue's fleet: 6 H100 nodes at 380 GB/s, 2 A100 nodes at 200 GB/s, per-model floors
 MIXED_GRES = {**{f"h{i}": "gpu:h100:8(S:0-1)" for i in range(6)}, "a0": "gpu:a100:8(S:0-1)",
               "a1": "gpu:a100:8(S:0-1)"}
-MIXED = fabric_thresholds(FabricConfig(floors=("h100:busbw_gbps=360", "a100:busbw_gbps=150")), MIXED_GRES)
+MIXED = fabric_thresholds(InternodeConfig(floors=("h100:busbw_gbps=360", "a100:busbw_gbps=150")), MIXED_GRES)
 
 
 def mixed_figure(nodes, slow=()):
@@ -156,7 +156,7 @@ def test_fabric_floor_each_model_keeps_its_median_rule() -> None:
     """The median still finds a node slow for its own model (above the floor): an A100 at 120
     against the A100s' 200, with no floor set."""
     fleet = {**MIXED_GRES, **{f"a{i}": "gpu:a100:8" for i in range(2, 6)}}
-    thresholds = fabric_thresholds(FabricConfig(), fleet)
+    thresholds = fabric_thresholds(InternodeConfig(), fleet)
     planner = SweepPlanner(sorted(fleet), thresholds, partners=2)
     while True:
         jobs = planner.next_jobs()
@@ -200,7 +200,7 @@ def test_fabric_floor_the_gang_localisation_holds_a_mixed_job_to_each_model() ->
 
 
 def test_fabric_floor_the_sweeps_summary_names_each_models_median() -> None:
-    from healthcheck.commands.fabricsweep import _summary_event
+    from healthcheck.commands.internodesweep import _summary_event
     from healthcheck.decide.sweep import SweepReport
 
     outcome = sweep(["h0", "h1", "h2", "h3", "h4", "h5", "a0", "a1"])

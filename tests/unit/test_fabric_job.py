@@ -1,4 +1,4 @@
-"""decide/fabricjob.py and the sweep's pure edges: the pair job's script, its output judged
+"""decide/internodejob.py and the sweep's pure edges: the pair job's script, its output judged
 (a hang, a missing program, a rail), the candidates read from `scontrol -o show nodes`, and
 what the sweep records."""
 
@@ -13,8 +13,8 @@ from healthcheck.decide.sweep import SweepReport
 from healthcheck.decide.sweepnodes import candidates
 from healthcheck.report.sweep import history_record, metrics_text
 from healthcheck.act.sweeprun import minutes, sbatch_args, Setup
-from healthcheck.decide.fabricjob import JobSpec, SetupProblem, NotSpanned, job_script, judge_job_output
-from healthcheck.read.fabricjob import read_job_output, split_output
+from healthcheck.decide.internodejob import JobSpec, SetupProblem, NotSpanned, job_script, judge_job_output
+from healthcheck.read.internodejob import read_job_output, split_output
 from healthcheck.decide.sweep import Job, JobResult, NodeOutcome, SweepOutcome
 
 SPEC = JobSpec("/opt/nccl-tests/build/all_reduce_perf", ("-b", "1G", "-e", "1G"), ("--mpi=pmix",), 8, 60.0,

@@ -160,5 +160,5 @@ def test_fabric_retest_candidates_are_our_idle_marked_fabric_drains_and_only_wit
     assert candidates(parse_show_nodes(lines), None, None, None)[0] == ["gpu-a", "gpu-b"]  # never an ordinary candidate
     assert "--act" in retest_refused(False, False, None)
     assert "report_only" in retest_refused(True, True, None)
-    assert "[fabric] reservation maint" in retest_refused(True, False, "maint")
+    assert "[internode] reservation maint" in retest_refused(True, False, "maint")
     assert retest_refused(True, False, None) is None

@@ -9,7 +9,7 @@ from typing import Callable, List, Sequence, Set
 import pytest
 from hypothesis import given, settings, strategies as st
 
-from healthcheck.decide.fabricjob import NotSpanned, SetupProblem
+from healthcheck.decide.internodejob import NotSpanned, SetupProblem
 from healthcheck.decide.gang import (FAILED, PASSED, SINGLE, UNKNOWN, GangPlan, gang_reason, job_lines,
                                      judge_gang_run, judge_pairs, parse_show_job, suspects, valid_job_id)
 from healthcheck.decide.sweep import BAD, Job, JobResult, NodeOutcome, Thresholds
@@ -275,7 +275,7 @@ TWO_NODES = (FABRIC / "cscs-docs__nccl-md__srun-pmix-2x4-GH200-ompi__2.17.1.txt"
      "its ranks were numbered anew on each host"),
 ])
 def test_gang_collective_that_did_not_span_the_nodes_is_a_setup_problem_never_a_pass(text: str, why: str) -> None:
-    """Issue 36 case 6 for the gang check: the fabric sweep's rule (decide/fabricjob.span_problem),
+    """Issue 36 case 6 for the gang check: the fabric sweep's rule (decide/internodejob.span_problem),
     before any figure is judged; the single-node run's 235 GB/s would pass any floor."""
     job = Job(("gpu-a", "gpu-b", "gpu-c"), "whole", 0)
     with pytest.raises(NotSpanned, match=f"did not span gpu-a,gpu-b,gpu-c: {why}") as err:

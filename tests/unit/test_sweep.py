@@ -35,14 +35,14 @@ def test_sweep_submits_one_exclusive_deep_job_per_node_into_the_hidden_partition
 
 
 def test_sweep_fabric_runs_the_fabric_sweep_on_the_same_partition_and_names_its_end():
-    assert sweep.fabric_argv("/usr/bin/gpu-healthcheck", "gpu-healthcheck-sweep") == \
-        ["/usr/bin/gpu-healthcheck", "--fabric-sweep", "--act", "--partition", "gpu-healthcheck-sweep"]
+    assert sweep.internode_argv("/usr/bin/gpu-healthcheck", "gpu-healthcheck-sweep") == \
+        ["/usr/bin/gpu-healthcheck", "--internode-sweep", "--act", "--partition", "gpu-healthcheck-sweep"]
     # 0, 2 and 3 are the fabric sweep's own outcomes: none is an error of the timer's run
     for status in (0, 2, 3):
-        words, failed = sweep.fabric_words(status, 3600)
+        words, failed = sweep.internode_words(status, 3600)
         assert words.startswith(f"exit {status}: ") and not failed
-    assert sweep.fabric_words(2, 3600)[0] == "exit 2: bad node(s) found, drained (see its table above)"
-    assert sweep.fabric_words(1, 3600) == ("exit 1: not one of its statuses (0, 2, 3); see its output above", True)
-    assert sweep.fabric_words(-9, 3600)[0].startswith("killed by signal 9: ")
-    words, failed = sweep.fabric_words(None, 3600)
+    assert sweep.internode_words(2, 3600)[0] == "exit 2: bad node(s) found, drained (see its table above)"
+    assert sweep.internode_words(1, 3600) == ("exit 1: not one of its statuses (0, 2, 3); see its output above", True)
+    assert sweep.internode_words(-9, 3600)[0].startswith("killed by signal 9: ")
+    words, failed = sweep.internode_words(None, 3600)
     assert failed and words.startswith("passed its deadline of 3600 s and was stopped")

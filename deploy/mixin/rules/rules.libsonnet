@@ -41,7 +41,7 @@
           or on (%(node)s) max without (mode, verdict) (gpu_healthcheck_verdict%(run)s * 0)))
   ||| % { pass: s('mode="node", verdict=~"pass|warn"'), run: s('mode="node"'), out: s('state!="in_service"'),
           node: node, age: c.healthyMaxAgeSeconds },
-  // the last fabric sweep's bad nodes, with the hostname label set to the sweep's node label
+  // the last internode sweep's bad nodes, with the hostname label set to the sweep's node label
   sweepBad:: 'label_replace(gpu_healthcheck_fabric_sweep_node_outcome%s, "%s", "$1", "node", "(.+)")'
              % [s('outcome="bad"'), c.hostnameLabel],
   local succeeded(action) = tag('gpu_healthcheck_repairs_succeeded_%s_total%s' % [action, s()], 'action', action),
@@ -52,7 +52,7 @@
         name: 'gpu-healthcheck-health.rules',
         rules: [
           // 1 when the node's last --node run passed (or only warned), is recent, the node is
-          // not out of service by the repair loop's state and the last fabric sweep did not
+          // not out of service by the repair loop's state and the last internode sweep did not
           // find it bad; 0 otherwise.  The sweep drains a bad node from the submit host, so
           // the node's own textfile says nothing of it until the repair loop takes it: its
           // per-node outcome is joined on the hostname label (= the sweep's node label).
@@ -152,7 +152,7 @@
       {
         name: 'gpu-healthcheck-fabric.rules',
         rules: [
-          // the fabric sweep's median bus bandwidth per GPU model: each pair's figure (the
+          // the internode sweep's median bus bandwidth per GPU model: each pair's figure (the
           // sweep's `node` label) joined with that node's gpu_healthcheck_gpu_info on the
           // hostname label
           record('%s:gpu_healthcheck_fabric_busbw_gbps:median' % cl, |||

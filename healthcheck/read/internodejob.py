@@ -1,5 +1,5 @@
 """A fabric job's output (pure: text in), split at the markers its script echoes
-(decide/fabricjob.job_script) into one JobSection per program, each read by its own parser.
+(decide/internodejob.job_script) into one JobSection per program, each read by its own parser.
 
     sections = read_job_output(text)     # {"collective" | rail name: JobSection}
     sections["collective"].nccl          # NcclRun (read/nccltests.py)

@@ -1,5 +1,5 @@
 """Per-GPU-model bus-bandwidth floors of the fabric sweep and the gang check (pure; the
-entries are validated by configsections.fabric_floors_problem at load time).
+entries are validated by configsections.internode_floors_problem at load time).
 
     floors = parse_floors(("h100:busbw_gbps=360", "a100:busbw_gbps=150"))  # {"h100": 360.0, ...}
     gpu_types("gpu:h100:8(S:0-1),shard:h100:64")   # ("h100",)
@@ -9,7 +9,7 @@ entries are validated by configsections.fabric_floors_problem at load time).
 A node's model is the type of its GPU gres as slurmctld shows it (`Gres=gpu:h100:8` in
 `scontrol show nodes`, the `Type=` of gres.conf), matched without regard to case.  A node's
 floor is the lowest floor of its GPU types; a type without an entry, and a node whose gres names
-no type, take `[fabric] busbw_floor_gbps` (0: no floor).  A job over several nodes is held to
+no type, take `[internode] busbw_floor_gbps` (0: no floor).  A job over several nodes is held to
 the lowest floor among them, so a pair of an H100 and an A100 node is judged as A100 (the
 slower fabric sets what the pair can reach): a floor only ever drops for a mixed job, and
 never drains a node for missing a figure its partner's model could not reach.  The median rule
@@ -31,7 +31,7 @@ _COUNT_RE = re.compile(r"[0-9]+[KMGTP]?")  # a gres count, with slurm.conf's suf
 
 
 def parse_floors(entries: Iterable[str]) -> Dict[str, float]:
-    """{gres type, lower case: floor GB/s} from validated `[fabric] floors` entries."""
+    """{gres type, lower case: floor GB/s} from validated `[internode] floors` entries."""
     floors: Dict[str, float] = {}
     for entry in entries:
         model, _, rest = entry.partition(":")

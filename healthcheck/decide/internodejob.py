@@ -4,11 +4,11 @@
     result = judge_job_output(spec, job, sections, state, job_id)  # its output -> JobResult
 
 The script runs, on the job's nodes, the collective once across all of them (srun with
-`[fabric] srun_args`, `tasks_per_node` ranks a node) and then, for each `[fabric] rails` HCA,
+`[internode] srun_args`, `tasks_per_node` ranks a node) and then, for each `[internode] rails` HCA,
 ib_write_bw with --use_cuda between the first two nodes (a server on the second, the client on
 the first).  Each runs under timeout(1) at `time_limit_s`, so a hang ends inside the job with
 status 124 and is named; the job's --time (one minute more) is the backstop.  Markers the
-script echoes (netmodel.MARK) split its output; read/fabricjob.read_job_output reads it into
+script echoes (netmodel.MARK) split its output; read/internodejob.read_job_output reads it into
 one JobSection per program, which judge_job_output judges.
 """
 
@@ -37,7 +37,7 @@ class SetupProblem(Exception):
     """The output shows the site's setup keeps it from testing its nodes, not a node fault: a
     program not installed (this class), or a collective that never crossed the network
     (NotSpanned).  The fabric sweep and the gang check stop, nothing drained, exit 3
-    (commands/fabricsweep.py and act/gangrun.py catch this class)."""
+    (commands/internodesweep.py and act/gangrun.py catch this class)."""
 
 
 class NotSpanned(SetupProblem):
@@ -45,7 +45,7 @@ class NotSpanned(SetupProblem):
     without MPI, or srun without `--mpi=pmix`, runs each task as its own single-node job."""
 
 
-SPAN_ADVICE = "build nccl-tests with MPI (make MPI=1) and run srun --mpi=pmix ([fabric] srun_args)"
+SPAN_ADVICE = "build nccl-tests with MPI (make MPI=1) and run srun --mpi=pmix ([internode] srun_args)"
 
 
 def span_problem(run: NcclRun, nodes: Sequence[str]) -> Optional[str]:
@@ -104,7 +104,7 @@ def job_script(spec: JobSpec, job: Job, sweep_id: str) -> str:
 
 def judge_job_output(spec: JobSpec, job: Job, sections: Mapping[str, JobSection], state: str,
                      job_id: Optional[str]) -> JobResult:
-    """What the job printed (read/fabricjob.read_job_output), and the state Slurm gave it, as a
+    """What the job printed (read/internodejob.read_job_output), and the state Slurm gave it, as a
     JobResult.
 
     Raises:

@@ -1,12 +1,12 @@
-"""`gpu-healthcheck --fabric-sweep`: find the bad node among many through Slurm jobs, and drain
+"""`gpu-healthcheck --internode-sweep`: find the bad node among many through Slurm jobs, and drain
 it with --act.
 
-    code = fabric_sweep(SweepRequest(nodes="gpu-[01-64]", partition=None, act=True, as_json=False),
+    code = internode_sweep(SweepRequest(nodes="gpu-[01-64]", partition=None, act=True, as_json=False),
                         config, os.environ, sys.stdout, sys.stderr)
     code = main(args, config, started)                   # from the command line (cli.py)
 
 On a submit host, as root or SlurmUser.  The candidates are the nodes `scontrol show nodes` shows
-plainly idle (no DRAIN, DOWN, RESERVED, MAINT, REBOOT or other flag; with `[fabric] reservation`
+plainly idle (no DRAIN, DOWN, RESERVED, MAINT, REBOOT or other flag; with `[internode] reservation`
 the idle nodes of that reservation), not claimed by the repair loop, with GPUs, in the
 partition (decide/sweepnodes.py), decide/sweep.py plans the rounds and act/sweeprun.py
 runs them as exclusive jobs.
@@ -20,7 +20,7 @@ history file and in a node_exporter textfile beside `metrics_file` (`gpu_healthc
 Exit status: 0 no bad node, 2 a bad node was found (drained with --act), 3 the sweep could not
 run (another sweep is running, no candidates, sbatch refused every job, a program is missing,
 scontrol failed, SIGTERM stopped it: its jobs are cancelled); then nothing is drained.  With
-`[fabric] floors` each node's GPU model (its Gres= type) gives its floor (decide/fabricfloor.py).
+`[internode] floors` each node's GPU model (its Gres= type) gives its floor (decide/internodefloor.py).
 """
 
 from __future__ import annotations
@@ -36,7 +36,7 @@ from ..act.scontrol import parse_show_nodes
 from ..act.sweeprun import JOB_NAME, Setup, SlurmRunner, SweepError
 from ..config import Config
 from ..decide.exitcodes import CONFIG_ERROR, fabric_exit
-from ..decide.fabricjob import JobSpec, SetupProblem
+from ..decide.internodejob import JobSpec, SetupProblem
 from ..decide.sweep import (BAD, UNKNOWN, NodeOutcome, SweepOutcome, SweepPlanner, SweepReport, Thresholds,
                              fabric_reason)
 from ..decide.sweepnodes import candidates, retest_candidates, retest_refused
@@ -53,7 +53,7 @@ _COMMENT_ID_RE = re.compile(r"gpu-healthcheck sweep=(\S+)")
 
 class SweepRequest(NamedTuple):
     nodes: Optional[str] = None  # --nodes HOSTLIST
-    partition: Optional[str] = None  # --partition (else [fabric] partition)
+    partition: Optional[str] = None  # --partition (else [internode] partition)
     act: bool = False
     as_json: bool = False
 
@@ -82,30 +82,30 @@ class _SweepLock:
 
 
 def _spec(config: Config) -> JobSpec:
-    fabric = config.fabric
-    collective = (os.path.join(fabric.nccl_tests, fabric.collective) if fabric.nccl_tests
-                  else fabric.collective)
-    return JobSpec(collective, fabric.collective_args, fabric.srun_args, fabric.tasks_per_node,
-                   fabric.time_limit_s, fabric.ib_write_bw or "ib_write_bw", fabric.rails)
+    internode = config.internode
+    collective = (os.path.join(internode.nccl_tests, internode.collective) if internode.nccl_tests
+                  else internode.collective)
+    return JobSpec(collective, internode.collective_args, internode.srun_args, internode.tasks_per_node,
+                   internode.time_limit_s, internode.ib_write_bw or "ib_write_bw", internode.rails)
 
 
 def usage(args: "argparse.Namespace") -> None:
     if args.gpus or args.level:
-        raise UsageError("--fabric-sweep takes --nodes, --partition, --act, --json and --config")
+        raise UsageError("--internode-sweep takes --nodes, --partition, --act, --json and --config")
 
 
 def main(args: "argparse.Namespace", config: Config, started: float) -> int:
-    """--fabric-sweep from the command line.  SIGTERM (the idle-sweep timer's deadline, systemd
+    """--internode-sweep from the command line.  SIGTERM (the idle-sweep timer's deadline, systemd
     stopping it, an admin's kill) raises Terminated (cli.py's guard): the sweep stops as one
     that cannot go on does, cancelling its jobs and draining nothing.  (A Slurm call cut short
     may leave one job unknown to us; its --time ends it.)"""
     import sys
 
     request = SweepRequest(args.nodes, args.partition, args.act, args.json)
-    return fabric_sweep(request, config, os.environ, sys.stdout, sys.stderr)
+    return internode_sweep(request, config, os.environ, sys.stdout, sys.stderr)
 
 
-def fabric_sweep(request: SweepRequest, config: Config, environ: Mapping[str, str],
+def internode_sweep(request: SweepRequest, config: Config, environ: Mapping[str, str],
                  out: TextIO, err: TextIO) -> int:
     from ..act.scontrol import Scontrol, find_scontrol
     from ..act.slurmjobs import SlurmJobs
@@ -117,12 +117,12 @@ def fabric_sweep(request: SweepRequest, config: Config, environ: Mapping[str, st
     try:
         wanted = expand_hostlist(request.nodes) if request.nodes else None
     except GresConfError as exc:
-        print(f"gpu-healthcheck: --fabric-sweep --nodes: {exc}", file=err)
+        print(f"gpu-healthcheck: --internode-sweep --nodes: {exc}", file=err)
         return CONFIG_ERROR
-    fabric = config.fabric
-    partition = request.partition or fabric.partition
+    internode = config.internode
+    partition = request.partition or internode.partition
     ctl = Scontrol(find_scontrol(config.scontrol, environ), config.scontrol_timeout_s)
-    door = SlurmJobs.from_config(fabric, environ)
+    door = SlurmJobs.from_config(internode, environ)
     lock = _SweepLock(config.state_dir)
     events: List[LogEvent] = []
     retester: Optional[Retester] = None
@@ -130,14 +130,14 @@ def fabric_sweep(request: SweepRequest, config: Config, environ: Mapping[str, st
         holder = lock.take(sweep_id)
         other = holder or _running_sweep(door, sweep_id)
         if other:
-            print(f"gpu-healthcheck: --fabric-sweep: another fabric sweep is running: {other}; "
+            print(f"gpu-healthcheck: --internode-sweep: another internode sweep is running: {other}; "
                   f"not starting a second", file=err)
             return fabric_exit(False, could_run=False)
         reservation = None
-        if fabric.reservation:
-            reservation = expand_hostlist(_reservation_nodes(ctl, fabric.reservation))
-        out_dir = os.path.join(fabric.output_dir or os.path.join(config.state_dir, "fabric"), sweep_id)
-        retester = Retester(ctl, config, sweep_id, fabric.collective, events, out_dir)
+        if internode.reservation:
+            reservation = expand_hostlist(_reservation_nodes(ctl, internode.reservation))
+        out_dir = os.path.join(internode.output_dir or os.path.join(config.state_dir, "fabric"), sweep_id)
+        retester = Retester(ctl, config, sweep_id, internode.collective, events, out_dir)
         acting = request.act and not config.drain.report_only
         shown = ctl.show_nodes_raw()
         if acting and retester.recover(parse_show_nodes(shown)):
@@ -147,21 +147,21 @@ def fabric_sweep(request: SweepRequest, config: Config, environ: Mapping[str, st
         retest, waiting = retest_candidates(nodes, wanted, partition)
         why_not.update(waiting)
         if len(chosen) < 2:
-            print(f"gpu-healthcheck: --fabric-sweep: {len(chosen)} idle candidate node(s), a sweep "
+            print(f"gpu-healthcheck: --internode-sweep: {len(chosen)} idle candidate node(s), a sweep "
                   f"needs 2; " + "; ".join(f"{n}: {w}" for n, w in why_not.items()), file=err)
             return fabric_exit(False, could_run=False)
         for this in retest:
             why_not.pop(this.name, None)  # not idle (IDLE+DRAIN): said better below
-            why = retest_refused(request.act, config.drain.report_only, fabric.reservation) or retester.hold(this)
+            why = retest_refused(request.act, config.drain.report_only, internode.reservation) or retester.hold(this)
             if why:
                 why_not[this.name] = why
         os.makedirs(out_dir, mode=0o755, exist_ok=True)
-        setup = Setup(sweep_id, out_dir, partition, fabric.reservation,
-                      queue_grace_s=max(60.0, fabric.time_limit_s))
+        setup = Setup(sweep_id, out_dir, partition, internode.reservation,
+                      queue_grace_s=max(60.0, internode.time_limit_s))
         runner = SlurmRunner(door, _spec(config), setup)
         runner.reservations = retester.reservations
         planner = SweepPlanner(chosen, _thresholds(config, nodes),
-                               partners=fabric.partners, group_size=fabric.group_size,
+                               partners=internode.partners, group_size=internode.group_size,
                                first=_last_unknown(config.state_dir), retest=list(retester.held))
         try:
             while True:
@@ -177,7 +177,7 @@ def fabric_sweep(request: SweepRequest, config: Config, environ: Mapping[str, st
             events.append(LogEvent("error", ERR, f"fabric sweep {sweep_id} stopped: {exc}; nothing drained",
                                    {"GPU_HEALTHCHECK_SWEEP": sweep_id}))
             write_report(report, request.as_json, out)
-            print(f"gpu-healthcheck: --fabric-sweep: {exc}; nothing drained", file=err)
+            print(f"gpu-healthcheck: --internode-sweep: {exc}; nothing drained", file=err)
             return fabric_exit(False, could_run=False)
         outcome = planner.outcome()
         _keep_unknown(config.state_dir, sweep_id, [n for n in outcome.of(UNKNOWN) if n not in planner.retest], err)
@@ -186,7 +186,7 @@ def fabric_sweep(request: SweepRequest, config: Config, environ: Mapping[str, st
             if node.node in retester.held:
                 actions[node.node] = retester.finish(node, outcome.results)
             elif node.outcome == BAD:
-                actions[node.node] = _drain(ctl, node, fabric.collective, config, request.act, events, sweep_id)
+                actions[node.node] = _drain(ctl, node, internode.collective, config, request.act, events, sweep_id)
         report = SweepReport(sweep_id, outcome, actions, why_not, retested=tuple(planner.retest))
         events.append(_summary_event(report))
         write_report(report, request.as_json, out)
@@ -194,7 +194,7 @@ def fabric_sweep(request: SweepRequest, config: Config, environ: Mapping[str, st
         return fabric_exit(any(n.outcome == BAD for n in outcome.nodes))
     except (DoorError, GresConfError, OSError, SweepError, Terminated) as exc:
         advice = f"; {SLURMCTLD_ADVICE}" if isinstance(exc, DoorError) else ""
-        print(f"gpu-healthcheck: --fabric-sweep: {exc}; nothing drained{advice}", file=err)
+        print(f"gpu-healthcheck: --internode-sweep: {exc}; nothing drained{advice}", file=err)
         return fabric_exit(False, could_run=False)
     finally:
         if retester is not None and retester.held:  # stopped before they were judged
@@ -207,11 +207,11 @@ def fabric_sweep(request: SweepRequest, config: Config, environ: Mapping[str, st
 
 
 def _thresholds(config: Config, nodes: Sequence["NodeState"]) -> Thresholds:
-    """[fabric]'s thresholds, with each node's GPU model (its own median) and per-model floor
-    (`[fabric] floors`) from its Gres=."""
+    """[internode]'s thresholds, with each node's GPU model (its own median) and per-model floor
+    (`[internode] floors`) from its Gres=."""
     from ..decide.sweep import fabric_thresholds
 
-    return fabric_thresholds(config.fabric, {n.name: n.gres for n in nodes})
+    return fabric_thresholds(config.internode, {n.name: n.gres for n in nodes})
 
 
 UNKNOWN_FILE = "fabric-unknown.json"
@@ -238,7 +238,7 @@ def _keep_unknown(state_dir: str, sweep_id: str, nodes: Sequence[str], err: Text
     try:
         atomic_write(state_dir, UNKNOWN_FILE, json.dumps({"sweep": sweep_id, "nodes": list(nodes)}).encode())
     except OSError as exc:
-        print(f"gpu-healthcheck: --fabric-sweep: cannot keep the unknown nodes for the next sweep "
+        print(f"gpu-healthcheck: --internode-sweep: cannot keep the unknown nodes for the next sweep "
               f"in {state_dir}: {exc}", file=err)
 
 
@@ -313,7 +313,7 @@ def _record(config: Config, report: SweepReport, events: List[LogEvent], err: Te
         append_line(config.history_path(), encode(history_record(report, events, time.time())),
                     config.history_max_bytes)
     except OSError as exc:
-        print(f"gpu-healthcheck: --fabric-sweep: cannot write the history: {exc}", file=err)
+        print(f"gpu-healthcheck: --internode-sweep: cannot write the history: {exc}", file=err)
     if config.metrics_file:
         from ..act.metrics import textfile_beside, write_textfile
 
@@ -321,4 +321,4 @@ def _record(config: Config, report: SweepReport, events: List[LogEvent], err: Te
         try:
             write_textfile(path, metrics_text(report, time.time()))
         except OSError as exc:
-            print(f"gpu-healthcheck: --fabric-sweep: cannot write {path}: {exc}", file=err)
+            print(f"gpu-healthcheck: --internode-sweep: cannot write {path}: {exc}", file=err)
