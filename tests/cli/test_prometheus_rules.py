@@ -91,7 +91,9 @@ def test_prometheus_fabric_and_gang_metrics_pass_promtool_check_metrics():
     results = (JobResult(Job(("gpu-c", "gpu-d"), "pair", 1), 41.2),)
     report = SweepReport("S1", SweepOutcome((NodeOutcome("gpu-c", "bad", 41.2, ("gpu-a",), "x"),), 3, 8,
                                             380.0, results), {}, {})
-    for text, families in ((gang, 8), (sweep_text(report, 1795978862.5), 5)):
+    sweep = sweep_text(report, 1795978862.5)
+    assert 'gpu_healthcheck_fabric_sweep_node_outcome{node="gpu-c",outcome="bad"} 1' in sweep
+    for text, families in ((gang, 8), (sweep, 6)):
         assert len(re.findall(r"^# TYPE ", text, re.M)) == families, text
         done = promtool("check", "metrics", input=text)
         assert done.returncode == 0 and not done.stdout.strip(), done.stdout + done.stderr
