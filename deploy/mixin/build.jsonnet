@@ -1,9 +1,11 @@
-// Every generated file of the mixin, by name (deploy/mixin/build.py writes them).
+// Every generated file of the mixin, by name, as the value it holds: deploy/mixin/build.py
+// writes each out as std.manifestYamlDoc(value, quote_keys=false) (.yaml) or
+// std.manifestJsonEx(value, '  ') (.json) would, byte for byte.
 local mixin = import 'mixin.libsonnet';
 {
-  'prometheus_alerts.yaml': std.manifestYamlDoc(mixin.prometheusAlerts, quote_keys=false),
-  'prometheus_rules.yaml': std.manifestYamlDoc(mixin.prometheusRules, quote_keys=false),
+  'prometheus_alerts.yaml': mixin.prometheusAlerts,
+  'prometheus_rules.yaml': mixin.prometheusRules,
 } + {
-  ['dashboards_out/' + name]: std.manifestJsonEx(mixin.grafanaDashboards[name], '  ') + '\n'
+  ['dashboards_out/' + name]: mixin.grafanaDashboards[name]
   for name in std.objectFields(mixin.grafanaDashboards)
 }

@@ -5,7 +5,7 @@ a row remap pending and logs the driver's Xid 48) is judged by the run that prov
 from __future__ import annotations
 
 DEEP = "gpus = 8\ngpu.*.memory.total_mib = 24\n"
-CONFIG = "[deep]\nbandwidth_mib = 4\nduration_s = 0.5\n[dcgm]\nenabled = false\n"
+CONFIG = "[probe]\nfull_fraction = 0.35\n[deep]\nbandwidth_mib = 4\nduration_s = 0.5\n[dcgm]\nenabled = false\n"
 
 
 def _by(result, check):

@@ -9,7 +9,7 @@ import json
 from healthcheck.checks.floors import FLOORS, floor_of, hbm_floor
 
 DEEP = "gpus = 8\ngpu.*.memory.total_mib = 24\n"
-CONFIG = "[deep]\nbandwidth_mib = 4\nduration_s = 0.5\n[dcgm]\nenabled = false\n"
+CONFIG = "[probe]\nfull_fraction = 0.35\n[deep]\nbandwidth_mib = 4\nduration_s = 0.5\n[dcgm]\nenabled = false\n"
 # the models the deep level must have a floor for (NVML's names)
 REQUIRED = ["Tesla V100-SXM2-16GB", "Tesla V100-SXM2-32GB", "NVIDIA A100-PCIE-40GB", "NVIDIA A100 80GB PCIe",
             "NVIDIA A100-SXM4-40GB", "NVIDIA A100-SXM4-80GB", "NVIDIA A10", "NVIDIA A30", "NVIDIA A40",

@@ -10,7 +10,9 @@ DEEP = """gpus = 8
 gpu.*.memory.total_mib = 24
 cuda.pause_on_stall_s = 0.2
 """
-CONFIG = "[deep]\nbandwidth_mib = 4\nduration_s = 0.5\n[dcgm]\nenabled = false\n"
+# [probe] full_fraction: the memory test sweeps a third of each board (4 MiB, past the 2 MiB
+# the stuck-bit case needs); on the fake the deep level's cost grows with what it sweeps.
+CONFIG = "[probe]\nfull_fraction = 0.35\n[deep]\nbandwidth_mib = 4\nduration_s = 0.5\n[dcgm]\nenabled = false\n"
 
 
 def deep_run(node, scenario: str):

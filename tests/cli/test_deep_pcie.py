@@ -11,7 +11,7 @@ from pathlib import Path
 from healthcheck.model import GpuSnapshot
 from healthcheck.read.deeplinks import host_gates
 
-CONFIG = "[deep]\nbandwidth_mib = 4\nduration_s = 0.5\n[dcgm]\nenabled = false\n"
+CONFIG = "[probe]\nfull_fraction = 0.35\n[deep]\nbandwidth_mib = 4\nduration_s = 0.5\n[dcgm]\nenabled = false\n"
 
 
 def bus(i: int) -> str:

@@ -11,7 +11,7 @@ from typing import Dict, List, Tuple
 from healthcheck.deepmodel import GpuLinks, LinkEnd, Topology
 from healthcheck.read.deeptopo import PeerPair, plan_pairs
 
-CONFIG = "[deep]\nbandwidth_mib = 4\nduration_s = 0.5\n[dcgm]\nenabled = false\n"
+CONFIG = "[probe]\nfull_fraction = 0.35\n[deep]\nbandwidth_mib = 4\nduration_s = 0.5\n[dcgm]\nenabled = false\n"
 
 
 def bus(i: int) -> str:

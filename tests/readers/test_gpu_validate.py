@@ -20,8 +20,10 @@ def _validate(tmp_path, fakegpu, scenario):
     env = {k: v for k, v in os.environ.items()
            if not k.startswith(("SLURM", "CUDA_VISIBLE", "GPU_HEALTHCHECK"))}
     env.update(LD_LIBRARY_PATH=str(fakegpu), FAKEGPU_SCENARIO=str(path), OUT=str(out))
+    # 64 MiB boards and 4 MiB bandwidth buffers: the fake runs the kernels on the host, so the
+    # deep level's cost grows with the memory it sweeps; every stage still runs on every GPU
     done = subprocess.run([sys.executable, str(VALIDATE), "--kernel-log", str(tmp_path / "kern"),
-                           "--deep-duration", "0.5", "--full-fraction", "0.1"],
+                           "--deep-duration", "0.5", "--deep-bandwidth-mib", "4", "--full-fraction", "0.1"],
                           env=env, capture_output=True, text=True, timeout=300)
     doc = json.loads((out / "validate.json").read_text())
     return done, doc
@@ -29,7 +31,7 @@ def _validate(tmp_path, fakegpu, scenario):
 
 def test_validate_passes_on_a_healthy_node(tmp_path, fakegpu):
     (tmp_path / "kern").write_text("")
-    done, doc = _validate(tmp_path, fakegpu, "gpus = 2\ngpu.*.memory.total_mib = 300\n")
+    done, doc = _validate(tmp_path, fakegpu, "gpus = 2\ngpu.*.memory.total_mib = 64\n")
     assert done.returncode == 0, done.stdout + done.stderr
     assert doc["ok"] and doc["problems"] == []
     assert [m["rc"] for m in doc["modes"]] == [0, 0, 0, 0]
@@ -40,7 +42,7 @@ def test_validate_passes_on_a_healthy_node(tmp_path, fakegpu):
 
 def test_validate_fails_on_a_lost_gpu(tmp_path, fakegpu):
     (tmp_path / "kern").write_text("")
-    done, doc = _validate(tmp_path, fakegpu, "gpus = 2\ngpu.*.memory.total_mib = 300\n"
+    done, doc = _validate(tmp_path, fakegpu, "gpus = 2\ngpu.*.memory.total_mib = 64\n"
                                              "gpu.1.lost = 1\n")
     assert done.returncode != 0
     assert not doc["ok"]
@@ -49,7 +51,7 @@ def test_validate_fails_on_a_lost_gpu(tmp_path, fakegpu):
 
 def test_validate_accepts_not_supported_but_not_other_errors(tmp_path, fakegpu):
     (tmp_path / "kern").write_text("")
-    done, doc = _validate(tmp_path, fakegpu, "gpus = 1\ngpu.*.memory.total_mib = 300\n"
+    done, doc = _validate(tmp_path, fakegpu, "gpus = 1\ngpu.*.memory.total_mib = 64\n"
                                              "gpu.0.unsupported = Serial,EccMode\n")
     assert done.returncode == 0, done.stdout + done.stderr
     kinds = {f'{c["call"].split(" ")[0]} {c["function"]}': c["kind"] for c in doc["nvml"]["calls"]}
@@ -60,7 +62,7 @@ def test_validate_runs_every_deep_kernel_and_records_the_scenarios_figures(tmp_p
     """Part 4 of validate: --level deep on every GPU; its JSON carries each GPU's GB/s, GFLOP/s
     and times, and they are the figures the fake's scenario sets (its timings follow them)."""
     (tmp_path / "kern").write_text("")
-    done, doc = _validate(tmp_path, fakegpu, "gpus = 2\ngpu.*.memory.total_mib = 300\n"
+    done, doc = _validate(tmp_path, fakegpu, "gpus = 2\ngpu.*.memory.total_mib = 64\n"
                                              "gpu.1.perf.hbm_gbps = 3100\n"
                                              "gpu.0.perf.h2d_gbps = 45\ngpu.1.perf.d2h_gbps = 48\n"
                                              "gpu.1.perf.gflops = 60000\n"
@@ -105,7 +107,7 @@ def test_validate_runs_every_deep_kernel_and_records_the_scenarios_figures(tmp_p
 
 def test_validate_names_a_deep_test_that_is_not_ok(tmp_path, fakegpu):
     (tmp_path / "kern").write_text("")
-    done, doc = _validate(tmp_path, fakegpu, "gpus = 2\ngpu.*.memory.total_mib = 300\n"
+    done, doc = _validate(tmp_path, fakegpu, "gpus = 2\ngpu.*.memory.total_mib = 64\n"
                                              "gpu.1.mem.stuck_bits = 0x1003:5\n")
     assert done.returncode != 0 and not doc["ok"]
     assert any(p.startswith("--node --level deep --json: exit") for p in doc["problems"]), doc["problems"]
