@@ -6,7 +6,7 @@ are decide/fabricretest.py's; commands/internodesweep.py runs the rounds).
     why = retester.hold(node)               # None: held in its reservation and resumed
     runner.reservations = retester.reservations
     ... the sweep's rounds, the node a suspect of the partner rounds ...
-    taken, reason = retester.finish(outcome, results)   # resumed | drained | rma | kept | error: ...
+    action = retester.finish(outcome, results)   # a SweepAction: resumed | drained | rma | kept | error
     retester.abandon("the sweep stopped: ...")           # every held node not finished: drained again
 
 Every scontrol call goes through the one door (act/scontrol.py).  A node is held by a
@@ -20,12 +20,12 @@ from __future__ import annotations
 import os
 import pwd
 import time
-from typing import TYPE_CHECKING, Dict, List, Optional, Sequence, Tuple
+from typing import TYPE_CHECKING, Dict, List, Optional, Sequence
 
 from ..config import Config
 from ..decide import fabricretest as fr
 from ..decide.repair import job_running
-from ..decide.sweep import UNKNOWN, JobResult, NodeOutcome
+from ..decide.sweep import UNKNOWN, JobResult, NodeOutcome, RetestEnd, SweepAction
 from ..decide.verdict import NodeState, is_fabric_reason, is_ours, with_our_comment
 from ..model import CRIT, ERR, NOTICE, WARNING, DoorError, LogEvent, Outcome
 from ..records import NamedTuple
@@ -146,9 +146,9 @@ class Retester:
 
     # --- after the rounds ----------------------------------------------------------------
 
-    def finish(self, outcome: NodeOutcome, results: Sequence[JobResult]) -> Tuple[str, Optional[str]]:
+    def finish(self, outcome: NodeOutcome, results: Sequence[JobResult]) -> SweepAction:
         """Resume, drain again (another reboot), mark rma or keep waiting, as the re-test says;
-        (what was done, the reason now)."""
+        what was done, with the reason now."""
         held = self.held.pop(outcome.node)
         decision = fr.retest_decision(outcome, held.mark)
         reason = fr.retest_reason(decision, outcome, self.collective, held.reason)
@@ -164,7 +164,7 @@ class Retester:
                 self._log("drain", WARNING, held.node, f"drained meanwhile ({this.reason}): kept; the "
                                                        f"re-test ({outcome.outcome}) is not acted on",
                           Outcome.KEPT)
-                return Outcome.KEPT.value, this.reason
+                return SweepAction(this.reason, retest=RetestEnd.KEPT)
             if decision == fr.RESUME:
                 if this.drained:
                     self.ctl.resume(held.node)
@@ -181,25 +181,25 @@ class Retester:
             self._log("error", CRIT, held.node, f"cannot {decision.replace('_', ' ')} it ({exc}); it "
                                                 f"stays held in reservation {held.reservation} for the "
                                                 f"next sweep")
-            return f"error: {exc}", reason
+            return SweepAction(reason, retest=RetestEnd.ERROR, detail=str(exc))
         return self._done(held, outcome, decision, reason, results)
 
     def _done(self, held: Held, outcome: NodeOutcome, decision: str, reason: Optional[str],
-              results: Sequence[JobResult]) -> Tuple[str, Optional[str]]:
+              results: Sequence[JobResult]) -> SweepAction:
         figures = f"{outcome.why} (partners {','.join(outcome.partners) or '-'})"
         if decision == fr.RESUME:
             self._log("resume", NOTICE, held.node, f"resumed: {figures}; was: {held.reason}", Outcome.APPLIED,
                       GPU_HEALTHCHECK_REPAIR_STEP="resumed")
-            return "resumed", None
+            return SweepAction(None, retest=RetestEnd.RESUMED)
         if decision == fr.KEEP:
             self._log("drain", WARNING, held.node, f"no verdict ({figures}): drained again, re-tested "
                                                    f"at the next sweep: {reason}", Outcome.APPLIED)
-            return "kept", reason
+            return SweepAction(reason, retest=RetestEnd.KEPT)
         if decision == fr.REBOOT_AGAIN:
             self._log("drain", CRIT, held.node, f"failed again ({figures}), after {held.mark.attempts} "
                                                 f"of {held.mark.max_attempts} repair(s): drained for "
                                                 f"another reboot: {reason}", Outcome.APPLIED)
-            return "drained", reason
+            return SweepAction(reason, retest=RetestEnd.DRAINED)
         from .evidence import collect_fabric
 
         assert reason is not None
@@ -211,9 +211,9 @@ class Retester:
                                              f"{', '.join(files) or 'none'}", Outcome.APPLIED,
                   GPU_HEALTHCHECK_REPAIR_STEP="rma", GPU_HEALTHCHECK_REPAIR_ACTION="rma",
                   GPU_HEALTHCHECK_EVIDENCE=" ".join(files))
-        return "rma", reason
+        return SweepAction(reason, retest=RetestEnd.RMA)
 
-    def abandon(self, why: str) -> Dict[str, Tuple[str, Optional[str]]]:
+    def abandon(self, why: str) -> Dict[str, SweepAction]:
         """Every node still held: drained again, waiting for its re-test (the sweep stopped
         before it could judge them)."""
         return {node: self.finish(NodeOutcome(node, UNKNOWN, why=why), ()) for node in list(self.held)}

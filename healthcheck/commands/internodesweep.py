@@ -29,7 +29,7 @@ import fcntl
 import os
 import re
 import time
-from typing import TYPE_CHECKING, List, Mapping, Optional, Sequence, TextIO, Tuple
+from typing import TYPE_CHECKING, List, Mapping, Optional, Sequence, TextIO
 
 from ..act.fabricretest import Retester
 from ..act.scontrol import parse_show_nodes
@@ -37,8 +37,8 @@ from ..act.sweeprun import JOB_NAME, Setup, SlurmRunner, SweepError
 from ..config import Config
 from ..decide.exitcodes import CONFIG_ERROR, fabric_exit
 from ..decide.internodejob import JobSpec, SetupProblem
-from ..decide.sweep import (BAD, UNKNOWN, NodeOutcome, SweepOutcome, SweepPlanner, SweepReport, Thresholds,
-                             fabric_reason)
+from ..decide.sweep import (BAD, UNKNOWN, NodeOutcome, SweepAction, SweepOutcome, SweepPlanner, SweepReport,
+                             Thresholds, fabric_reason)
 from ..decide.sweepnodes import candidates, retest_candidates, retest_refused
 from ..model import CRIT, ERR, NOTICE, SLURMCTLD_ADVICE, DoorError, LogEvent, Terminated, UsageError
 from ..records import NamedTuple
@@ -269,24 +269,24 @@ def _reservation_nodes(ctl: "object", name: str) -> str:
 
 
 def _drain(ctl: "object", node: NodeOutcome, collective: str, config: Config, act: bool,
-           events: List[LogEvent], sweep_id: str) -> Tuple[str, Optional[str]]:
+           events: List[LogEvent], sweep_id: str) -> SweepAction:
     """Drain one bad node through the scontrol door, as every drain of ours
     (act/slurm.Slurm.drain_remote: within the budget, decided then held, never over an admin's
-    reason; report_only and a run without --act only say it).  Returns (what became of it, the
-    reason), as the sweep's report prints them."""
+    reason; report_only and a run without --act only say it).  Returns what became of it: the
+    remote drain's NodeAction, with the reason."""
     from ..act.slurm import Slurm
 
     action = Slurm(config, os.environ, ctl).drain_remote(
         node.node, fabric_reason(node, collective), act, events,
         {"GPU_HEALTHCHECK_MODE": "fabric-sweep", "GPU_HEALTHCHECK_SWEEP": sweep_id})
-    return action.said, action.reason
+    return SweepAction(action.reason, drain=action)
 
 
 def _summary_event(report: SweepReport) -> LogEvent:
     outcome = report.outcome
     assert outcome is not None
     bad = outcome.of(BAD)
-    retested = [f"{n} {report.actions.get(n, ('-', None))[0]}" for n in report.retested]
+    retested = [f"{n} {report.actions[n].said if n in report.actions else '-'}" for n in report.retested]
     text = (f"fabric sweep {report.sweep_id}: {len(outcome.nodes)} nodes, {outcome.rounds} rounds, "
             f"{outcome.jobs} jobs, median busbw {outcome.median_gbps or 0:.1f} GB/s{_per_model(outcome)}; "
             f"bad: {','.join(bad) or 'none'}" + (f"; re-tested: {', '.join(retested)}" if retested else ""))

@@ -41,7 +41,8 @@ from __future__ import annotations
 import statistics
 from typing import TYPE_CHECKING, Dict, List, Mapping, Optional, Sequence, Set, Tuple, Union
 
-from ..netmodel import BAD, PASS, SKIPPED, TRANSIENT, UNKNOWN, NcclRun, NodeOutcome, NodeVerdict
+from ..model import NodeAction, Outcome
+from ..netmodel import BAD, PASS, SKIPPED, TRANSIENT, UNKNOWN, NcclRun, NodeOutcome, NodeVerdict, Word
 from ..records import NamedTuple
 from .internodefloor import floor_for, node_floors, node_models, parse_floors
 from .verdict import FABRIC_PREFIX, RMA_TOKEN, is_fabric_reason, sanitise
@@ -131,12 +132,64 @@ class SweepOutcome(NamedTuple):
         return [n.node for n in self.nodes if n.outcome == outcome]
 
 
+class RetestEnd(Word):
+    """How the re-test of a node the repair loop rebooted for its fabric ends
+    (act/fabricretest.py carries out decide/fabricretest.py's decision): resumed, drained
+    (failed again: drained for another reboot), rma, kept (no verdict: drained again until the
+    next sweep; or drained meanwhile by someone else, whose drain stays), error (scontrol did
+    not answer: the node stays held in its reservation)."""
+
+    RESUMED = "resumed"
+    DRAINED = "drained"
+    RMA = "rma"
+    KEPT = "kept"
+    ERROR = "error"
+
+
+class SweepAction(NamedTuple):
+    """What the sweep did about one node: its own drain of a bad node (`drain`, what
+    Slurm.drain_remote returned), or the end of a re-tested node's re-test (`retest`).  The
+    report prints `said`; the history and the journal count `holds_node`, `resumed` and
+    `report_only`, never the words."""
+
+    reason: Optional[str]  # the node's drain reason now (None: resumed, or nothing done)
+    drain: Optional[NodeAction] = None
+    retest: Optional[RetestEnd] = None
+    detail: str = ""  # a re-test's error: scontrol's message
+
+    @property
+    def said(self) -> str:
+        """"applied", "refused", "report_only", "error: ..." (a drain); "resumed", "drained",
+        "rma", "kept", "error: ..." (a re-test)."""
+        if self.drain is not None:
+            return self.drain.said
+        if self.retest is RetestEnd.ERROR:
+            return f"error: {self.detail}"
+        return str(self.retest) if self.retest is not None else "none"
+
+    @property
+    def holds_node(self) -> bool:
+        """The node is drained by this sweep: its own drain applied, or a re-test that ended
+        drained, rma or kept."""
+        if self.drain is not None:
+            return self.drain.outcome is Outcome.APPLIED
+        return self.retest in (RetestEnd.DRAINED, RetestEnd.RMA, RetestEnd.KEPT)
+
+    @property
+    def resumed(self) -> bool:
+        return self.retest is RetestEnd.RESUMED
+
+    @property
+    def report_only(self) -> bool:
+        return self.drain is not None and self.drain.outcome is Outcome.REPORT_ONLY
+
+
 class SweepReport(NamedTuple):
     """What one --internode-sweep found and did (commands/internodesweep.py fills it; report/sweep.py prints it)."""
 
     sweep_id: str
     outcome: Optional[SweepOutcome]
-    actions: Dict[str, Tuple[str, Optional[str]]]  # node -> (outcome of its drain, reason)
+    actions: Dict[str, SweepAction]  # node -> what the sweep did about it
     not_candidates: Dict[str, str]  # --nodes that were not swept, and why
     error: Optional[str] = None
     retested: Tuple[str, ...] = ()  # the nodes re-tested for the repair loop (decide.fabricretest)

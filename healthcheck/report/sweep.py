@@ -46,9 +46,10 @@ def document(report: "SweepReport") -> Dict[str, Any]:
     outcome = report.outcome
     nodes = []
     for n in outcome.nodes if outcome else ():
-        taken, reason = report.actions.get(n.node, (None, None))
+        action = report.actions.get(n.node)
         nodes.append({"node": n.node, "outcome": n.outcome, "busbw_gbps": n.busbw_gbps,
-                      "partners": list(n.partners), "why": n.why, "action": taken, "reason": reason,
+                      "partners": list(n.partners), "why": n.why, "action": action.said if action else None,
+                      "reason": action.reason if action else None,
                       "retest": n.node in report.retested})
     jobs = [{"nodes": list(r.job.nodes), "kind": r.job.kind, "round": r.job.round, "job_id": r.job_id,
              "busbw_gbps": r.busbw_gbps, "problem": r.problem, "skipped": r.skipped,
@@ -105,16 +106,15 @@ def history_record(report: "SweepReport", events: Sequence["LogEvent"], now: flo
     findings = [finding_item(f, retest=node.node in report.retested)
                 for node in (outcome.nodes if outcome else ())
                 for f in check_fabric_busbw(node, node.node in report.retested)]
-    # a drain of the sweep's ("applied"), or of a re-tested node's ("drained", "rma", "kept")
-    drained = [(n, r) for n, (taken, r) in report.actions.items() if taken in ("applied", "drained", "rma", "kept")]
-    resumed = [n for n, (taken, _) in report.actions.items() if taken == "resumed"]
+    drained = [a.reason for a in report.actions.values() if a.holds_node]
+    resumed = [a for a in report.actions.values() if a.resumed]
     verdict = "unknown" if outcome is None else "fail" if outcome.of(BAD) else "pass"
     return {"time": iso_utc(now), "mode": "fabric-sweep", "sweep": report.sweep_id, "verdict": verdict,
             "findings": findings, "rounds": outcome.rounds if outcome else 0,
             "jobs": outcome.jobs if outcome else 0, "error": report.error,
             "action": {"taken": "drain" if drained else "resume" if resumed else "none",
-                       "reason": drained[0][1] if drained else None,
-                       "dry_run": any(t == "report_only" for t, _ in report.actions.values())},
+                       "reason": drained[0] if drained else None,
+                       "dry_run": any(a.report_only for a in report.actions.values())},
             "events": brief_events(events)}
 
 

@@ -9,13 +9,14 @@ from pathlib import Path
 import pytest
 
 from healthcheck.act.scontrol import parse_show_nodes
-from healthcheck.decide.sweep import SweepReport
+from healthcheck.decide.sweep import SweepAction, SweepReport
 from healthcheck.decide.sweepnodes import candidates
 from healthcheck.report.sweep import history_record, metrics_text
 from healthcheck.act.sweeprun import minutes, sbatch_args, Setup
 from healthcheck.decide.internodejob import JobSpec, SetupProblem, NotSpanned, job_script, judge_job_output
 from healthcheck.read.internodejob import read_job_output, split_output
 from healthcheck.decide.sweep import Job, JobResult, NodeOutcome, SweepOutcome
+from healthcheck.model import NodeAction, Outcome
 
 SPEC = JobSpec("/opt/nccl-tests/build/all_reduce_perf", ("-b", "1G", "-e", "1G"), ("--mpi=pmix",), 8, 60.0,
                "ib_write_bw", ("mlx5_0",))
@@ -113,7 +114,9 @@ def test_fabric_sweep_records_history_and_metrics() -> None:
     bad = NodeOutcome("gpu-c", "bad", 41.2, ("gpu-a", "gpu-b"), "busbw=41.2<100")
     results = (JobResult(Job(("gpu-c", "gpu-d"), "pair", 1), 41.2), JobResult(Job(("gpu-a", "gpu-b"), "pair", 1), 380.0))
     outcome = SweepOutcome((bad, NodeOutcome("gpu-a", "pass")), 3, 8, 380.0, results)
-    report = SweepReport("S1", outcome, {"gpu-c": ("applied", "gpu-healthcheck: fabric busbw=41.2<100 ...")}, {})
+    reason = "gpu-healthcheck: fabric busbw=41.2<100 ..."
+    report = SweepReport("S1", outcome, {"gpu-c": SweepAction(reason, drain=NodeAction(
+        "drain", reason, outcome=Outcome.APPLIED))}, {})
     record = history_record(report, [], 0.0)
     assert record["mode"] == "fabric-sweep" and record["verdict"] == "fail" and record["action"]["taken"] == "drain"
     assert record["findings"][0]["node"] == "gpu-c"

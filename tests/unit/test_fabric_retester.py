@@ -11,7 +11,7 @@ from typing import List
 from healthcheck.act.fabricretest import Retester
 from healthcheck.config import Config
 from healthcheck.decide import fabricretest as fr
-from healthcheck.decide.sweep import BAD, PASS, Job, JobResult, NodeOutcome
+from healthcheck.decide.sweep import BAD, PASS, Job, JobResult, NodeOutcome, RetestEnd, SweepAction
 from healthcheck.decide.verdict import NodeState, is_rma
 from healthcheck.model import LogEvent
 from tests.lib.slurmdoor import FakeDoor, stamp
@@ -57,8 +57,8 @@ def test_fabric_retester_holds_in_a_reservation_before_the_resume(tmp_path):
 def test_fabric_retester_pass_releases_the_node_and_drops_the_mark(tmp_path):
     ctl = door(comment_prefix="ticket 4711 | ")
     rt = held(ctl, tmp_path)
-    taken, reason = rt.finish(NodeOutcome("gpu-c", PASS, 380.0, ("gpu-a", "gpu-b"), "re-test passed"), ())
-    assert (taken, reason) == ("resumed", None)
+    action = rt.finish(NodeOutcome("gpu-c", PASS, 380.0, ("gpu-a", "gpu-b"), "re-test passed"), ())
+    assert action == SweepAction(None, retest=RetestEnd.RESUMED) and action.said == "resumed" and action.resumed
     assert ctl.reservations == {} and ctl.nodes["gpu-c"].state == "IDLE"
     assert ctl.nodes["gpu-c"].comment == "ticket 4711"  # the site's part stays
 
@@ -66,7 +66,9 @@ def test_fabric_retester_pass_releases_the_node_and_drops_the_mark(tmp_path):
 def test_fabric_retester_failure_with_attempts_left_drains_for_another_reboot(tmp_path):
     ctl = door("1/2")
     rt = held(ctl, tmp_path)
-    taken, reason = rt.finish(failed(), ())
+    action = rt.finish(failed(), ())
+    taken, reason = action.said, action.reason
+    assert action.retest is RetestEnd.DRAINED and action.holds_node
     this = ctl.nodes["gpu-c"]
     assert taken == "drained" and this.state.endswith("+DRAIN") and this.reason == reason
     assert fr.fabric_trigger(reason) is not None and not is_rma(reason)
@@ -78,8 +80,9 @@ def test_fabric_retester_failure_after_the_last_attempt_marks_rma_with_evidence(
     rt = held(ctl, tmp_path)
     results = [JobResult(Job(("gpu-c", "gpu-a"), "partner", 2), 41.2, job_id="201"),
                JobResult(Job(("gpu-c", "gpu-b"), "partner", 3), 41.0, job_id="202")]
-    taken, reason = rt.finish(failed(), results)
-    assert taken == "rma" and is_rma(ctl.nodes["gpu-c"].reason) and ctl.reservations == {}
+    action = rt.finish(failed(), results)
+    assert action.retest is RetestEnd.RMA and action.said == "rma" and action.holds_node
+    assert is_rma(ctl.nodes["gpu-c"].reason) and ctl.reservations == {}
     [path] = (tmp_path / "evidence").iterdir()
     bundle = json.loads(path.read_text())
     assert (bundle["node"], bundle["job_ids"], bundle["sweep_id"]) == ("gpu-c", ["201", "202"], "sweep-1")
@@ -90,7 +93,7 @@ def test_fabric_retester_failure_after_the_last_attempt_marks_rma_with_evidence(
 def test_fabric_retester_unknown_drains_again_and_keeps_waiting(tmp_path):
     ctl = door()
     rt = held(ctl, tmp_path)
-    assert rt.abandon("the sweep stopped: sbatch refused every job") == {"gpu-c": ("kept", SWEPT)}
+    assert rt.abandon("the sweep stopped: sbatch refused every job") == {"gpu-c": SweepAction(SWEPT, retest=RetestEnd.KEPT)}
     this = ctl.nodes["gpu-c"]
     assert this.state.endswith("+DRAIN") and this.reason == SWEPT and ctl.reservations == {}
     assert fr.parse_retest_mark(this.comment).state == fr.FABRIC_RETEST
@@ -101,8 +104,8 @@ def test_fabric_retester_scontrol_that_stops_answering_leaves_the_failing_node_h
     ctl = door("2/2")
     rt = held(ctl, tmp_path)
     ctl.hang_from = "update"  # the drain gets no answer
-    taken, _ = rt.finish(failed(), ())
-    assert taken.startswith("error:")
+    action = rt.finish(failed(), ())
+    assert action.retest is RetestEnd.ERROR and action.said.startswith("error: ") and not action.resumed
     assert ctl.reservations == {RESV: ("gpu-c",)}  # still held: no job of anyone else starts there
     # the next sweep (a fresh door's answers) finds the killed test's mark and drains it again
     ctl.hung, ctl.unanswered, ctl.hang_from = False, None, None
