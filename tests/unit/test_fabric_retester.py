@@ -120,7 +120,7 @@ def test_fabric_retester_admins_drain_made_during_the_test_is_kept(tmp_path):
     ctl = door()
     rt = held(ctl, tmp_path)
     ctl.nodes["gpu-c"] = ctl.nodes["gpu-c"]._replace(state="IDLE+DRAIN", reason="bad cable, ticket 4711")
-    assert rt.finish(NodeOutcome("gpu-c", PASS, 380.0), ()) == ("kept", "bad cable, ticket 4711")
+    assert rt.finish(NodeOutcome("gpu-c", PASS, 380.0), ()) == SweepAction("bad cable, ticket 4711", retest=RetestEnd.KEPT)
     assert ctl.nodes["gpu-c"].reason == "bad cable, ticket 4711" and ctl.reservations == {}
 
 
