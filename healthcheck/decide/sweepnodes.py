@@ -97,28 +97,6 @@ def retest_candidates(nodes: Sequence[NodeState], wanted: Optional[Sequence[str]
 IDLE = "IDLE"
 
 
-def parse_nodes(text: str) -> List[Dict[str, str]]:
-    """`scontrol show nodes -o` (one node per line, KEY=VALUE fields) -> one dict per node.
-    Values with spaces (OS=, Reason=) are kept whole: a field starts only at ` KEY=` where KEY
-    is a word."""
-    nodes = []
-    for line in text.splitlines():
-        line = line.strip()
-        if not line.startswith("NodeName="):
-            continue
-        fields: Dict[str, str] = {}
-        key: Optional[str] = None
-        for word in line.split(" "):
-            head, eq, value = word.partition("=")
-            if eq and head.isidentifier():
-                key = head
-                fields[key] = value
-            elif key is not None and word:
-                fields[key] += " " + word
-        nodes.append(fields)
-    return nodes
-
-
 def idle_nodes(nodes: Iterable[NodeState], partition: str, already: Iterable[str] = ()) -> List[str]:
     """The idle sweep's nodes (deploy/slurm/gpu-healthcheck-sweep): those of `partition` whose
     state is plain IDLE and which no sweep job asks for."""
