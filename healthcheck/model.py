@@ -18,7 +18,7 @@ import enum
 import re
 from typing import TYPE_CHECKING, Any, Dict, List, Mapping, Optional, Tuple, Union
 
-from .logmodel import KernelLogPosition, KernelLogRead, KernelLogWindow, SxidEvent, XidEvent  # noqa: F401
+from .logmodel import KernelLogPosition, KernelLogRead
 from .netmodel import IbPort, NetworkRead, PortBaseline
 from .records import NamedTuple
 

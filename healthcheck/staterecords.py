@@ -1,11 +1,12 @@
 """What gpu-healthcheck keeps in state_dir between runs (act/state.py stores and reads them):
-plain records, like model.py's, in a file of their own so that neither grows past 500 lines."""
+plain records, like model.py's, but what one run leaves to the next rather than what flows
+through a run: our drain, a drain pending until a job ends, the Xids acknowledged, the GPUs known."""
 
 from __future__ import annotations
 
 from typing import Optional, Tuple
 
-from .model import KernelLogPosition
+from .logmodel import KernelLogPosition
 from .records import NamedTuple
 
 

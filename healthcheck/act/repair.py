@@ -30,12 +30,12 @@ from typing import TYPE_CHECKING, Dict, List, Optional, Sequence
 from ..config import Config
 from ..decide import repair as rd
 from ..decide import verify as dv
-from ..decide.verdict import FABRIC_HOLD, SUSPECT_HOLD, NodeState, drain_reason, our_comment
-from ..model import (CRIT, ERR, INFO, NOTICE, WARNING, DoorError, Finding, KernelLogPosition, LogEvent, Mode,
-                     NodeAction, NodeSnapshot)
+from ..decide.verdict import FABRIC_HOLD, SUSPECT_HOLD, NodeState, drain_reason, is_ours, our_comment
+from ..logmodel import KernelLogPosition
+from ..model import (CRIT, ERR, INFO, NOTICE, WARNING, DoorError, Finding, LogEvent, Mode, NodeAction,
+                     NodeSnapshot)
 from ..text import iso_utc
 from . import ledger
-from .repairboot import after_reboot, await_retest
 from .repairclaim import ClaimMixin
 from .state import StateStore
 
@@ -121,7 +121,7 @@ class Repairer(ClaimMixin):
             if not report_only and not self._clear_stale(snapshot, mark):
                 return False
         elif mark and mark["state"] in rd.AFTER_REBOOT:
-            return after_reboot(self, snapshot, this, mark, report_only)
+            return self.after_reboot(snapshot, this, mark, report_only)
         if rd.stale_mark(this, mark):
             self.release()  # resumed, an admin's or rma since: the blocked (or re-test) mark is stale
         from ..decide.judge import as_drained
@@ -387,7 +387,7 @@ class Repairer(ClaimMixin):
         assert plan is not None
         refs = list(self.rebooted.values()) if self.rebooted is not None else list(plan.ledgers)
         if action.detail == FABRIC_HOLD:  # its own checks pass; only the fabric sweep can tell
-            return await_retest(self, refs, action)
+            return self.await_retest(refs, action)
         if action.detail == SUSPECT_HOLD:  # it passes at the deep level: a suspect's verification is over
             from .verify import verified
 
@@ -484,6 +484,141 @@ class Repairer(ClaimMixin):
                                           f"{self.config.repair.bug_report_timeout_s:g} s); its "
                                           f"result goes to the journal and the history", rd.RMA)
         return NodeAction("none", reason, detail="rma")
+
+    # The runs after a reboot of ours: the claim in the node's Comment says "rebooting" until
+    # slurmctld registers the boot, then the first run turns it into "validating" and the
+    # validation decides, as after a reset.
+
+    def after_reboot(self, snapshot: NodeSnapshot, this: NodeState, mark: Dict[str, str],
+                     report_only: bool) -> bool:
+        """A run on a node whose Comment holds our reboot claim.  True: it booted, validate now."""
+        rebooted = self._pending_reboots(snapshot)
+        pending = list(rebooted.values())
+        if not this.drained or not is_ours(this.reason):
+            # back in service (an admin, or ReturnToService after a timed-out reboot) or the
+            # admin's now: the claim is ours to drop, the node is theirs
+            self.release()
+            self._set_outcome(pending, "released")
+            self._log("released", NOTICE, f"the node is no longer drained by us (State={this.state}, "
+                                          f"Reason={this.reason}): our reboot claim is dropped",
+                      rd.REBOOT)
+            return False
+        progress = rd.reboot_progress(this, mark)
+        if progress == rd.PENDING:
+            self._log("rebooting", INFO, f"waiting for the reboot Slurm was asked for (State="
+                                         f"{this.state}): no second reboot", rd.REBOOT,
+                      GPU_HEALTHCHECK_REPAIR_STATE="rebooting")
+            return False
+        if progress == rd.TIMED_OUT:
+            if mark["state"] != rd.REBOOT_TIMED_OUT:
+                self._set_claim(rd.REBOOT_TIMED_OUT, mark)
+                self._set_outcome(pending, "reboot_timed_out")
+                self._log("reboot_timed_out", ERR, f"the reboot did not come back within Slurm's "
+                                                   f"ResumeTimeout ({this.reason}): left as it is for "
+                                                   f"a person; no further reboot", rd.REBOOT,
+                          GPU_HEALTHCHECK_REPAIR_STATE="reboot_timed_out")
+            else:
+                self._log("skipped", INFO, "our reboot timed out earlier: left for a person",
+                          rd.REBOOT, GPU_HEALTHCHECK_REPAIR_STATE="reboot_timed_out")
+            return False
+        if progress == rd.CANCELLED:
+            self.release()
+            self._set_outcome(pending, "cancelled")
+            self._log("reboot_cancelled", WARNING, f"no reboot flag and no boot after our claim "
+                                                   f"(BootTime={this.boot_time}, claim at "
+                                                   f"{mark['at']}): the reboot was cancelled; the "
+                                                   f"node stays drained", rd.REBOOT)
+            return False
+        if report_only:
+            self._log("would_validate", WARNING, f"report_only: booted at {this.boot_time}; would "
+                                                 f"prove it healthy with --level "
+                                                 f"{self.validation_level()} and resume it",
+                      rd.REBOOT)
+            return False
+        gpus = tuple(int(g) for g in mark["gpus"].split(",") if g.isdigit())
+        if not self._set_claim(rd.VALIDATING, mark):
+            return False
+        self.plan = rd.RepairPlan(rd.REBOOT, "after our reboot", gpus or tuple(g.index for g in snapshot.gpus),
+                                  ledgers=tuple(rebooted.values()))
+        self.rebooted = rebooted
+        self.drained_at = self._ledger_drained_at() or self.drained_at
+        self._log("booted", NOTICE, f"booted after our reboot (BootTime={this.boot_time}); proving "
+                                    f"it healthy with --level {self.validation_level()}", rd.REBOOT,
+                  GPU_HEALTHCHECK_REPAIR_STATE="validating")
+        return True
+
+    def _pending_reboots(self, snapshot: NodeSnapshot) -> Dict[str, rd.LedgerRef]:
+        """Ledger key -> the ledger (a GPU's, a missing GPU's, the node's) whose last attempt is
+        a reboot not judged yet (outcome "reboot").  A GPU NVML had lost when the reboot was
+        asked for, with no earlier run to name it, had no serial then (nor, maybe, a PCI
+        address): its ledger is the index's (decide.repair.ledger_of), and the GPU back from
+        the boot has a serial."""
+        keys: Dict[str, rd.LedgerRef] = {}
+        candidates: List[List[rd.LedgerRef]] = []
+        for gpu in snapshot.gpus:
+            nameless = gpu._replace(serial=None, uuid=None)
+            candidates.append(list(dict.fromkeys((rd.ledger_of(gpu), rd.ledger_of(nameless),
+                                                  rd.ledger_of(nameless._replace(pci_bus_id=None))))))
+        candidates += [[rd.missing_ledger(m)] for m in snapshot.missing_gpus] + [[rd.node_ledger(self.node)]]
+        for refs in candidates:
+            for ref in refs:
+                try:
+                    attempts = ledger.read_ledger(self.config.state_dir, ref)
+                except (ValueError, OSError):
+                    continue
+                if attempts and attempts[-1].action == rd.REBOOT and attempts[-1].outcome == "reboot":
+                    keys[ref.key] = ref
+                    break
+        return keys
+
+    def _ledger_drained_at(self) -> Optional[str]:
+        """When we drained it (our note), for drain-to-resume: slurmctld restamps the reason
+        when it issues the reboot."""
+        from .state import read_our_drain
+
+        try:
+            ours = read_our_drain(self.store)
+        except (ValueError, OSError):
+            return None
+        if ours is None or ours.node != self.node:
+            return None
+        return time.strftime("%Y-%m-%dT%H:%M:%S", time.localtime(ours.drained_at))
+
+    def await_retest(self, refs: List[rd.LedgerRef], action: NodeAction) -> NodeAction:
+        """The validation after the repair of a fabric drain passed: the node stays drained, and
+        its claim becomes the fabric_retest mark, with the node's repairs within repair.window_s and
+        repair.max_attempts (the sweep, which reads neither ledger nor config of this node, decides
+        rma from them).  The reason loses what slurmctld appended at the reboot.  A mark that cannot
+        be written leaves the claim as it is (validating): the next run validates again."""
+        from ..decide import fabricretest as fr
+
+        done = self.plan.action if self.plan else ""  # the reset or reboot that passed its validation
+        now = time.time()
+        window, most = self.config.repair.window_s, self.config.repair.max_attempts
+        recent = []
+        for ref in refs:
+            try:
+                recent.append(len(rd.in_window(ledger.read_ledger(self.config.state_dir, ref), now, window)))
+            except (ValueError, OSError) as exc:
+                self._log("error", ERR, f"cannot read the repair ledger {ref.key}: {exc}", done)
+        mark = fr.retest_mark(max(recent, default=0) if recent else None, most, iso_utc(now))
+        reason = fr.clean_reason(self.reason)
+        try:
+            self._write_ours(mark)
+            if reason and reason != self.reason:
+                self.ctl.set_reason(self.node, reason)  # type: ignore[attr-defined]
+        except DoorError as exc:
+            self._log("error", WARNING, f"cannot mark it as waiting for the fabric re-test ({exc}); the "
+                                        f"next run validates it again", done)
+            return NodeAction("none", action.reason, detail=str(exc))
+        self._set_outcome(refs, fr.FABRIC_RETEST)
+        self._log("fabric_retest", NOTICE, f"{done} done and the check at --level "
+                                           f"{self.validation_level()} passes, but this node's own checks "
+                                           f"cannot see its fabric: it stays drained until the next "
+                                           f"--internode-sweep re-tests it with known-good partners "
+                                           f"(Comment: {mark})", done,
+                  GPU_HEALTHCHECK_REPAIR_STATE=fr.FABRIC_RETEST)
+        return NodeAction("none", reason or action.reason, detail=action.detail)
 
 
 def _nvswitch(snapshot: NodeSnapshot) -> bool:

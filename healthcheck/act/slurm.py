@@ -31,8 +31,9 @@ from typing import Any, Callable, Dict, List, Mapping, Optional, Sequence, Tuple
 from ..config import Config
 from ..decide.verdict import (DrainDecision, NodeState, decide_drain, gpu_nodes, is_ours,
                               may_resume, refused_comment, refused_reason, with_our_comment)
-from ..model import (CRIT, ERR, INFO, NOTICE, WARNING, DoorError, Finding, KernelLogPosition,
-                     LogEvent, Mode, NodeAction, NodeSnapshot, Outcome)
+from ..logmodel import KernelLogPosition
+from ..model import (CRIT, ERR, INFO, NOTICE, WARNING, DoorError, Finding, LogEvent, Mode, NodeAction,
+                     NodeSnapshot, Outcome)
 from ..staterecords import OurDrain, PendingDrain
 from ..text import iso_utc
 from .state import StateStore, clear_our_drain, read_our_drain, write_our_drain

@@ -19,7 +19,8 @@ import os
 import time
 from typing import Any, Dict, List, Optional, Tuple
 
-from ..model import ERR, WARNING, Baseline, GpuBaseline, KernelLogPosition, LogEvent, NodeSnapshot
+from ..logmodel import KernelLogPosition
+from ..model import ERR, WARNING, Baseline, GpuBaseline, LogEvent, NodeSnapshot
 from ..staterecords import KnownGpu, OurDrain, PendingDrain, XidAck
 from ..netmodel import PortBaseline
 from ..safefile import SafeFileError, atomic_write, open_dir, read_file, unlink_file

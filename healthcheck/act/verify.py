@@ -54,7 +54,6 @@ def verified(rep: Repairer, refs: Sequence["rd.LedgerRef"], action: NodeAction) 
     a lemon is held for a person, one for the fabric re-test is left to the sweep, any other
     is resumed; each only while its reason is still the suspect drain this run decided on."""
     from . import ledger
-    from .repairboot import await_retest
     from .state import clear_our_drain
 
     config, now = rep.config, time.time()
@@ -99,7 +98,7 @@ def verified(rep: Repairer, refs: Sequence["rd.LedgerRef"], action: NodeAction) 
             rep._free_slot()  # the fabric_retest mark holds no budget
             rep.ctl.set_reason(rep.node, reason)
             rep.reason = reason
-            return await_retest(rep, list(refs), action)
+            return rep.await_retest(list(refs), action)
         rep.ctl.resume(rep.node)
     except DoorError as exc:
         rep.release(reread=False)

@@ -15,7 +15,8 @@ from typing import List, Optional, Sequence, Tuple
 from ..config import Config
 from ..decide.xidack import (acknowledge, counters_started_over, gpu_pcis, position_key, unacknowledged,
                              window_after)
-from ..model import ERR, NOTICE, WARNING, KernelLogPosition, LogEvent, NodeSnapshot, Outcome, XidEvent
+from ..logmodel import KernelLogPosition, XidEvent
+from ..model import ERR, NOTICE, WARNING, LogEvent, NodeSnapshot, Outcome
 from ..staterecords import XidAck
 from ..pci import kernel_pci
 from ..logmodel import group_key

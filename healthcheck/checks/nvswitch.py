@@ -4,7 +4,8 @@ from __future__ import annotations
 
 from typing import Dict, Iterable, Iterator, List, Optional, Tuple
 
-from ..model import Action, Finding, Mode, NodeSnapshot, Severity, SxidEvent
+from ..logmodel import SxidEvent
+from ..model import Action, Finding, Mode, NodeSnapshot, Severity
 from .registry import CheckContext, finding as _f, node_check
 
 

@@ -16,7 +16,8 @@ import os
 import re
 from typing import Dict, Iterator, List, Optional, Tuple
 
-from ..model import Action, Finding, Mode, NodeSnapshot, Severity, XidEvent
+from ..logmodel import XidEvent
+from ..model import Action, Finding, Mode, NodeSnapshot, Severity
 from ..records import NamedTuple
 from .registry import CheckContext, finding as _f, gpu_at, label, node_check
 

@@ -376,7 +376,7 @@ def may_resume(this: NodeState, findings: Sequence[Finding], gpus: Sequence[GpuS
             return f"GPU {gpu.index} has a pending remap or retirement"
     if is_fabric_reason(this.reason):
         # last: FABRIC_HOLD says the node's own checks passed (the repair step after a reboot
-        # then leaves it for the sweep's re-test, act.repairboot.await_retest)
+        # then leaves it for the sweep's re-test, act.repair.await_retest)
         return FABRIC_HOLD
     if is_suspect_reason(this.reason):
         # last, as FABRIC_HOLD: the verification (act.repair) resumes it once the lemon rule

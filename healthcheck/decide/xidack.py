@@ -15,7 +15,8 @@ from __future__ import annotations
 
 from typing import Dict, Iterable, Mapping, Optional, Sequence, Tuple
 
-from ..model import GpuSnapshot, KernelLogPosition, KernelLogWindow, Severity, XidEvent
+from ..logmodel import KernelLogPosition, KernelLogWindow, XidEvent
+from ..model import GpuSnapshot, Severity
 from ..staterecords import XidAck
 from ..pci import kernel_pci
 from ..logmodel import BootId, group_key, window_since

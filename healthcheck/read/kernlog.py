@@ -42,7 +42,7 @@ import time
 from typing import Dict, Iterable, Iterator, List, Optional, Tuple
 
 from ..logmodel import GroupKey, group_key
-from ..model import KernelLogPosition, KernelLogRead, KernelLogWindow, SxidEvent, XidEvent
+from ..logmodel import KernelLogPosition, KernelLogRead, KernelLogWindow, SxidEvent, XidEvent
 from ..pci import kernel_form
 from ..records import NamedTuple
 from ..text import printable

@@ -35,7 +35,7 @@ import time
 from typing import Iterable, Iterator, Optional, Tuple
 
 from ..logmodel import BootId
-from ..model import KernelLogPosition, KernelLogWindow
+from ..logmodel import KernelLogPosition, KernelLogWindow
 
 MAX_RECORD = 8192  # a read() of /dev/kmsg returns one record, at most this long
 # Records read after the marker's write before giving up on it: others may be logged between

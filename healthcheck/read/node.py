@@ -16,9 +16,10 @@ import time
 from typing import Any, Callable, List, Mapping, Optional, Sequence, Tuple
 
 from ..config import Config
+from ..logmodel import KernelLogWindow
 from ..model import (ERR, NOTICE, WARNING, Baseline, DoorError, GpuSnapshot, GresLayout, JobContext,
-                     KernelLogWindow, LogEvent, Mode, NodeSnapshot, ProbeResult, ProbeStatus,
-                     RunRequest, UsageError, co_tenant_mib)
+                     LogEvent, Mode, NodeSnapshot, ProbeResult, ProbeStatus, RunRequest, UsageError,
+                     co_tenant_mib)
 from ..staterecords import KnownGpu
 from ..netmodel import NetworkRead
 from ..pci import function_form, normalise_pci, nvml_form

@@ -20,7 +20,7 @@ import functools
 import re
 from typing import Iterable, List, Optional, Tuple
 
-from ..model import SxidEvent
+from ..logmodel import SxidEvent
 from ..pci import function_form
 
 MAX_LINE = 8192

@@ -20,7 +20,7 @@ import atheris
 
 with atheris.instrument_imports():
     from healthcheck.read import kernlog, kmsg
-    from healthcheck.model import KernelLogWindow
+    from healthcheck.logmodel import KernelLogWindow
 
 PCI_RE = re.compile(r"^[0-9a-f]{4,8}:[0-9a-f]{2}:[0-9a-f]{2}$")
 PREFIXES = ["", "[ 12.000001] ", "[Wed Jul 31 23:14:18 2024] ", "Oct 06 17:59:27 h kernel: ",

@@ -8,9 +8,9 @@ from typing import Callable, Dict, Optional
 
 from healthcheck.checks import CATALOGUE, CheckContext, run_checks
 from healthcheck.config import Config
-from healthcheck.model import (Action, Baseline, GpuBaseline, GpuProcess, GpuSnapshot, JobContext,
-                               KernelLogRead, Mode, NodeSnapshot, ProbeResult, ProbeStatus,
-                               Severity, SxidEvent, XidEvent)
+from healthcheck.logmodel import KernelLogRead, SxidEvent, XidEvent
+from healthcheck.model import (Action, Baseline, GpuBaseline, GpuProcess, GpuSnapshot, JobContext, Mode,
+                               NodeSnapshot, ProbeResult, ProbeStatus, Severity)
 from healthcheck.deepmodel import (AFTER_FIELDS, DcgmRead, DcgmResult, DeepGpu, DeepPeer, DeepRun,
                                    GpuCounters, MemError)
 from healthcheck.netmodel import IbPort, NetworkRead, PortBaseline

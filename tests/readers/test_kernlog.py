@@ -4,7 +4,7 @@ small logs)."""
 
 import pytest
 
-from healthcheck.model import KernelLogWindow
+from healthcheck.logmodel import KernelLogWindow
 from healthcheck.read.kernlog import parse_lines, read_kernel_log
 from tests.lib import fakenode
 

@@ -11,7 +11,8 @@ import pytest
 from healthcheck.checks.nvswitch import sxid_severities, sxid_verdict
 from healthcheck.checks.xid import xid_verdict
 from healthcheck.decide.verdict import drain_reason
-from healthcheck.model import Action, KernelLogRead, KernelLogWindow, Mode, Severity
+from healthcheck.logmodel import KernelLogRead, KernelLogWindow
+from healthcheck.model import Action, Mode, Severity
 from healthcheck.read.kernlog import parse_lines, parse_sxids, read_kernel_log
 from healthcheck.read.sxid import parse_sxid_line
 from tests.lib.fakenode import FIXTURES

@@ -10,7 +10,7 @@ def test_xid_real_identity_line_before_an_xid_leaves_it_counting_and_after_it_de
     """Real lines (tests/fixtures/kernel-log, akash-network/support#244): the driver prints the
     GPU's identity line when it initialises the GPU, before that GPU's first Xid."""
     from healthcheck.read.kernlog import read_kernel_log
-    from healthcheck.model import KernelLogWindow
+    from healthcheck.logmodel import KernelLogWindow
     fixtures = FIXTURES / "kernel-log"
     identity = next(l for l in (fixtures / "nvrm-context-lines.txt").read_text().splitlines()
                     if "GPU at PCI:0000:00:05: GPU-" in l)

@@ -13,8 +13,8 @@ from healthcheck.act.state import StateStore, read_our_drain
 from healthcheck.config import Config, DrainConfig
 from healthcheck.decide.verdict import NodeState, drain_reason
 from healthcheck.decide.xidack import live_acks, position_key, unacknowledged
-from healthcheck.model import (Action, Finding, GpuSnapshot, KernelLogPosition, LogEvent, Mode,
-                               Outcome, Severity)
+from healthcheck.logmodel import KernelLogPosition
+from healthcheck.model import Action, Finding, GpuSnapshot, LogEvent, Mode, Outcome, Severity
 from healthcheck.staterecords import OurDrain, XidAck
 from healthcheck.read.kernlog import aggregate, parse_lines
 

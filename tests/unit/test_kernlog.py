@@ -4,7 +4,7 @@ reads, and fuzzing (tests/readers/test_kernlog.py: the real NVRM lines of tests/
 import pytest
 from hypothesis import example, given, settings, strategies as st
 
-from healthcheck.model import KernelLogWindow
+from healthcheck.logmodel import KernelLogWindow
 from healthcheck.read.kernlog import in_window, parse_lines, position_now, read_kernel_log
 
 

@@ -19,7 +19,8 @@ from hypothesis import given, settings, strategies as st
 
 from healthcheck.act.state import baseline_from_json, record_baseline, StateStore
 from healthcheck.decide.xidack import unacknowledged, window_after
-from healthcheck.model import Baseline, JobContext, KernelLogPosition, KernelLogRead, Mode, NodeSnapshot
+from healthcheck.logmodel import KernelLogPosition, KernelLogRead
+from healthcheck.model import Baseline, JobContext, Mode, NodeSnapshot
 from healthcheck.logmodel import window_since
 from healthcheck.read.kernlog import aggregate, in_window, parse_lines, read_kernel_log, read_kmsg_records
 from healthcheck.read.kmsg import find_marker, marker_line, marker_seq, position_and_why, record_seq

@@ -7,7 +7,7 @@ from __future__ import annotations
 from hypothesis import given, settings, strategies as st
 
 from healthcheck.decide.xidack import acknowledge, position_key, unacknowledged
-from healthcheck.model import KernelLogPosition, XidEvent
+from healthcheck.logmodel import KernelLogPosition, XidEvent
 from healthcheck.staterecords import XidAck
 from healthcheck.pci import kernel_pci
 

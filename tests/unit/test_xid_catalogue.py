@@ -10,7 +10,8 @@ from pathlib import Path
 import pytest
 
 from healthcheck.checks import xid as X
-from healthcheck.model import Action, Severity, XidEvent
+from healthcheck.logmodel import XidEvent
+from healthcheck.model import Action, Severity
 from healthcheck.read.kernlog import aggregate, parse_lines
 
 KLOG = Path(__file__).resolve().parents[1] / "fixtures" / "kernel-log"

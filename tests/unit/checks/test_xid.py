@@ -8,7 +8,8 @@ from hypothesis import given, settings, strategies as st
 
 from healthcheck.checks import CheckContext, run_checks
 from healthcheck.config import Config
-from healthcheck.model import Action, KernelLogRead, Mode, NodeSnapshot, Severity, XidEvent
+from healthcheck.logmodel import KernelLogRead, XidEvent
+from healthcheck.model import Action, Mode, NodeSnapshot, Severity
 from healthcheck.read.kernlog import aggregate, parse_lines
 from tests.lib.snapshots import FAULTS, NODE, catalogue_cases, faulty, findings_of, found
 
