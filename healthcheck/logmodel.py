@@ -1,8 +1,8 @@
 """The kernel log's records: NVRM Xid and NVSwitch SXid events, and where a read of the log
 started and ended (its window).  Plain records, filled by read/kernlog.py and read/kmsg.py,
-judged by checks/xid.py and checks/nvswitch.py; model.py's snapshot holds a KernelLogRead.  With them the pure
-rules both the readers and decide/xidack.py use: which boot (BootId), what makes two Xid lines
-the same event (group_key) and the window after a position (window_since).
+judged by checks/xid.py and checks/nvswitch.py; model.py's snapshot holds a KernelLogRead.
+With them the pure rules both the readers and decide/xidack.py use: which boot (BootId), what
+makes two Xid lines the same event (group_key) and the window after a position (window_since).
 """
 
 from __future__ import annotations
